@@ -1,0 +1,17 @@
+# The five dependencies, each found once here; targets link the imported targets.
+find_package(Threads REQUIRED)
+find_package(Torch REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(prometheus-cpp CONFIG REQUIRED)
+
+# Torch's config exports flags as variables; wrap them in one interface target so that only
+# the targets that need torch see its headers and definitions.
+add_library(attnserve_torch INTERFACE)
+target_link_libraries(attnserve_torch INTERFACE ${TORCH_LIBRARIES})
+target_include_directories(attnserve_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+target_compile_options(attnserve_torch INTERFACE ${_torch_flags})
+
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

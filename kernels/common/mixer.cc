@@ -1,0 +1,166 @@
+#include "kernels/common/mixer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/common/mixer_registry.h"
+#include "kernels/common/tensor_checks.h"
+
+namespace attnserve::kernels {
+
+const char* MixerKindName(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kStandard:
+      return "standard";
+    case MixerKind::kLinformer:
+      return "linformer";
+    case MixerKind::kLinear:
+      return "linear";
+    case MixerKind::kMamba:
+      return "mamba";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
+  for (MixerKind kind :
+       {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba}) {
+    if (name == MixerKindName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown mixer '", name, "'; expected one of standard, linformer, linear, mamba"));
+}
+
+absl::Status ValidateMixerConfig(const MixerConfig& c) {
+  auto positive = [](const char* field, int64_t value) -> absl::Status {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(field, " must be > 0, got ", value));
+  };
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"d_model", c.d_model}}) {
+    if (auto s = positive(field, value); !s.ok()) return s;
+  }
+  switch (c.kind) {
+    case MixerKind::kLinformer:
+      if (c.causal) {
+        return absl::InvalidArgumentError(
+            "linformer is not causal: its projections mix all positions; set causal = false");
+      }
+      if (auto s = positive("linformer_k", c.linformer_k); !s.ok()) return s;
+      if (auto s = positive("max_len", c.max_len); !s.ok()) return s;
+      [[fallthrough]];
+    case MixerKind::kStandard:
+    case MixerKind::kLinear:
+      if (auto s = positive("num_heads", c.num_heads); !s.ok()) return s;
+      if (c.d_model % c.num_heads != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "d_model (", c.d_model, ") must be a multiple of num_heads (", c.num_heads, ")"));
+      }
+      return absl::OkStatus();
+    case MixerKind::kMamba:
+      for (auto [field, value] : {std::pair<const char*, int64_t>{"d_state", c.d_state},
+                                  {"d_conv", c.d_conv},
+                                  {"expand", c.expand}}) {
+        if (auto s = positive(field, value); !s.ok()) return s;
+      }
+      if (c.dt_rank < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dt_rank must be >= 0 (0: ceil(d_model / 16)), got ", c.dt_rank));
+      }
+      return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError("unknown mixer kind");
+}
+
+std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
+  switch (config.kind) {
+    case MixerKind::kStandard:
+      return ExpectedStandardWeights(config);
+    case MixerKind::kLinformer:
+      return ExpectedLinformerWeights(config);
+    case MixerKind::kLinear:
+      return ExpectedLinearWeights(config);
+    case MixerKind::kMamba:
+      return ExpectedMambaWeights(config);
+  }
+  return {};
+}
+
+WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  switch (config.kind) {
+    case MixerKind::kStandard:
+      return RandomStandardWeights(config, gen);
+    case MixerKind::kLinformer:
+      return RandomLinformerWeights(config, gen);
+    case MixerKind::kLinear:
+      return RandomLinearWeights(config, gen);
+    case MixerKind::kMamba:
+      return RandomMambaWeights(config, gen);
+  }
+  return {};
+}
+
+int64_t MixerState::Bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  return bytes;
+}
+
+MixerState MixerState::Clone() const {
+  MixerState copy;
+  copy.position = position;
+  for (const at::Tensor& t : tensors) copy.tensors.push_back(t.defined() ? t.clone() : t);
+  return copy;
+}
+
+absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights) {
+  if (auto s = ValidateMixerConfig(config); !s.ok()) return s;
+  std::set<std::string> expected_names;
+  for (const WeightSpec& spec : ExpectedWeights(config)) {
+    expected_names.insert(spec.name);
+    auto it = weights.find(spec.name);
+    if (it == weights.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(MixerKindName(config.kind),
+                                                     " mixer: missing tensor '", spec.name,
+                                                     "' of shape ", ShapeString(spec.shape)));
+    }
+    at::Tensor& t = it->second;
+    if (!t.defined() || t.scalar_type() != at::kFloat || !t.device().is_cpu() ||
+        t.sizes() != at::IntArrayRef(spec.shape)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(MixerKindName(config.kind), " mixer: tensor '", spec.name,
+                       "' expected float32 ", ShapeString(spec.shape), ", got ",
+                       t.defined() ? std::string(c10::toString(t.scalar_type())) : "undefined", " ",
+                       t.defined() ? ShapeString(t.sizes()) : "()"));
+    }
+    t = t.contiguous();
+  }
+  for (const auto& [name, tensor] : weights) {
+    if (!expected_names.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          MixerKindName(config.kind), " mixer: unexpected tensor '", name, "' ",
+          ShapeString(tensor.sizes()), "; expected only ", absl::StrJoin(expected_names, ", ")));
+    }
+  }
+  return GuardTorch("CreateMixer", [&]() -> absl::StatusOr<std::unique_ptr<Mixer>> {
+    switch (config.kind) {
+      case MixerKind::kStandard:
+        return CreateStandardMixer(config, weights);
+      case MixerKind::kLinformer:
+        return CreateLinformerMixer(config, weights);
+      case MixerKind::kLinear:
+        return CreateLinearMixer(config, weights);
+      case MixerKind::kMamba:
+        return CreateMambaMixer(config, weights);
+    }
+    return absl::InvalidArgumentError("unknown mixer kind");
+  });
+}
+
+}  // namespace attnserve::kernels

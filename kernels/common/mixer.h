@@ -1,0 +1,110 @@
+// The one interface every sequence mixer implements (standard, linformer, linear, mamba).
+//
+// Contract (held by tests/unit/mixer_contract_test.cc for every streaming mixer):
+//   * Prefill(x, state): x is (B, L, d_model) float32 on the CPU. With a state, it continues
+//     from it and leaves the state after the last token in it (state_in -> state_out).
+//   * Step(x_t, state): x_t is (B, d_model); one token, same result as Prefill with L = 1.
+//   * Feeding a sequence in chunks of any sizes gives the whole-sequence output (to float32
+//     rounding), and L calls of Step equal one Prefill.
+// Errors come back as absl::Status with what was expected and what came; no exception
+// escapes. A Mixer is immutable after creation and safe to call from many threads at once
+// with distinct states. A MixerState is owned by its caller and used by one thread at a time.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace attnserve::kernels {
+
+enum class MixerKind { kStandard, kLinformer, kLinear, kMamba };
+
+// "standard", "linformer", "linear", "mamba".
+const char* MixerKindName(MixerKind kind);
+absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
+
+struct MixerConfig {
+  MixerKind kind = MixerKind::kStandard;
+  int64_t d_model = 256;
+  // standard, linformer, linear: d_model = num_heads * head_dim.
+  int64_t num_heads = 8;
+  // standard, linear: causal (can stream) or bidirectional. Linformer is never causal.
+  bool causal = true;
+  // linformer: projected length k and the longest input (E, F are (max_len, k)).
+  int64_t linformer_k = 64;
+  int64_t max_len = 4096;
+  // mamba (Mamba-1): d_inner = expand * d_model; dt_rank 0 means ceil(d_model / 16).
+  int64_t d_state = 16;
+  int64_t d_conv = 4;
+  int64_t expand = 2;
+  int64_t dt_rank = 0;
+
+  int64_t head_dim() const { return d_model / num_heads; }
+  int64_t d_inner() const { return expand * d_model; }
+  int64_t resolved_dt_rank() const { return dt_rank > 0 ? dt_rank : (d_model + 15) / 16; }
+};
+
+// Checks sizes and their consistency; the message names the field and the allowed values.
+absl::Status ValidateMixerConfig(const MixerConfig& config);
+
+// Weights of one mixer: float32 CPU tensors named as in Hugging Face checkpoints, e.g.
+// "q_proj.weight" or, for mamba, "in_proj.weight", "conv1d.weight", "A_log", ...
+using WeightMap = std::map<std::string, at::Tensor>;
+
+struct WeightSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// The tensors a mixer with this config needs, with their shapes (for loaders to validate).
+std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config);
+
+// Weights drawn from a fixed seed with the usual initialisations (the same seed gives the
+// same weights on every machine).
+WeightMap RandomWeights(const MixerConfig& config, uint64_t seed);
+
+// Recurrent state of one mixer for a batch of sequences. Each mixer documents its tensors
+// (KV cache, S and z, conv_state and ssm_state). Tensors are owned by the state.
+struct MixerState {
+  std::vector<at::Tensor> tensors;
+  int64_t position = 0;  // tokens consumed so far
+
+  int64_t Bytes() const;
+  MixerState Clone() const;  // deep copy
+};
+
+class Mixer {
+ public:
+  virtual ~Mixer() = default;
+
+  virtual const MixerConfig& config() const = 0;
+  // True when the mixer is causal and so can continue from a state and step.
+  virtual bool can_stream() const = 0;
+
+  // A fresh state for `batch` sequences. FailedPrecondition when the mixer cannot stream.
+  virtual absl::StatusOr<MixerState> InitialState(int64_t batch) const = 0;
+
+  // y (B, L, d_model) for x (B, L, d_model). `state` may be null (a whole sequence, the only
+  // form a non-streaming mixer accepts); otherwise it is continued and updated.
+  virtual absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const = 0;
+
+  // y_t (B, d_model) for one token x_t (B, d_model); `state` is updated.
+  virtual absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const = 0;
+
+  // Bytes of state that one sequence holds after `position` tokens (a KV cache grows, a
+  // recurrent state does not; 0 for a mixer that cannot stream).
+  virtual int64_t StateBytesPerSequence(int64_t position) const = 0;
+};
+
+// Builds the mixer named by config.kind from its weights. Every expected tensor must be
+// present with its shape and float32; a missing, extra or misshapen one is an error that names
+// the tensor and both shapes.
+absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights);
+
+}  // namespace attnserve::kernels

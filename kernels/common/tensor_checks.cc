@@ -1,0 +1,42 @@
+#include "kernels/common/tensor_checks.h"
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_join.h"
+
+namespace attnserve::kernels {
+
+std::string ShapeString(at::IntArrayRef shape) {
+  return absl::StrCat("(", absl::StrJoin(shape.begin(), shape.end(), ", "), ")");
+}
+
+absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
+                              std::initializer_list<int64_t> shape) {
+  std::string expected = absl::StrCat(
+      "(",
+      absl::StrJoin(shape, ", ",
+                    [](std::string* out, int64_t s) {
+                      absl::StrAppend(out, s < 0 ? std::string("?") : std::to_string(s));
+                    }),
+      ")");
+  if (!t.defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected float32 CPU tensor of shape ", expected, ", got none"));
+  }
+  bool ok = t.scalar_type() == at::kFloat && t.device().is_cpu() &&
+            t.dim() == static_cast<int64_t>(shape.size());
+  if (ok) {
+    int64_t i = 0;
+    for (int64_t s : shape) {
+      if (s >= 0 && t.size(i) != s) ok = false;
+      ++i;
+    }
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": expected float32 CPU tensor of shape ", expected, ", got ",
+                   std::string(c10::toString(t.scalar_type())),
+                   t.device().is_cpu() ? " " : " non-CPU ", ShapeString(t.sizes())));
+}
+
+}  // namespace attnserve::kernels

@@ -1,0 +1,109 @@
+#include "kernels/standard/flash_attention_cpu.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+
+namespace attnserve::kernels {
+namespace {
+
+// The kernel proper, on validated inputs. Every ATen call works on all B·H heads at once
+// (bmm / baddbmm over a (B·H, tile, tile) batch), so the number of ATen calls is about
+// 12 per (query tile, key tile) pair and does not grow with B·H.
+at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              bool causal, FlashAttentionTiles tiles) {
+  const int64_t b = q.size(0), h = q.size(1), lq = q.size(2), d = q.size(3);
+  const int64_t lk = k.size(2);
+  const int64_t bh = b * h;
+  at::Tensor out = at::empty({b, h, lq, d}, q.options());
+  if (lq == 0) return out;
+
+  // The scale is folded into q once rather than into every score tile.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const at::Tensor qf = q.reshape({bh, lq, d}).mul(scale);
+  // reshape keeps a view when it can: merging B and H of a narrowed KV cache needs no copy.
+  const at::Tensor kf = k.reshape({bh, lk, d});
+  const at::Tensor vf = v.reshape({bh, lk, d});
+  const at::Tensor of = out.view({bh, lq, d});
+  // Causal: query i of the chunk is at absolute position offset + i.
+  const int64_t offset = lk - lq;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+
+  for (int64_t q0 = 0; q0 < lq; q0 += tiles.query) {
+    const int64_t nq = std::min(tiles.query, lq - q0);
+    const at::Tensor qt = qf.narrow(1, q0, nq);
+    // The output rows of this tile serve as the accumulator: no extra (nq, d) buffer.
+    at::Tensor acc = of.narrow(1, q0, nq);
+    // Key tiles at or beyond the last query's horizon are skipped whole.
+    const int64_t key_end = causal ? offset + q0 + nq : lk;
+    at::Tensor row_max, row_sum;  // (B·H, nq, 1): running max and sum of exp(s - max)
+    for (int64_t k0 = 0; k0 < key_end; k0 += tiles.key) {
+      const int64_t nk = std::min(tiles.key, key_end - k0);
+      const at::Tensor vt = vf.narrow(1, k0, nk);
+      at::Tensor s = at::bmm(qt, kf.narrow(1, k0, nk).transpose(1, 2));  // (B·H, nq, nk)
+      // Only a tile crossing the diagonal is masked: key k0 + j is hidden from query q0 + i
+      // when k0 + j > offset + q0 + i. Tiles wholly below it need no mask.
+      if (causal && k0 + nk - 1 > offset + q0) {
+        const at::Tensor hidden = at::ones({nq, nk}, q.options().dtype(at::kBool))
+                                      .triu_(offset + q0 - k0 + 1);
+        s.masked_fill_(hidden, neg_inf);
+      }
+      // Key 0 is in the first tile and visible to every query, so every row max is finite
+      // from the first tile on, and exp(-inf - max) = 0 handles rows a later tile hides.
+      if (k0 == 0) {
+        row_max = std::get<0>(s.max(2, /*keepdim=*/true));
+        s.sub_(row_max).exp_();
+        row_sum = s.sum(2, /*keepdim=*/true);
+        at::bmm_out(acc, s, vt);
+      } else {
+        at::Tensor new_max = at::maximum(row_max, std::get<0>(s.max(2, /*keepdim=*/true)));
+        // Rescales what was accumulated under the old max to the new one.
+        at::Tensor correction = row_max.sub_(new_max).exp_();
+        s.sub_(new_max).exp_();
+        row_sum.mul_(correction).add_(s.sum(2, /*keepdim=*/true));
+        acc.mul_(correction).baddbmm_(s, vt);
+        row_max = std::move(new_max);
+      }
+    }
+    acc.div_(row_sum);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, bool causal,
+                                             FlashAttentionTiles tiles) {
+  RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
+  const int64_t b = q.size(0), h = q.size(1), lq = q.size(2), d = q.size(3);
+  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
+  const int64_t lk = k.size(2);
+  RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, lk, d}));
+  if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");
+  if (tiles.query <= 0 || tiles.key <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("flash attention tiles must be > 0, got query ",
+                                                   tiles.query, ", key ", tiles.key));
+  }
+  if (causal && lk < lq) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("causal attention needs at least as many keys as queries (the queries are "
+                     "the last Lq of the Lk positions), got Lq = ",
+                     lq, ", Lk = ", lk));
+  }
+  if (lq > 0 && lk == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention over no keys is undefined, got Lq = ", lq, ", Lk = 0"));
+  }
+  return GuardTorch("flash attention", [&]() -> absl::StatusOr<at::Tensor> {
+    return FlashAttentionImpl(q, k, v, causal, tiles);
+  });
+}
+
+}  // namespace attnserve::kernels

@@ -1,0 +1,36 @@
+// Softmax attention on the CPU, tiled over queries and keys with an online softmax (the
+// FlashAttention recurrence: a running row max and row sum per query), so that no Lq x Lk
+// matrix is ever materialised. Extra memory is O(Lq·d + B·H·tile²).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace attnserve::kernels {
+
+// Tile sizes in tokens. Larger tiles make fewer, larger matrix products (fewer ATen calls,
+// better BLAS efficiency); smaller ones bound the B·H·query·key score workspace. The defaults
+// were measured on 2 cores at H = 8, d = 64 (see flash_attention_cpu.cc); tests pass small
+// and odd sizes to exercise every tile case on short sequences.
+struct FlashAttentionTiles {
+  int64_t query = 256;
+  int64_t key = 256;
+};
+
+// out = softmax(q kᵀ / sqrt(d) + mask) v, per batch and head.
+//   q: (B, H, Lq, d); k, v: (B, H, Lk, d); float32 CPU tensors, any strides (a narrowed view
+//   of a KV cache is fine). Returns a new contiguous (B, H, Lq, d) float32 tensor.
+//   causal = false: every query sees every key (Lk >= 1 when Lq >= 1).
+//   causal = true: the queries are the last Lq positions of the Lk keys (a chunk after a KV
+//   prefix of Lk - Lq tokens), so query i (0-based in the chunk) sees keys 0 .. Lk - Lq + i.
+//   Requires Lk >= Lq.
+// Errors (InvalidArgument) name the tensor, the expected and the received shapes. Thread-safe:
+// it touches nothing but its arguments.
+absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, bool causal,
+                                             FlashAttentionTiles tiles = {});
+
+}  // namespace attnserve::kernels
