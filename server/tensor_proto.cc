@@ -13,9 +13,8 @@ namespace attnserve::server {
 absl::Status TensorToProto(const at::Tensor& tensor, v1::Tensor* out) {
   if (!tensor.defined()) return absl::InvalidArgumentError("tensor is undefined");
   if (tensor.scalar_type() != at::kFloat && tensor.scalar_type() != at::kLong) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor dtype must be float32 or int64, got ",
-                     std::string(c10::toString(tensor.scalar_type()))));
+    return absl::InvalidArgumentError(absl::StrCat("tensor dtype must be float32 or int64, got ",
+                                                   kernels::DTypeName(tensor.scalar_type())));
   }
   return kernels::GuardTorch("TensorToProto", [&]() -> absl::Status {
     at::Tensor t = tensor.to(at::kCPU).contiguous();

@@ -133,11 +133,10 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
     at::Tensor& t = it->second;
     if (!t.defined() || t.scalar_type() != at::kFloat || !t.device().is_cpu() ||
         t.sizes() != at::IntArrayRef(spec.shape)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(MixerKindName(config.kind), " mixer: tensor '", spec.name,
-                       "' expected float32 ", ShapeString(spec.shape), ", got ",
-                       t.defined() ? std::string(c10::toString(t.scalar_type())) : "undefined", " ",
-                       t.defined() ? ShapeString(t.sizes()) : "()"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          MixerKindName(config.kind), " mixer: tensor '", spec.name, "' expected float32 ",
+          ShapeString(spec.shape), ", got ", t.defined() ? DTypeName(t.scalar_type()) : "undefined",
+          " ", t.defined() ? ShapeString(t.sizes()) : "()"));
     }
     t = t.contiguous();
   }

@@ -10,6 +10,25 @@ std::string ShapeString(at::IntArrayRef shape) {
   return absl::StrCat("(", absl::StrJoin(shape.begin(), shape.end(), ", "), ")");
 }
 
+std::string DTypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "float32";
+    case at::kDouble:
+      return "float64";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    default:
+      return c10::toString(dtype);
+  }
+}
+
 absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
                               std::initializer_list<int64_t> shape) {
   std::string expected = absl::StrCat(
@@ -33,10 +52,9 @@ absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
     }
   }
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(what, ": expected float32 CPU tensor of shape ", expected, ", got ",
-                   std::string(c10::toString(t.scalar_type())),
-                   t.device().is_cpu() ? " " : " non-CPU ", ShapeString(t.sizes())));
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, ": expected float32 CPU tensor of shape ", expected, ", got ",
+      DTypeName(t.scalar_type()), t.device().is_cpu() ? " " : " non-CPU ", ShapeString(t.sizes())));
 }
 
 }  // namespace attnserve::kernels

@@ -18,6 +18,9 @@ namespace attnserve::kernels {
 // "(2, 3, 256)".
 std::string ShapeString(at::IntArrayRef shape);
 
+// "float32", "float64", "int64", ... (numpy's names, which users know).
+std::string DTypeName(at::ScalarType dtype);
+
 // Checks that `t` is a defined float32 CPU tensor with shape `shape`, where -1 matches any
 // size. The message says what was expected and what came, e.g.
 // "x: expected float32 CPU tensor of shape (?, ?, 256), got float32 (2, 7, 128)".

@@ -50,8 +50,8 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
       // Only a tile crossing the diagonal is masked: key k0 + j is hidden from query q0 + i
       // when k0 + j > offset + q0 + i. Tiles wholly below it need no mask.
       if (causal && k0 + nk - 1 > offset + q0) {
-        const at::Tensor hidden = at::ones({nq, nk}, q.options().dtype(at::kBool))
-                                      .triu_(offset + q0 - k0 + 1);
+        const at::Tensor hidden =
+            at::ones({nq, nk}, q.options().dtype(at::kBool)).triu_(offset + q0 - k0 + 1);
         s.masked_fill_(hidden, neg_inf);
       }
       // Key 0 is in the first tile and visible to every query, so every row max is finite

@@ -1,0 +1,119 @@
+// Fixed-width float vectors (GCC/Clang vector extensions) and the few transcendental
+// functions the fused CPU kernels need, written so that one source compiles to AVX-512, AVX2
+// or SSE depending on the target of the function it is inlined into (see
+// ATTNSERVE_MULTIVERSION). exp has a relative error below 2e-7 on [-87, 88].
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace attnserve::kernels::vec {
+
+constexpr int kLanes = 16;
+typedef float Float16 __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t Int16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
+
+#define ATTNSERVE_VEC_INLINE inline __attribute__((always_inline))
+
+ATTNSERVE_VEC_INLINE Float16 Broadcast(float x) { return Float16{} + x; }
+
+ATTNSERVE_VEC_INLINE Float16 Load(const float* p) {
+  Float16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+ATTNSERVE_VEC_INLINE void Store(float* p, Float16 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Loads `n` < kLanes floats and zero-fills the rest; stores only `n`.
+ATTNSERVE_VEC_INLINE Float16 LoadPartial(const float* p, int n) {
+  Float16 v = Float16{};
+  for (int i = 0; i < n; ++i) v[i] = p[i];
+  return v;
+}
+ATTNSERVE_VEC_INLINE void StorePartial(float* p, Float16 v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = v[i];
+}
+
+// exp(x), Cephes' single-precision polynomial after a Cody-Waite range reduction.
+ATTNSERVE_VEC_INLINE Float16 Exp(Float16 x) {
+  const Float16 lo = Broadcast(-87.3f), hi = Broadcast(88.3f);
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  // n = round(x / ln 2) with the 1.5 * 2^23 trick (exact for |n| < 2^22).
+  const Float16 shifter = Broadcast(12582912.0f);
+  Float16 n = (x * 1.44269504088896341f + shifter) - shifter;
+  Float16 r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  Float16 p = Broadcast(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  Int16 e = (__builtin_convertvector(n, Int16) + 127) << 23;
+  Float16 scale;
+  std::memcpy(&scale, &e, sizeof(scale));
+  return p * scale;
+}
+
+// log(x) for x > 0 (normal floats), Cephes' single-precision polynomial.
+ATTNSERVE_VEC_INLINE Float16 Log(Float16 x) {
+  Int16 bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  Float16 e = __builtin_convertvector(((bits >> 23) & 0xff) - 126, Float16);
+  bits = (bits & 0x807fffff) | 0x3f000000;  // mantissa in [0.5, 1)
+  Float16 m;
+  std::memcpy(&m, &bits, sizeof(m));
+  const Float16 sqrt_half = Broadcast(0.707106781186547524f);
+  const Float16 one = Broadcast(1.0f);
+  const Float16 small = m < sqrt_half ? one : Float16{};
+  e -= small;
+  m = m + m * small - 1.0f;
+  const Float16 z = m * m;
+  Float16 y = Broadcast(7.0376836292e-2f);
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  y += e * -2.12194440e-4f;
+  y -= 0.5f * z;
+  return m + y + e * 0.693359375f;
+}
+
+// log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), with log1p(t) = log(u)·t/(u - 1) for
+// u = 1 + t (exact where u rounds to 1), so small results keep their relative accuracy.
+ATTNSERVE_VEC_INLINE Float16 Softplus(Float16 x) {
+  const Float16 zero = Float16{};
+  const Float16 t = Exp(x < zero ? x : -x);
+  const Float16 u = 1.0f + t;
+  const Float16 d = u - 1.0f;
+  const Float16 log1p = d == zero ? t : Log(u) * (t / (d == zero ? Broadcast(1.0f) : d));
+  return (x > zero ? x : zero) + log1p;
+}
+
+// x * sigmoid(x).
+ATTNSERVE_VEC_INLINE Float16 Silu(Float16 x) { return x / (1.0f + Exp(-x)); }
+
+}  // namespace attnserve::kernels::vec
+
+// Compiles a function for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time by the
+// CPU that runs it; elsewhere a plain function.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define ATTNSERVE_MULTIVERSION \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define ATTNSERVE_MULTIVERSION
+#endif
+
+#pragma GCC diagnostic pop

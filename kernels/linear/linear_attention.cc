@@ -1,0 +1,133 @@
+#include "kernels/linear/linear_attention.h"
+
+#include <ATen/ATen.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/attention_projections.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+#include "kernels/linear/causal_linear_attention_cpu.h"
+
+namespace attnserve::kernels {
+namespace {
+
+class LinearAttentionMixer final : public Mixer {
+ public:
+  LinearAttentionMixer(const MixerConfig& config, AttentionProjections projections)
+      : config_(config), projections_(std::move(projections)) {}
+
+  const MixerConfig& config() const override { return config_; }
+  bool can_stream() const override { return config_.causal; }
+
+  absl::StatusOr<MixerState> InitialState(int64_t batch) const override {
+    RETURN_IF_ERROR(CheckCanStream("InitialState"));
+    if (batch <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
+    }
+    return GuardTorch("linear InitialState", [&]() -> absl::StatusOr<MixerState> {
+      const int64_t h = config_.num_heads, d = config_.head_dim();
+      MixerState state;
+      state.tensors = {at::zeros({batch, h, d, d}, at::kFloat),
+                       at::zeros({batch, h, d}, at::kFloat)};
+      return state;
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
+    if (state != nullptr) RETURN_IF_ERROR(CheckCanStream("Prefill with a state"));
+    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}));
+    if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
+    return GuardTorch("linear Prefill", [&]() -> absl::StatusOr<at::Tensor> {
+      auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);  // (B, H, L, d)
+      if (!config_.causal) {
+        ASSIGN_OR_RETURN(at::Tensor heads, LinearAttentionCpu(q, k, v));
+        return projections_.ProjectOutput(heads);
+      }
+      at::Tensor s, z;
+      if (state != nullptr) {
+        s = state->tensors[0];
+        z = state->tensors[1];
+      } else {
+        const int64_t b = x.size(0), h = config_.num_heads, d = config_.head_dim();
+        s = at::zeros({b, h, d, d}, x.options());
+        z = at::zeros({b, h, d}, x.options());
+      }
+      ASSIGN_OR_RETURN(LinearAttentionResult result, CausalLinearAttentionCpu(q, k, v, s, z));
+      if (state != nullptr) {
+        state->tensors = {std::move(result.s), std::move(result.z)};
+        state->position += x.size(1);
+      }
+      return projections_.ProjectOutput(result.out);
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
+    RETURN_IF_ERROR(CheckCanStream("Step"));
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}));
+    if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
+    RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
+    return GuardTorch("linear Step", [&]() -> absl::StatusOr<at::Tensor> {
+      const int64_t b = x_t.size(0);
+      auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+      ASSIGN_OR_RETURN(LinearAttentionResult result,
+                       CausalLinearAttentionStepCpu(q.squeeze(2), k.squeeze(2), v.squeeze(2),
+                                                    state->tensors[0], state->tensors[1]));
+      state->tensors = {std::move(result.s), std::move(result.z)};
+      state->position += 1;
+      return projections_.ProjectOutput(result.out.unsqueeze(2)).view({b, config_.d_model});
+    });
+  }
+
+  int64_t StateBytesPerSequence(int64_t /*position*/) const override {
+    if (!config_.causal) return 0;
+    const int64_t h = config_.num_heads, d = config_.head_dim();
+    return (h * d * d + h * d) * static_cast<int64_t>(sizeof(float));
+  }
+
+ private:
+  absl::Status CheckCanStream(const char* operation) const {
+    if (config_.causal) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "linear attention is bidirectional (causal=false): it cannot stream; ", operation,
+        " is not available. Call Prefill with a null state on the whole sequence, or use a "
+        "causal mixer (linear with causal=true, standard with causal=true, mamba) to stream"));
+  }
+
+  absl::Status CheckState(const MixerState& state, int64_t batch) const {
+    const int64_t h = config_.num_heads, d = config_.head_dim();
+    if (state.tensors.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("linear state: expected 2 tensors (S, z), got ", state.tensors.size()));
+    }
+    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "linear state S", {-1, h, d, d}));
+    if (state.tensors[0].size(0) != batch) {
+      return absl::InvalidArgumentError(absl::StrCat("linear state holds a batch of ",
+                                                     state.tensors[0].size(0),
+                                                     " sequences, but x has ", batch));
+    }
+    return CheckFloatTensor(state.tensors[1], "linear state z", {batch, h, d});
+  }
+
+  const MixerConfig config_;
+  const AttentionProjections projections_;
+};
+
+}  // namespace
+
+std::vector<WeightSpec> ExpectedLinearWeights(const MixerConfig& config) {
+  return AttentionProjectionSpecs(config);
+}
+
+WeightMap RandomLinearWeights(const MixerConfig& config, at::Generator& gen) {
+  WeightMap weights;
+  AddRandomAttentionProjections(config, gen, &weights);
+  return weights;
+}
+
+std::unique_ptr<Mixer> CreateLinearMixer(const MixerConfig& config, const WeightMap& weights) {
+  return std::make_unique<LinearAttentionMixer>(config, AttentionProjections::FromWeights(weights));
+}
+
+}  // namespace attnserve::kernels

@@ -1,0 +1,19 @@
+// The `linear` mixer: multi-head linear attention with φ(x) = elu(x) + 1
+// (causal_linear_attention_cpu.h), y = o_proj(per-head linear attention of q, k, v).
+//
+// Weights: q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight, each
+// (d_model, d_model) (attention_projections.h).
+//
+// config.causal = true: streams with a fixed-size state,
+//   MixerState.tensors = {S (B, H, d, d), z (B, H, d)}, float32, S[i][j] = Σ φ(k)_i v_j and
+//   z = Σ φ(k) over the tokens consumed; Step is O(H·d²), independent of the position.
+//   Prefill and Step replace the state's tensors with new ones (never write into them).
+// config.causal = false: bidirectional, φ(Q)(φ(K)ᵀV) / (φ(Q)Σφ(K) + ε); only Prefill with a
+//   null state works, InitialState, Step and Prefill with a state return FailedPrecondition.
+//
+// The factory functions are declared in kernels/common/mixer_registry.h; callers use
+// CreateMixer in mixer.h.
+#pragma once
+
+#include "kernels/common/mixer.h"
+#include "kernels/common/mixer_registry.h"

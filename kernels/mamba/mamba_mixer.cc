@@ -1,0 +1,195 @@
+#include "kernels/mamba/mamba_mixer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+#include "kernels/mamba/causal_conv1d_cpu.h"
+#include "kernels/mamba/selective_scan_cpu.h"
+
+namespace attnserve::kernels {
+namespace {
+
+class MambaMixer final : public Mixer {
+ public:
+  MambaMixer(const MixerConfig& config, const WeightMap& w)
+      : config_(config),
+        d_inner_(config.d_inner()),
+        dt_rank_(config.resolved_dt_rank()),
+        in_proj_(w.at("in_proj.weight")),
+        conv_weight_t_(w.at("conv1d.weight").view({d_inner_, config.d_conv}).t().contiguous()),
+        conv_bias_(w.at("conv1d.bias")),
+        x_proj_(w.at("x_proj.weight")),
+        dt_proj_weight_(w.at("dt_proj.weight")),
+        dt_proj_bias_(w.at("dt_proj.bias")),
+        a_t_((-at::exp(w.at("A_log"))).t().contiguous()),
+        d_skip_(w.at("D")),
+        out_proj_(w.at("out_proj.weight")) {}
+
+  const MixerConfig& config() const override { return config_; }
+  bool can_stream() const override { return true; }
+
+  absl::StatusOr<MixerState> InitialState(int64_t batch) const override {
+    if (batch <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
+    }
+    return GuardTorch("mamba InitialState", [&]() -> absl::StatusOr<MixerState> {
+      MixerState state;
+      state.tensors = {at::zeros({batch, d_inner_, config_.d_conv}, at::kFloat),
+                       at::zeros({batch, d_inner_, config_.d_state}, at::kFloat)};
+      return state;
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
+    RETURN_IF_ERROR(CheckFloatTensor(x, "mamba input x", {-1, -1, config_.d_model}));
+    if (x.size(1) == 0) return absl::InvalidArgumentError("mamba input x: sequence is empty");
+    RETURN_IF_ERROR(CheckState(state, x.size(0)));
+    return GuardTorch("mamba Prefill", [&]() -> absl::StatusOr<at::Tensor> {
+      if (state != nullptr) return Forward(x, state);
+      ASSIGN_OR_RETURN(MixerState fresh, InitialState(x.size(0)));
+      return Forward(x, &fresh);
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "mamba step input x_t", {-1, config_.d_model}));
+    if (state == nullptr) return absl::InvalidArgumentError("mamba Step needs a state");
+    RETURN_IF_ERROR(CheckState(state, x_t.size(0)));
+    return GuardTorch("mamba Step", [&]() -> absl::StatusOr<at::Tensor> {
+      return Forward(x_t.unsqueeze(1), state).squeeze(1);
+    });
+  }
+
+  int64_t StateBytesPerSequence(int64_t) const override {
+    return d_inner_ * (config_.d_conv + config_.d_state) * static_cast<int64_t>(sizeof(float));
+  }
+
+ private:
+  absl::Status CheckState(const MixerState* state, int64_t batch) const {
+    if (state == nullptr) return absl::OkStatus();
+    if (state->tensors.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mamba state: expected 2 tensors (conv_state, ssm_state), got ", state->tensors.size()));
+    }
+    RETURN_IF_ERROR(
+        CheckFloatTensor(state->tensors[0], "mamba conv_state", {batch, d_inner_, config_.d_conv}));
+    RETURN_IF_ERROR(
+        CheckFloatTensor(state->tensors[1], "mamba ssm_state", {batch, d_inner_, config_.d_state}));
+    if (!state->tensors[0].is_contiguous() || !state->tensors[1].is_contiguous()) {
+      return absl::InvalidArgumentError("mamba state tensors must be contiguous");
+    }
+    return absl::OkStatus();
+  }
+
+  // x (B, L, d_model) -> (B, L, d_model); state is continued in place.
+  at::Tensor Forward(const at::Tensor& x, MixerState* state) const {
+    const int64_t batch = x.size(0), len = x.size(1), n_state = config_.d_state;
+    at::Tensor xz = at::linear(x, in_proj_);  // (B, L, 2·d_inner): x half, then z half
+    at::Tensor x_in = xz.narrow(2, 0, d_inner_);
+    at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
+
+    at::Tensor u = at::empty({batch, len, d_inner_}, x.options());
+    mamba::CausalConv1dParams conv;
+    conv.batch = batch;
+    conv.seqlen = len;
+    conv.dim = d_inner_;
+    conv.width = config_.d_conv;
+    conv.in = x_in.data_ptr<float>();
+    conv.in_batch_stride = x_in.stride(0);
+    conv.in_seq_stride = x_in.stride(1);
+    conv.weight_t = conv_weight_t_.data_ptr<float>();
+    conv.bias = conv_bias_.data_ptr<float>();
+    conv.state = state->tensors[0].data_ptr<float>();
+    conv.out = u.data_ptr<float>();
+    mamba::CausalConv1dSiluCpu(conv);
+
+    at::Tensor x_dbl = at::linear(u, x_proj_);  // (B, L, dt_rank + 2·d_state)
+    // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
+    at::Tensor delta = at::linear(x_dbl.narrow(2, 0, dt_rank_), dt_proj_weight_);
+    at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
+    at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
+
+    at::Tensor y = at::empty({batch, len, d_inner_}, x.options());
+    mamba::SelectiveScanParams scan;
+    scan.batch = batch;
+    scan.seqlen = len;
+    scan.dim = d_inner_;
+    scan.dstate = n_state;
+    scan.u = u.data_ptr<float>();
+    scan.u_batch_stride = u.stride(0);
+    scan.u_seq_stride = u.stride(1);
+    scan.delta = delta.data_ptr<float>();
+    scan.delta_batch_stride = delta.stride(0);
+    scan.delta_seq_stride = delta.stride(1);
+    scan.delta_bias = dt_proj_bias_.data_ptr<float>();
+    scan.delta_softplus = true;
+    scan.z = z.data_ptr<float>();
+    scan.z_batch_stride = z.stride(0);
+    scan.z_seq_stride = z.stride(1);
+    scan.B = b_mat.data_ptr<float>();
+    scan.C = c_mat.data_ptr<float>();
+    scan.bc_batch_stride = x_dbl.stride(0);
+    scan.bc_seq_stride = x_dbl.stride(1);
+    scan.A_t = a_t_.data_ptr<float>();
+    scan.D = d_skip_.data_ptr<float>();
+    scan.out = y.data_ptr<float>();
+    scan.state = state->tensors[1].data_ptr<float>();
+    mamba::SelectiveScanCpu(scan);
+
+    state->position += len;
+    return at::linear(y, out_proj_);
+  }
+
+  const MixerConfig config_;
+  const int64_t d_inner_, dt_rank_;
+  const at::Tensor in_proj_, conv_weight_t_, conv_bias_, x_proj_, dt_proj_weight_, dt_proj_bias_,
+      a_t_, d_skip_, out_proj_;
+};
+
+}  // namespace
+
+std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& c) {
+  const int64_t d_inner = c.d_inner(), r = c.resolved_dt_rank();
+  return {{"in_proj.weight", {2 * d_inner, c.d_model}},
+          {"conv1d.weight", {d_inner, 1, c.d_conv}},
+          {"conv1d.bias", {d_inner}},
+          {"x_proj.weight", {r + 2 * c.d_state, d_inner}},
+          {"dt_proj.weight", {d_inner, r}},
+          {"dt_proj.bias", {d_inner}},
+          {"A_log", {d_inner, c.d_state}},
+          {"D", {d_inner}},
+          {"out_proj.weight", {c.d_model, d_inner}}};
+}
+
+// The initialisation of mamba_ssm's Mamba block: S4D-real A, dt log-uniform in [1e-3, 1e-1].
+WeightMap RandomMambaWeights(const MixerConfig& c, at::Generator& gen) {
+  const int64_t d_inner = c.d_inner(), r = c.resolved_dt_rank();
+  auto uniform = [&](std::vector<int64_t> shape, double bound) {
+    return at::empty(shape, at::kFloat).uniform_(-bound, bound, gen);
+  };
+  WeightMap w;
+  w["in_proj.weight"] = uniform({2 * d_inner, c.d_model}, 1.0 / std::sqrt(c.d_model));
+  w["conv1d.weight"] = uniform({d_inner, 1, c.d_conv}, 1.0 / std::sqrt(c.d_conv));
+  w["conv1d.bias"] = uniform({d_inner}, 1.0 / std::sqrt(c.d_conv));
+  w["x_proj.weight"] = uniform({r + 2 * c.d_state, d_inner}, 1.0 / std::sqrt(d_inner));
+  w["dt_proj.weight"] = uniform({d_inner, r}, 1.0 / std::sqrt(r));
+  at::Tensor dt = at::exp(at::empty({d_inner}, at::kFloat).uniform_(0, 1, gen) *
+                              (std::log(0.1) - std::log(1e-3)) +
+                          std::log(1e-3))
+                      .clamp_min(1e-4);
+  w["dt_proj.bias"] = dt + at::log(-at::expm1(-dt));  // inverse softplus
+  w["A_log"] = at::log(at::arange(1, c.d_state + 1, at::kFloat)).repeat({d_inner, 1});
+  w["D"] = at::ones({d_inner}, at::kFloat);
+  w["out_proj.weight"] = uniform({c.d_model, d_inner}, 1.0 / std::sqrt(d_inner));
+  return w;
+}
+
+std::unique_ptr<Mixer> CreateMambaMixer(const MixerConfig& config, const WeightMap& weights) {
+  return std::make_unique<MambaMixer>(config, weights);
+}
+
+}  // namespace attnserve::kernels

@@ -1,0 +1,13 @@
+// The Mamba-1 mixer, from in_proj to out_proj, with Hugging Face MambaMixer's weights:
+//   in_proj.weight (2·d_inner, d_model)          conv1d.weight (d_inner, 1, d_conv)
+//   conv1d.bias (d_inner)                        x_proj.weight (dt_rank + 2·d_state, d_inner)
+//   dt_proj.weight (d_inner, dt_rank)            dt_proj.bias (d_inner)
+//   A_log (d_inner, d_state)                     D (d_inner)
+//   out_proj.weight (d_model, d_inner)
+// State (MixerState.tensors): {conv_state (B, d_inner, d_conv), ssm_state (B, d_inner,
+// d_state)}, fixed size, laid out as Hugging Face's MambaCache.
+// Declared in kernels/common/mixer_registry.h: ExpectedMambaWeights, RandomMambaWeights,
+// CreateMambaMixer.
+#pragma once
+
+#include "kernels/common/mixer_registry.h"

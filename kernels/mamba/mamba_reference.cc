@@ -1,0 +1,45 @@
+#include "kernels/mamba/mamba_reference.h"
+
+#include <ATen/ATen.h>
+
+namespace attnserve::kernels::mamba {
+
+at::Tensor MambaReference(const MixerConfig& c, const WeightMap& weights, const at::Tensor& x) {
+  auto w = [&](const char* name) { return weights.at(name).to(at::kDouble); };
+  const int64_t batch = x.size(0), len = x.size(1), d_inner = c.d_inner();
+  const int64_t r = c.resolved_dt_rank(), n = c.d_state, k_width = c.d_conv;
+  at::Tensor xd = x.to(at::kDouble);
+  at::Tensor xz = at::matmul(xd, w("in_proj.weight").t());
+  at::Tensor xs = xz.narrow(2, 0, d_inner), z = xz.narrow(2, d_inner, d_inner);
+
+  // Depthwise causal convolution, zero history: conv[t] = b + Σ_k w[k] x[t - (K-1) + k].
+  at::Tensor conv_w = w("conv1d.weight").view({d_inner, k_width});
+  at::Tensor u = w("conv1d.bias").expand({batch, len, d_inner}).clone();
+  for (int64_t t = 0; t < len; ++t) {
+    for (int64_t k = 0; k < k_width; ++k) {
+      const int64_t j = t - (k_width - 1) + k;
+      if (j >= 0) u.select(1, t) += conv_w.select(1, k) * xs.select(1, j);
+    }
+  }
+  u = u * at::sigmoid(u);
+
+  at::Tensor x_dbl = at::matmul(u, w("x_proj.weight").t());
+  at::Tensor dt = at::matmul(x_dbl.narrow(2, 0, r), w("dt_proj.weight").t()) + w("dt_proj.bias");
+  dt = at::log1p(at::exp(dt));  // softplus
+  at::Tensor b_mat = x_dbl.narrow(2, r, n), c_mat = x_dbl.narrow(2, r + n, n);
+  at::Tensor a = -at::exp(w("A_log"));  // (d_inner, N)
+
+  at::Tensor h = at::zeros({batch, d_inner, n}, at::kDouble);
+  at::Tensor y = at::empty({batch, len, d_inner}, at::kDouble);
+  for (int64_t t = 0; t < len; ++t) {
+    at::Tensor dt_t = dt.select(1, t).unsqueeze(-1);  // (B, D, 1)
+    h = at::exp(dt_t * a) * h +
+        dt_t * b_mat.select(1, t).unsqueeze(1) * u.select(1, t).unsqueeze(-1);
+    y.select(1, t).copy_((h * c_mat.select(1, t).unsqueeze(1)).sum(-1));
+  }
+  y = y + u * w("D");
+  y = y * (z * at::sigmoid(z));
+  return at::matmul(y, w("out_proj.weight").t());
+}
+
+}  // namespace attnserve::kernels::mamba

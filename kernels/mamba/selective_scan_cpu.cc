@@ -1,0 +1,83 @@
+#include "kernels/mamba/selective_scan_cpu.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/common/vector_math.h"
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace attnserve::kernels::mamba {
+namespace {
+
+using vec::Float16;
+using vec::kLanes;
+
+// Scans channels [c0, c0 + width) of batch b, width <= kLanes. The state slice lives in
+// `h` as (dstate, kLanes) floats for the whole sequence: channels in vector lanes, so the sum
+// over the state dimension needs no horizontal reduction. `a` holds A the same way.
+ATTNSERVE_MULTIVERSION
+void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int width, float* h,
+                      float* a) {
+  const int64_t n_state = p.dstate;
+  const bool full = width == kLanes;
+  auto load = [&](const float* ptr) {
+    return full ? vec::Load(ptr) : vec::LoadPartial(ptr, width);
+  };
+  float* state = p.state + (b * p.dim + c0) * n_state;
+  for (int64_t n = 0; n < n_state; ++n) {
+    for (int i = 0; i < kLanes; ++i) h[n * kLanes + i] = i < width ? state[i * n_state + n] : 0.0f;
+    vec::Store(a + n * kLanes, load(p.A_t + n * p.dim + c0));
+  }
+  const Float16 d_skip = load(p.D + c0);
+  const Float16 dt_bias = p.delta_bias ? load(p.delta_bias + c0) : Float16{};
+  const float* u = p.u + b * p.u_batch_stride + c0;
+  const float* delta = p.delta + b * p.delta_batch_stride + c0;
+  const float* z = p.z + b * p.z_batch_stride + c0;
+  const float* bc = p.B + b * p.bc_batch_stride;
+  const float* cc = p.C + b * p.bc_batch_stride;
+  float* out = p.out + b * p.seqlen * p.dim + c0;
+
+  for (int64_t t = 0; t < p.seqlen; ++t) {
+    const Float16 u_t = load(u + t * p.u_seq_stride);
+    Float16 dt = load(delta + t * p.delta_seq_stride) + dt_bias;
+    if (p.delta_softplus) dt = vec::Softplus(dt);
+    const Float16 dt_u = dt * u_t;
+    const float* b_t = bc + t * p.bc_seq_stride;
+    const float* c_t = cc + t * p.bc_seq_stride;
+    Float16 y = d_skip * u_t;
+    for (int64_t n = 0; n < n_state; ++n) {
+      const Float16 h_n =
+          vec::Exp(dt * vec::Load(a + n * kLanes)) * vec::Load(h + n * kLanes) + dt_u * b_t[n];
+      vec::Store(h + n * kLanes, h_n);
+      y += h_n * c_t[n];
+    }
+    y *= vec::Silu(load(z + t * p.z_seq_stride));
+    if (full) {
+      vec::Store(out + t * p.dim, y);
+    } else {
+      vec::StorePartial(out + t * p.dim, y, width);
+    }
+  }
+  for (int64_t n = 0; n < n_state; ++n) {
+    for (int i = 0; i < width; ++i) state[i * n_state + n] = h[n * kLanes + i];
+  }
+}
+
+}  // namespace
+
+void SelectiveScanCpu(const SelectiveScanParams& p) {
+  const int64_t blocks = (p.dim + kLanes - 1) / kLanes;
+  at::parallel_for(0, p.batch * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> h(p.dstate * kLanes), a(p.dstate * kLanes);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
+      const int width = static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0));
+      ScanChannelBlock(p, b, c0, width, h.data(), a.data());
+    }
+  });
+}
+
+}  // namespace attnserve::kernels::mamba

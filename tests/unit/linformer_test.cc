@@ -1,0 +1,140 @@
+// The `linformer` mixer against its float64 reference, its length limit and its refusal to
+// stream.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "kernels/linformer/linformer_attention.h"
+#include "kernels/linformer/linformer_reference.h"
+#include "tests/unit/test_util.h"
+
+namespace attnserve::kernels {
+namespace {
+
+using ::attnserve::testing::MaxRelativeError;
+using ::attnserve::testing::RandomTensor;
+
+constexpr double kTolerance = 1e-5;
+
+MixerConfig LinformerConfig(int64_t heads, int64_t head_dim, int64_t k, int64_t max_len) {
+  MixerConfig c;
+  c.kind = MixerKind::kLinformer;
+  c.num_heads = heads;
+  c.d_model = heads * head_dim;
+  c.causal = false;
+  c.linformer_k = k;
+  c.max_len = max_len;
+  return c;
+}
+
+std::unique_ptr<Mixer> MakeMixer(const MixerConfig& config, const WeightMap& weights) {
+  auto mixer = CreateMixer(config, weights);
+  EXPECT_TRUE(mixer.ok()) << mixer.status();
+  return mixer.ok() ? std::move(*mixer) : nullptr;
+}
+
+template <typename T>
+void ExpectError(const absl::StatusOr<T>& result, absl::StatusCode code, const std::string& text) {
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), code) << result.status();
+  EXPECT_TRUE(absl::StrContains(result.status().message(), text))
+      << "message: " << result.status().message() << "\nexpected to contain: " << text;
+}
+
+struct LinformerCase {
+  int64_t batch, heads, head_dim, k, max_len, length;
+};
+
+TEST(LinformerTest, MatchesFloat64Reference) {
+  const std::vector<LinformerCase> cases = {
+      {1, 1, 16, 8, 64, 1},      {2, 2, 32, 16, 300, 63},   {1, 4, 16, 64, 300, 65},
+      {2, 8, 16, 32, 256, 200},  {1, 1, 128, 64, 300, 300}, {1, 2, 64, 128, 300, 300},
+      {1, 8, 64, 64, 1024, 777},
+  };
+  uint64_t seed = 20;
+  for (const LinformerCase& c : cases) {
+    const MixerConfig config = LinformerConfig(c.heads, c.head_dim, c.k, c.max_len);
+    const WeightMap weights = RandomWeights(config, seed++);
+    auto mixer = MakeMixer(config, weights);
+    ASSERT_NE(mixer, nullptr);
+    const at::Tensor x = RandomTensor({c.batch, c.length, config.d_model}, seed++);
+    auto got = mixer->Prefill(x, nullptr);
+    auto want = LinformerReference(weights, x, c.heads);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    EXPECT_EQ(got->sizes(), x.sizes());
+    EXPECT_LE(MaxRelativeError(*got, *want), kTolerance)
+        << "B=" << c.batch << " H=" << c.heads << " d=" << c.head_dim << " k=" << c.k
+        << " L=" << c.length;
+  }
+}
+
+TEST(LinformerTest, RandomWeightsHaveTheExpectedShapes) {
+  const MixerConfig config = LinformerConfig(2, 16, 24, 100);
+  const WeightMap weights = RandomWeights(config, 1);
+  ASSERT_EQ(weights.size(), 6u);
+  EXPECT_EQ(weights.at("E").sizes(), at::IntArrayRef({100, 24}));
+  EXPECT_EQ(weights.at("F").sizes(), at::IntArrayRef({100, 24}));
+  EXPECT_FALSE(at::equal(weights.at("E"), weights.at("F")));
+  // The same seed gives the same weights.
+  EXPECT_TRUE(at::equal(RandomWeights(config, 1).at("E"), weights.at("E")));
+}
+
+TEST(LinformerTest, AcceptsMaxLenAndRejectsLongerInputsNamingBothLengths) {
+  const MixerConfig config = LinformerConfig(2, 8, 16, 4096);
+  auto mixer = MakeMixer(config, RandomWeights(config, 2));
+  ASSERT_NE(mixer, nullptr);
+  EXPECT_TRUE(mixer->Prefill(RandomTensor({1, 4096, 16}, 3), nullptr).ok());
+  ExpectError(mixer->Prefill(at::zeros({1, 5000, 16}), nullptr), absl::StatusCode::kInvalidArgument,
+              "sequence length 5000 exceeds linformer max_len 4096");
+}
+
+TEST(LinformerTest, CannotStream) {
+  const MixerConfig config = LinformerConfig(2, 16, 8, 64);
+  auto mixer = MakeMixer(config, RandomWeights(config, 4));
+  ASSERT_NE(mixer, nullptr);
+  EXPECT_FALSE(mixer->can_stream());
+  EXPECT_EQ(mixer->StateBytesPerSequence(10), 0);
+  const std::string why = "linformer attention cannot stream";
+  ExpectError(mixer->InitialState(1), absl::StatusCode::kFailedPrecondition, why);
+  MixerState state;
+  ExpectError(mixer->Step(at::zeros({1, 32}), &state), absl::StatusCode::kFailedPrecondition,
+              "cannot stream (Step): it is not causal");
+  ExpectError(mixer->Prefill(at::zeros({1, 3, 32}), &state), absl::StatusCode::kFailedPrecondition,
+              "use standard (causal), linear or mamba");
+}
+
+TEST(LinformerTest, RejectsBadInputs) {
+  const MixerConfig config = LinformerConfig(2, 16, 8, 64);
+  auto mixer = MakeMixer(config, RandomWeights(config, 5));
+  ASSERT_NE(mixer, nullptr);
+  ExpectError(mixer->Prefill(at::zeros({1, 4, 32}, at::kDouble), nullptr),
+              absl::StatusCode::kInvalidArgument,
+              "x: expected float32 CPU tensor of shape (?, ?, 32), got float64");
+  ExpectError(mixer->Prefill(at::zeros({1, 2, 4, 32}), nullptr), absl::StatusCode::kInvalidArgument,
+              "got float32 (1, 2, 4, 32)");
+  ExpectError(mixer->Prefill(at::zeros({1, 4, 31}), nullptr), absl::StatusCode::kInvalidArgument,
+              "got float32 (1, 4, 31)");
+}
+
+TEST(LinformerTest, CreateMixerRejectsMissingAndMisshapenWeights) {
+  const MixerConfig config = LinformerConfig(2, 16, 8, 64);
+  WeightMap missing = RandomWeights(config, 1);
+  missing.erase("F");
+  ExpectError(CreateMixer(config, missing), absl::StatusCode::kInvalidArgument,
+              "linformer mixer: missing tensor 'F' of shape (64, 8)");
+  WeightMap misshapen = RandomWeights(config, 1);
+  misshapen["E"] = at::zeros({32, 8});
+  ExpectError(CreateMixer(config, misshapen), absl::StatusCode::kInvalidArgument,
+              "tensor 'E' expected float32 (64, 8), got float32 (32, 8)");
+  MixerConfig causal = config;
+  causal.causal = true;
+  ExpectError(CreateMixer(causal, RandomWeights(config, 1)), absl::StatusCode::kInvalidArgument,
+              "linformer is not causal");
+}
+
+}  // namespace
+}  // namespace attnserve::kernels

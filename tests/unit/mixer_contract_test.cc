@@ -1,0 +1,154 @@
+// The streaming contract of kernels/common/mixer.h, held for every mixer that can stream:
+// chunks of any sizes equal one whole pass, L steps equal one prefill, states are independent
+// values, and their sizes are what the mixer reports.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kernels/common/mixer.h"
+#include "tests/unit/test_util.h"
+
+namespace attnserve::kernels {
+namespace {
+
+struct ContractCase {
+  const char* name;
+  MixerConfig config;
+};
+
+MixerConfig Config(MixerKind kind, int64_t d_model, int64_t heads) {
+  MixerConfig c;
+  c.kind = kind;
+  c.d_model = d_model;
+  c.num_heads = heads;
+  return c;
+}
+
+std::vector<ContractCase> StreamingCases() {
+  return {{"standard", Config(MixerKind::kStandard, 64, 4)},
+          {"standard_wide_heads", Config(MixerKind::kStandard, 128, 1)},
+          {"linear", Config(MixerKind::kLinear, 64, 2)},
+          {"linear_many_heads", Config(MixerKind::kLinear, 128, 8)},
+          {"mamba", Config(MixerKind::kMamba, 40, 1)}};
+}
+
+class StreamingContractTest : public ::testing::TestWithParam<ContractCase> {
+ protected:
+  void SetUp() override {
+    auto mixer = CreateMixer(GetParam().config, RandomWeights(GetParam().config, 42));
+    ASSERT_TRUE(mixer.ok()) << mixer.status();
+    mixer_ = std::move(*mixer);
+  }
+  std::unique_ptr<Mixer> mixer_;
+};
+
+TEST_P(StreamingContractTest, RandomChunkSplitsEqualOneWholePass) {
+  const int64_t batch = 2, len = 203, d = GetParam().config.d_model;
+  at::Tensor x = testing::RandomTensor({batch, len, d}, 3);
+  auto whole = mixer_->Prefill(x, nullptr);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 4; ++trial) {
+    auto state = mixer_->InitialState(batch);
+    ASSERT_TRUE(state.ok()) << state.status();
+    std::vector<at::Tensor> pieces;
+    std::vector<int64_t> sizes;
+    for (int64_t pos = 0; pos < len;) {
+      // Chunks of 1 token up to past the 64-token chunk of the kernels.
+      int64_t n = std::min<int64_t>(len - pos, 1 + rng() % (trial == 0 ? 3 : 90));
+      auto y = mixer_->Prefill(x.narrow(1, pos, n), &*state);
+      ASSERT_TRUE(y.ok()) << y.status();
+      pieces.push_back(*y);
+      sizes.push_back(n);
+      pos += n;
+    }
+    EXPECT_EQ(state->position, len);
+    EXPECT_LE(testing::MaxRelativeError(at::cat(pieces, 1), *whole), 1e-5)
+        << "split into " << sizes.size() << " chunks";
+  }
+}
+
+TEST_P(StreamingContractTest, StepsEqualOnePrefillAndContinueIt) {
+  const int64_t batch = 2, len = 70, d = GetParam().config.d_model;
+  at::Tensor x = testing::RandomTensor({batch, len, d}, 4);
+  auto whole = mixer_->Prefill(x, nullptr);
+  ASSERT_TRUE(whole.ok());
+
+  // Prefill 30 tokens, then step through the rest.
+  auto state = mixer_->InitialState(batch);
+  ASSERT_TRUE(state.ok());
+  auto head = mixer_->Prefill(x.narrow(1, 0, 30), &*state);
+  ASSERT_TRUE(head.ok());
+  std::vector<at::Tensor> outs = {*head};
+  for (int64_t t = 30; t < len; ++t) {
+    auto y = mixer_->Step(x.select(1, t), &*state);
+    ASSERT_TRUE(y.ok()) << y.status();
+    ASSERT_EQ(y->sizes(), at::IntArrayRef({batch, d}));
+    outs.push_back(y->unsqueeze(1));
+  }
+  EXPECT_LE(testing::MaxRelativeError(at::cat(outs, 1), *whole), 1e-5);
+
+  // Only steps, from the start.
+  auto fresh = mixer_->InitialState(batch);
+  ASSERT_TRUE(fresh.ok());
+  std::vector<at::Tensor> steps;
+  for (int64_t t = 0; t < len; ++t)
+    steps.push_back(mixer_->Step(x.select(1, t), &*fresh)->unsqueeze(1));
+  EXPECT_LE(testing::MaxRelativeError(at::cat(steps, 1), *whole), 1e-5);
+}
+
+TEST_P(StreamingContractTest, ClonedStatesAreIndependent) {
+  const int64_t d = GetParam().config.d_model;
+  at::Tensor x = testing::RandomTensor({1, 20, d}, 5);
+  auto state = mixer_->InitialState(1);
+  ASSERT_TRUE(state.ok());
+  ASSERT_TRUE(mixer_->Prefill(x.narrow(1, 0, 10), &*state).ok());
+  MixerState copy = state->Clone();
+  auto a = mixer_->Prefill(x.narrow(1, 10, 10), &*state);
+  auto b = mixer_->Prefill(x.narrow(1, 10, 10), &copy);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(at::equal(*a, *b));
+  EXPECT_EQ(copy.position, 20);
+}
+
+TEST_P(StreamingContractTest, ReportedStateSizeMatchesTheState) {
+  const int64_t d = GetParam().config.d_model;
+  auto state = mixer_->InitialState(1);
+  ASSERT_TRUE(state.ok());
+  ASSERT_TRUE(mixer_->Prefill(testing::RandomTensor({1, 33, d}, 6), &*state).ok());
+  // A growing cache may hold spare capacity; it never holds less than it reports.
+  EXPECT_GE(state->Bytes(), mixer_->StateBytesPerSequence(33));
+  EXPECT_LE(state->Bytes(), 2 * mixer_->StateBytesPerSequence(33) + 4096);
+  EXPECT_GT(mixer_->StateBytesPerSequence(33), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixers, StreamingContractTest, ::testing::ValuesIn(StreamingCases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(NonStreamingContractTest, RefuseStatesWithFailedPrecondition) {
+  MixerConfig linformer = Config(MixerKind::kLinformer, 64, 4);
+  linformer.causal = false;
+  linformer.max_len = 128;
+  MixerConfig bidirectional = Config(MixerKind::kStandard, 64, 4);
+  bidirectional.causal = false;
+  MixerConfig linear_bidirectional = Config(MixerKind::kLinear, 64, 4);
+  linear_bidirectional.causal = false;
+  for (const MixerConfig& c : {linformer, bidirectional, linear_bidirectional}) {
+    auto mixer = CreateMixer(c, RandomWeights(c, 1));
+    ASSERT_TRUE(mixer.ok()) << mixer.status();
+    EXPECT_FALSE((*mixer)->can_stream());
+    EXPECT_EQ((*mixer)->InitialState(1).status().code(), absl::StatusCode::kFailedPrecondition)
+        << MixerKindName(c.kind);
+    MixerState empty;
+    EXPECT_EQ((*mixer)->Step(at::zeros({1, 64}), &empty).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ((*mixer)->Prefill(at::zeros({1, 3, 64}), &empty).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE((*mixer)->Prefill(at::zeros({1, 3, 64}), nullptr).ok());
+  }
+}
+
+}  // namespace
+}  // namespace attnserve::kernels
