@@ -10,6 +10,8 @@
 //
 // Prefill cases (standard_causal, linformer, linear_causal, mamba_prefill): one Prefill of
 // seq_len tokens with no state; `seconds` is the median of --repeats runs after --warmup.
+// Core cases (standard_causal_core, linear_causal_core): the attention kernel alone,
+// FlashAttentionCpu or CausalLinearAttentionCpu, on q, k, v (1, 8, seq_len, 64) made before.
 // Step cases (standard_step, linear_step, mamba_step): Prefill of --context tokens into a
 // fresh state, then --steps single Step calls, each timed; `seconds` is the median step.
 //
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -35,6 +38,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/mixer.h"
 #include "kernels/common/status_macros.h"
+#include "kernels/linear/causal_linear_attention_cpu.h"
+#include "kernels/standard/flash_attention_cpu.h"
 
 namespace attnserve::bench {
 namespace {
@@ -62,21 +67,27 @@ struct Options {
   int64_t seed = 0;
 };
 
+// What a case times: a whole-sequence Prefill of the mixer, Step calls after a context, or
+// the attention core alone (the kernel under the mixer, on precomputed q, k, v).
+enum class Scope { kPrefill, kStep, kCore };
+
 struct CaseInfo {
   const char* name;
   MixerKind kind;
   bool causal;
-  bool step;  // a step case: context prefill, then timed Step calls
+  Scope scope;
 };
 
 constexpr CaseInfo kCases[] = {
-    {"standard_causal", MixerKind::kStandard, true, false},
-    {"standard_step", MixerKind::kStandard, true, true},
-    {"linformer", MixerKind::kLinformer, false, false},
-    {"linear_causal", MixerKind::kLinear, true, false},
-    {"linear_step", MixerKind::kLinear, true, true},
-    {"mamba_prefill", MixerKind::kMamba, true, false},
-    {"mamba_step", MixerKind::kMamba, true, true},
+    {"standard_causal", MixerKind::kStandard, true, Scope::kPrefill},
+    {"standard_step", MixerKind::kStandard, true, Scope::kStep},
+    {"standard_causal_core", MixerKind::kStandard, true, Scope::kCore},
+    {"linformer", MixerKind::kLinformer, false, Scope::kPrefill},
+    {"linear_causal", MixerKind::kLinear, true, Scope::kPrefill},
+    {"linear_step", MixerKind::kLinear, true, Scope::kStep},
+    {"linear_causal_core", MixerKind::kLinear, true, Scope::kCore},
+    {"mamba_prefill", MixerKind::kMamba, true, Scope::kPrefill},
+    {"mamba_step", MixerKind::kMamba, true, Scope::kStep},
 };
 
 struct Result {
@@ -91,8 +102,8 @@ struct Result {
 const char* kUsage =
     "usage: attnserve_kernel_bench --case NAME [--seq-len L] [--threads T] [--repeats N]\n"
     "         [--warmup W] [--context C] [--steps S] [--seed X]\n"
-    "cases: standard_causal standard_step linformer linear_causal linear_step\n"
-    "       mamba_prefill mamba_step\n";
+    "cases: standard_causal standard_step standard_causal_core linformer linear_causal\n"
+    "       linear_step linear_causal_core mamba_prefill mamba_step\n";
 
 absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
   Options o;
@@ -196,24 +207,41 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-absl::StatusOr<Result> RunPrefill(const Mixer& mixer, const Options& o) {
+// Times `run_once`: --warmup untimed calls, then --repeats timed ones.
+absl::StatusOr<Result> TimeRepeated(const Options& o,
+                                    const std::function<absl::Status()>& run_once) {
   Result r;
-  const int64_t d_model = mixer.config().d_model;
-  at::Tensor x = at::randn({1, o.seq_len, d_model});
   r.peak_rss_exact = ResetPeakRss();
   const int64_t base = ProcStatusBytes("VmRSS");
-  for (int64_t i = 0; i < o.warmup; ++i) {
-    RETURN_IF_ERROR(mixer.Prefill(x, nullptr).status());
-  }
+  for (int64_t i = 0; i < o.warmup; ++i) RETURN_IF_ERROR(run_once());
   for (int64_t i = 0; i < o.repeats; ++i) {
     const double t0 = Now();
-    absl::StatusOr<at::Tensor> y = mixer.Prefill(x, nullptr);
+    absl::Status status = run_once();
     r.times.push_back(Now() - t0);
-    RETURN_IF_ERROR(y.status());
+    RETURN_IF_ERROR(status);
   }
   r.peak_rss_increase_bytes = std::max<int64_t>(0, ProcStatusBytes("VmHWM") - base);
   r.seconds = Median(r.times);
   return r;
+}
+
+absl::StatusOr<Result> RunPrefill(const Mixer& mixer, const Options& o) {
+  const at::Tensor x = at::randn({1, o.seq_len, mixer.config().d_model});
+  return TimeRepeated(o, [&] { return mixer.Prefill(x, nullptr).status(); });
+}
+
+// The attention core under the standard or linear mixer on q, k, v (1, H, L, d), as the
+// baselines' *_core cases time the seeds' attention without projections.
+absl::StatusOr<Result> RunCore(const CaseInfo& c, const Options& o) {
+  const at::Tensor q = at::randn({1, kHeads, o.seq_len, kHeadDim});
+  const at::Tensor k = at::randn({1, kHeads, o.seq_len, kHeadDim});
+  const at::Tensor v = at::randn({1, kHeads, o.seq_len, kHeadDim});
+  if (c.kind == MixerKind::kStandard) {
+    return TimeRepeated(o, [&] { return kernels::FlashAttentionCpu(q, k, v, c.causal).status(); });
+  }
+  const at::Tensor s = at::zeros({1, kHeads, kHeadDim, kHeadDim});
+  const at::Tensor z = at::zeros({1, kHeads, kHeadDim});
+  return TimeRepeated(o, [&] { return kernels::CausalLinearAttentionCpu(q, k, v, s, z).status(); });
 }
 
 absl::StatusOr<Result> RunStep(const Mixer& mixer, const Options& o) {
@@ -291,7 +319,8 @@ int Main(int argc, char** argv) {
 
   std::string head = absl::StrCat("{\"impl\":\"attnserve\",\"case\":", JsonString(info->name),
                                   ",\"threads\":", o.threads);
-  if (info->step) {
+  const bool step = info->scope == Scope::kStep;
+  if (step) {
     absl::StrAppend(&head, ",\"context\":", o.context, ",\"steps\":", o.steps);
   } else {
     absl::StrAppend(&head, ",\"seq_len\":", o.seq_len, ",\"repeats\":", o.repeats);
@@ -302,7 +331,15 @@ int Main(int argc, char** argv) {
     ASSIGN_OR_RETURN(std::unique_ptr<Mixer> mixer,
                      CreateMixer(config, RandomWeights(config, static_cast<uint64_t>(o.seed))));
     at::manual_seed(static_cast<uint64_t>(o.seed) + 1);
-    return info->step ? RunStep(*mixer, o) : RunPrefill(*mixer, o);
+    switch (info->scope) {
+      case Scope::kStep:
+        return RunStep(*mixer, o);
+      case Scope::kCore:
+        return RunCore(*info, o);
+      case Scope::kPrefill:
+        break;
+    }
+    return RunPrefill(*mixer, o);
   }();
   if (!result.ok()) {
     std::printf("%s,\"status\":\"error\",\"reason\":%s}\n", head.c_str(),
@@ -311,19 +348,19 @@ int Main(int argc, char** argv) {
   }
 
   const Result& r = *result;
-  const double tokens = info->step ? 1.0 : static_cast<double>(o.seq_len);
+  const double tokens = step ? 1.0 : static_cast<double>(o.seq_len);
   std::string times;
   for (double t : r.times) absl::StrAppend(&times, times.empty() ? "" : ",", JsonDouble(t));
   std::string line = absl::StrCat(head, ",\"status\":\"ok\",\"seconds\":", JsonDouble(r.seconds),
                                   ",\"tokens_per_s\":", JsonDouble(tokens / r.seconds),
                                   ",\"peak_rss_increase_bytes\":", r.peak_rss_increase_bytes,
                                   ",\"peak_rss_exact\":", r.peak_rss_exact ? "true" : "false");
-  if (info->step) {
+  if (step) {
     absl::StrAppend(&line, ",\"prefill_seconds\":", JsonDouble(r.prefill_seconds),
                     ",\"state_bytes\":", r.state_bytes);
   }
   // Per-step times are many; the summary is enough for step cases.
-  if (!info->step) absl::StrAppend(&line, ",\"times\":[", times, "]");
+  if (!step) absl::StrAppend(&line, ",\"times\":[", times, "]");
   std::printf("%s}\n", line.c_str());
   return 0;
 }

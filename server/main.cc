@@ -1,11 +1,12 @@
-// attnserve-server: serves gRPC health checking and reflection on --port until SIGTERM or
-// SIGINT, then drains. The inference API joins it with the server issue.
+// attnserve-server: serves the models of a repository (or the built-in defaults) over gRPC,
+// with health checking and reflection, until SIGTERM or SIGINT; then drains: health goes
+// NOT_SERVING, new calls are refused, calls in flight get --drain_deadline_s to finish.
+#include <ATen/Parallel.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -14,20 +15,90 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "kernels/common/cuda_device.h"
+#include "server/model/model_repository.h"
+#include "server/policy.h"
+#include "server/service.h"
+#include "server/session_table.h"
+#include "server/worker_pool.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
-ABSL_FLAG(int, port, 50051, "gRPC port.");
-ABSL_FLAG(int, drain_deadline_s, 10, "Seconds in-flight calls get to finish on shutdown.");
+ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
+ABSL_FLAG(std::string, model_repository, "",
+          "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
+          "default models standard, linformer, linear, mamba and hybrid.");
+ABSL_FLAG(std::string, policy, attnserve::server::Policy::kDefaultSpec,
+          "Sequence-length policy for model \"auto\": comma-separated rules "
+          "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound), or "
+          "@file.json with {\"rules\": [{\"variant\": ..., \"max_tokens\": ...}]}.");
+ABSL_FLAG(int64_t, max_sessions, 10000, "Most sessions held at once.");
+ABSL_FLAG(int64_t, state_budget_bytes, int64_t{8} << 30,
+          "Most bytes of session state (recurrent states and KV caches) held at once.");
+ABSL_FLAG(bool, evict_idle_when_full, false,
+          "When the session count or state budget is full, evict the least recently used idle "
+          "session instead of refusing with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, session_ttl_s, 600, "Idle time after which a session expires (default TTL).");
+ABSL_FLAG(int, max_session_ttl_s, 86400, "Longest TTL a client may ask for.");
+ABSL_FLAG(int, workers, 0, "Threads running models (0: one per core).");
+ABSL_FLAG(int, intra_op_threads, 1, "Threads each model call may use inside its kernels.");
+ABSL_FLAG(int64_t, max_queue, 1024, "Requests waiting for a worker before RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message received or sent.");
+ABSL_FLAG(int64_t, max_tokens_per_request, 65536, "Most tokens in one Infer or append.");
+ABSL_FLAG(int, max_new_tokens, 1024, "Most tokens one generate may ask for.");
+ABSL_FLAG(int, drain_deadline_s, 10, "Seconds calls in flight get to finish on shutdown.");
 
 namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
+
+int Fail(const std::string& message) {
+  std::cerr << "attnserve-server: " << message << std::endl;
+  return 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("attnserve-server --port=50051");
+  using namespace attnserve;
+  absl::SetProgramUsageMessage(
+      "attnserve-server [--port=50051] [--model_repository=DIR] [--policy=RULES] ...");
   absl::ParseCommandLine(argc, argv);
+  at::set_num_threads(std::max(1, absl::GetFlag(FLAGS_intra_op_threads)));
+
+  const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);
+  absl::StatusOr<std::unique_ptr<model::ModelRepository>> repository =
+      repo_dir.empty() ? model::ModelRepository::BuildDefault()
+                       : model::ModelRepository::LoadFolder(repo_dir);
+  if (!repository.ok()) return Fail(std::string(repository.status().message()));
+  for (const model::Model* m : (*repository)->models()) {
+    std::cout << "model " << m->name() << ": " << m->config().layers_size() << " layers, width "
+              << m->config().hidden_size() << ", " << (m->can_stream() ? "streams" : "no streaming")
+              << ", loaded in " << (*repository)->load_seconds(m->name()) << " s" << std::endl;
+  }
+  absl::StatusOr<server::Policy> policy =
+      server::Policy::Parse(absl::GetFlag(FLAGS_policy), **repository);
+  if (!policy.ok()) return Fail(std::string(policy.status().message()));
+  std::cout << "policy " << policy->Describe() << std::endl;
+
+  server::SessionLimits limits;
+  limits.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  limits.state_budget_bytes = absl::GetFlag(FLAGS_state_budget_bytes);
+  limits.evict_when_full = absl::GetFlag(FLAGS_evict_idle_when_full);
+  limits.default_ttl = absl::Seconds(absl::GetFlag(FLAGS_session_ttl_s));
+  limits.max_ttl = absl::Seconds(absl::GetFlag(FLAGS_max_session_ttl_s));
+  if (limits.default_ttl <= absl::ZeroDuration() || limits.max_ttl < limits.default_ttl) {
+    return Fail("--session_ttl_s must be > 0 and <= --max_session_ttl_s");
+  }
+  server::SessionTable sessions(limits);
+
+  int workers = absl::GetFlag(FLAGS_workers);
+  if (workers <= 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  server::WorkerPool pool(workers, absl::GetFlag(FLAGS_max_queue));
+
+  server::ServiceOptions options;
+  options.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
+  options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  server::AttnServeService service(**repository, *policy, sessions, pool, options);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -36,22 +107,27 @@ int main(int argc, char** argv) {
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    std::cerr << "attnserve-server: cannot listen on " << address << "\n";
-    return 1;
-  }
+  if (!server || bound_port == 0) return Fail("cannot listen on " + address);
   std::cout << "attnserve-server listening on " << absl::GetFlag(FLAGS_host) << ":" << bound_port
-            << " (" << attnserve::kernels::DescribeCudaDevices() << ")" << std::endl;
+            << " with " << workers << " workers (" << kernels::DescribeCudaDevices() << ")"
+            << std::endl;
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!g_stop.load()) absl::SleepFor(absl::Milliseconds(100));
 
-  std::cout << "attnserve-server: draining" << std::endl;
+  std::cout << "attnserve-server: draining (" << service.inflight() << " calls in flight)"
+            << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
-  server->Shutdown(std::chrono::system_clock::now() +
-                   std::chrono::seconds(absl::GetFlag(FLAGS_drain_deadline_s)));
+  service.StartDraining();
+  const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_deadline_s));
+  while (service.inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  server->Shutdown(absl::ToChronoTime(deadline));
+  pool.Stop();
   std::cout << "attnserve-server: stopped" << std::endl;
   return 0;
 }

@@ -6,8 +6,8 @@ peak-memory figures do not mix; prints one JSON line:
 
   /usr/bin/python3 bench/baselines/seed_baselines.py --case mamba_loop --seq-len 2048
 
-Cases (batch 1, float32, torch.no_grad(), torch.set_num_threads(--threads)). Every case
-times the whole mixer, projections included, as attnserve_kernel_bench does:
+Cases (batch 1, float32, torch.no_grad(), torch.set_num_threads(--threads)). Every case but
+the *_core ones times the whole mixer, projections included, as attnserve_kernel_bench does:
 
   causal_linear_step   q/k/v projections (nn.Linear 512->512, no bias, as ours) over the
                        sequence, then the seed's CausalLinearAttention.step (linear-attention-
@@ -25,6 +25,9 @@ times the whole mixer, projections included, as attnserve_kernel_bench does:
   mamba_loop           a Mamba block that loops over time in Python: linformer-to-mamba.txt's
                        SelectiveSSM (d_model 256, d_state 16, d_conv 4, expand 2) with the
                        fixes listed on the class.
+  causal_linear_step_core, causal_linear_step_batched_core, standard_full_core
+                       the attention core alone: q, k, v (1, 8, L, 64) made before timing,
+                       no projections (attnserve_kernel_bench's *_core cases).
 
 Memory: peak RSS increase during warm-up and timed runs (weights and inputs, made before,
 are excluded): VmHWM is reset through /proc/self/clear_refs, then VmHWM - VmRSS(before).
@@ -62,6 +65,10 @@ CASES = (
     "standard_full",
     "linformer",
     "mamba_loop",
+    # Attention core only: q, k, v (1, 8, L, 64) precomputed, no projections.
+    "causal_linear_step_core",
+    "causal_linear_step_batched_core",
+    "standard_full_core",
 )
 
 
@@ -126,25 +133,29 @@ class CausalLinearStepLoop(QkvoProjections):
         self.d = head_dim
         self.batched = batched
 
-    def forward(self, x):
-        B, N, D = x.shape
-        assert B == 1, "the seed's step is for one sequence"
-        q = self.q_proj(x).reshape(N, self.h, self.d)
-        k = self.k_proj(x).reshape(N, self.h, self.d)
-        v = self.v_proj(x).reshape(N, self.h, self.d)
+    def core(self, q, k, v):
+        """q, k, v: (1, H, L, d) -> (L, H, d), token by token."""
+        assert q.shape[0] == 1, "the seed's step is for one sequence"
+        q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))  # (L, H, d) views
+        N = q.shape[0]
         outs = []
         if self.batched:
             attn = BatchedCausalLinearAttention(self.h, self.d)
             for t in range(N):
                 outs.append(attn.step(q[t], k[t], v[t]))
-            out = torch.stack(outs).reshape(1, N, D)
         else:
             heads = [CausalLinearAttention(self.d) for _ in range(self.h)]
             for t in range(N):
                 for h in range(self.h):
                     outs.append(heads[h].step(q[t, h], k[t, h], v[t, h]))
-            out = torch.stack(outs).reshape(1, N, D)
-        return self.o_proj(out)
+        return torch.stack(outs).reshape(N, self.h, self.d)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        q = self.q_proj(x).reshape(B, N, self.h, self.d).transpose(1, 2)
+        k = self.k_proj(x).reshape(B, N, self.h, self.d).transpose(1, 2)
+        v = self.v_proj(x).reshape(B, N, self.h, self.d).transpose(1, 2)
+        return self.o_proj(self.core(q, k, v).reshape(B, N, D))
 
 
 def standard_causal_attention(Q, K, V, mask):
@@ -166,12 +177,16 @@ class StandardFull(QkvoProjections):
             "mask", torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
         )
 
+    def core(self, Q, K, V):
+        N = Q.shape[2]
+        return standard_causal_attention(Q, K, V, self.mask[:N, :N])
+
     def forward(self, x):
         B, N, D = x.shape
         Q = self.q_proj(x).reshape(B, N, self.h, self.d).transpose(1, 2)
         K = self.k_proj(x).reshape(B, N, self.h, self.d).transpose(1, 2)
         V = self.v_proj(x).reshape(B, N, self.h, self.d).transpose(1, 2)
-        out = standard_causal_attention(Q, K, V, self.mask[:N, :N])
+        out = self.core(Q, K, V)
         return self.o_proj(out.transpose(1, 2).reshape(B, N, D))
 
 
@@ -280,29 +295,33 @@ class SelectiveSSM(nn.Module):
 
 
 def build_case(case, L):
-    """Returns (module, input) for a case at length L."""
-    if case in ("causal_linear_step", "causal_linear_step_batched"):
-        model = CausalLinearStepLoop(HEADS, HEAD_DIM, batched=case.endswith("_batched"))
+    """Returns (fn, inputs): the timed call is fn(*inputs)."""
+    core = case.endswith("_core")
+    base = case[: -len("_core")] if core else case
+    if base in ("causal_linear_step", "causal_linear_step_batched"):
+        model = CausalLinearStepLoop(HEADS, HEAD_DIM, batched=base.endswith("_batched"))
         d_model = ATTN_DIM
-    elif case == "standard_full":
+    elif base == "standard_full":
         model = StandardFull(HEADS, HEAD_DIM, L)
         d_model = ATTN_DIM
-    elif case == "linformer":
+    elif base == "linformer" and not core:
         model = LinformerAttention(ATTN_DIM, seq_len=L, k=LINFORMER_K, num_heads=HEADS)
         d_model = ATTN_DIM
-    elif case == "mamba_loop":
+    elif base == "mamba_loop" and not core:
         model = SelectiveSSM(MAMBA_D_MODEL, MAMBA_D_STATE, MAMBA_D_CONV, MAMBA_EXPAND)
         d_model = MAMBA_D_MODEL
     else:
         raise ValueError(f"unknown case {case}")
     model.eval()
-    return model, torch.randn(1, L, d_model)
+    if core:
+        return model.core, tuple(torch.randn(1, HEADS, L, HEAD_DIM) for _ in range(3))
+    return model, (torch.randn(1, L, d_model),)
 
 
 def estimated_peak_bytes(case, L):
     """A generous estimate of the case's peak working memory, to skip before running."""
     f = 4
-    if case == "standard_full":
+    if case.startswith("standard_full"):
         # Two L×L float tensors live at once (matmul result and its scaled copy, then the
         # masked scores and the softmax), plus the bool mask, plus O(L·D) activations.
         return 2 * HEADS * L * L * f + L * L + 16 * L * ATTN_DIM * f
@@ -352,16 +371,16 @@ def run_case(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     with torch.no_grad():
-        model, x = build_case(args.case, args.seq_len)
+        fn, inputs = build_case(args.case, args.seq_len)
         gc.collect()
         exact = reset_peak_rss()
         base_kib = read_status_kib("VmRSS")
 
         t0 = time.perf_counter()
-        model(x)
+        fn(*inputs)
         warm = time.perf_counter() - t0
         for _ in range(args.warmup - 1):
-            model(x)
+            fn(*inputs)
         if warm > args.time_cap_s:
             result.update(
                 status="skipped",
@@ -374,7 +393,7 @@ def run_case(args):
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            model(x)
+            fn(*inputs)
             times.append(time.perf_counter() - t0)
         peak_kib = read_status_kib("VmHWM")
 

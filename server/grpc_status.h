@@ -1,0 +1,15 @@
+// The one place internal absl::Status codes become gRPC codes. The codes keep their meaning:
+// INVALID_ARGUMENT bad input, NOT_FOUND unknown model or session, RESOURCE_EXHAUSTED a limit,
+// FAILED_PRECONDITION a non-causal variant asked to stream, ABORTED a sequence-number gap,
+// UNAVAILABLE draining; anything else the server did not expect is INTERNAL.
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+
+namespace attnserve::server {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace attnserve::server

@@ -1,0 +1,55 @@
+#include "server/model/default_models.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/common/status_macros.h"
+#include "server/model/model_config.h"
+
+namespace attnserve::model {
+namespace {
+constexpr int64_t kWidth = 256;
+constexpr int kDepth = 4;
+constexpr int64_t kVocab = 4096;
+constexpr uint64_t kSeed = 20261129;
+}  // namespace
+
+std::vector<std::string> DefaultModelNames() {
+  return {"standard", "linformer", "linear", "mamba", "hybrid"};
+}
+
+absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
+  v1::ModelConfig c;
+  c.set_model_type("attnserve");
+  c.set_vocab_size(kVocab);
+  c.set_hidden_size(kWidth);
+  c.set_num_heads(4);  // head_dim 64
+  c.set_tie_word_embeddings(true);
+  if (name == "standard" || name == "linformer" || name == "linear") {
+    for (int i = 0; i < kDepth; ++i) c.add_layers(name);
+    c.set_intermediate_size(2 * kWidth);
+  } else if (name == "mamba") {
+    for (int i = 0; i < kDepth; ++i) c.add_layers("mamba");
+  } else if (name == "hybrid") {
+    // One attention layer in four, after three Mamba layers, as Jamba interleaves them.
+    for (const char* layer : {"mamba", "mamba", "mamba", "standard"}) c.add_layers(layer);
+  } else {
+    return absl::NotFoundError(absl::StrCat("no default model '", name, "'; the defaults are ",
+                                            absl::StrJoin(DefaultModelNames(), ", ")));
+  }
+  // Linformer's E and F are (max_len, k): its max length is its limit.
+  c.set_linformer_k(64);
+  c.set_linformer_max_len(32768);
+  c.set_max_sequence_length(name == "linformer" ? 32768 : name == "standard" ? 65536 : 1 << 20);
+  FillModelConfigDefaults(&c);
+  RETURN_IF_ERROR(ValidateModelConfig(c));
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name) {
+  ASSIGN_OR_RETURN(v1::ModelConfig config, DefaultModelConfig(name));
+  uint64_t seed = kSeed;
+  for (char ch : name) seed = seed * 131 + static_cast<unsigned char>(ch);
+  return Model::Create(name, config, Model::RandomWeights(config, seed));
+}
+
+}  // namespace attnserve::model

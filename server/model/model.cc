@@ -1,0 +1,288 @@
+#include "server/model/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+#include "server/model/model_config.h"
+
+namespace attnserve::model {
+namespace {
+
+using kernels::ShapeString;
+using kernels::WeightSpec;
+
+std::string LayerPrefix(int i) { return absl::StrCat("backbone.layers.", i, "."); }
+
+// FNV-1a, 64 bit.
+uint64_t Fnv(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+int64_t ModelState::Bytes() const {
+  int64_t bytes = 0;
+  for (const kernels::MixerState& s : layers) bytes += s.Bytes();
+  return bytes;
+}
+
+ModelState ModelState::Clone() const {
+  ModelState copy;
+  copy.position = position;
+  for (const kernels::MixerState& s : layers) copy.layers.push_back(s.Clone());
+  return copy;
+}
+
+std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
+  const int64_t hidden = c.hidden_size(), mlp = c.intermediate_size();
+  std::vector<WeightSpec> specs = {{"backbone.embeddings.weight", {c.vocab_size(), hidden}}};
+  for (int i = 0; i < c.layers_size(); ++i) {
+    const std::string prefix = LayerPrefix(i);
+    specs.push_back({prefix + "norm.weight", {hidden}});
+    for (WeightSpec spec : kernels::ExpectedWeights(LayerMixerConfig(c, i))) {
+      spec.name = prefix + "mixer." + spec.name;
+      specs.push_back(std::move(spec));
+    }
+    if (mlp > 0) {
+      specs.push_back({prefix + "mlp_norm.weight", {hidden}});
+      specs.push_back({prefix + "mlp.gate_proj.weight", {mlp, hidden}});
+      specs.push_back({prefix + "mlp.up_proj.weight", {mlp, hidden}});
+      specs.push_back({prefix + "mlp.down_proj.weight", {hidden, mlp}});
+    }
+  }
+  specs.push_back({"backbone.norm_f.weight", {hidden}});
+  if (!c.tie_word_embeddings()) specs.push_back({"lm_head.weight", {c.vocab_size(), hidden}});
+  return specs;
+}
+
+std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::map<std::string, at::Tensor> w;
+  const int64_t hidden = c.hidden_size(), mlp = c.intermediate_size();
+  // std 0.02 as Hugging Face initialises embeddings: a tied lm_head then gives spread-out
+  // next-token distributions rather than echoing the input token.
+  w["backbone.embeddings.weight"] = at::normal(0.0, 0.02, {c.vocab_size(), hidden}, gen);
+  for (int i = 0; i < c.layers_size(); ++i) {
+    const std::string prefix = LayerPrefix(i);
+    w[prefix + "norm.weight"] = at::ones({hidden});
+    // Each layer's mixer gets its own seed drawn from the model's generator.
+    const uint64_t mixer_seed = static_cast<uint64_t>(
+        at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>());
+    for (auto& [name, t] : kernels::RandomWeights(LayerMixerConfig(c, i), mixer_seed)) {
+      w[prefix + "mixer." + name] = t;
+    }
+    if (mlp > 0) {
+      w[prefix + "mlp_norm.weight"] = at::ones({hidden});
+      w[prefix + "mlp.gate_proj.weight"] =
+          at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
+      w[prefix + "mlp.up_proj.weight"] =
+          at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
+      w[prefix + "mlp.down_proj.weight"] =
+          at::normal(0.0, 1.0 / std::sqrt(mlp), {hidden, mlp}, gen);
+    }
+  }
+  w["backbone.norm_f.weight"] = at::ones({hidden});
+  if (!c.tie_word_embeddings()) {
+    w["lm_head.weight"] = at::normal(0.0, 1.0 / std::sqrt(hidden), {c.vocab_size(), hidden}, gen);
+  }
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::ModelConfig config,
+                                                     std::map<std::string, at::Tensor> weights) {
+  RETURN_IF_ERROR(ValidateModelConfig(config));
+  const std::vector<WeightSpec> specs = ExpectedTensors(config);
+  std::set<std::string> expected;
+  for (const WeightSpec& spec : specs) {
+    expected.insert(spec.name);
+    auto it = weights.find(spec.name);
+    if (it == weights.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", name, "': missing tensor '",
+                                                     spec.name, "' of shape ",
+                                                     ShapeString(spec.shape)));
+    }
+    const at::Tensor& t = it->second;
+    if (!t.defined() || t.scalar_type() != at::kFloat || t.sizes() != at::IntArrayRef(spec.shape)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", name, "': tensor '", spec.name, "' expected float32 ", ShapeString(spec.shape),
+          ", got ", t.defined() ? kernels::DTypeName(t.scalar_type()) : "undefined", " ",
+          t.defined() ? ShapeString(t.sizes()) : "()"));
+    }
+  }
+  for (const auto& [tensor_name, t] : weights) {
+    if (!expected.count(tensor_name)) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", name, "': unexpected tensor '",
+                                                     tensor_name, "' ", ShapeString(t.sizes())));
+    }
+  }
+
+  std::unique_ptr<Model> m(new Model());
+  m->name_ = std::move(name);
+  m->config_ = std::move(config);
+  const v1::ModelConfig& c = m->config_;
+  auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
+  m->embedding_ = w("backbone.embeddings.weight");
+  m->norm_f_ = w("backbone.norm_f.weight");
+  m->lm_head_ = c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight");
+  for (int i = 0; i < c.layers_size(); ++i) {
+    const std::string prefix = LayerPrefix(i);
+    Layer layer;
+    layer.norm = w(prefix + "norm.weight");
+    kernels::WeightMap mixer_weights;
+    const std::string mixer_prefix = prefix + "mixer.";
+    for (const auto& [tensor_name, t] : weights) {
+      if (tensor_name.compare(0, mixer_prefix.size(), mixer_prefix) == 0) {
+        mixer_weights[tensor_name.substr(mixer_prefix.size())] = t;
+      }
+    }
+    absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
+        kernels::CreateMixer(LayerMixerConfig(c, i), std::move(mixer_weights));
+    if (!mixer.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", m->name_, "' layer ", i, ": ", mixer.status().message()));
+    }
+    layer.mixer = *std::move(mixer);
+    m->can_stream_ = m->can_stream_ && layer.mixer->can_stream();
+    if (c.intermediate_size() > 0) {
+      layer.mlp_norm = w(prefix + "mlp_norm.weight");
+      layer.gate_up =
+          at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0);
+      layer.down = w(prefix + "mlp.down_proj.weight");
+    }
+    m->layers_.push_back(std::move(layer));
+  }
+
+  std::string config_bytes;
+  c.SerializeToString(&config_bytes);
+  uint64_t h = Fnv(1469598103934665603ull, config_bytes.data(), config_bytes.size());
+  for (const WeightSpec& spec : specs) {
+    const at::Tensor& t = weights.at(spec.name);
+    h = Fnv(h, spec.name.data(), spec.name.size());
+    // A strided sample of each tensor: cheap for large checkpoints, and any retraining or
+    // reinitialisation changes it.
+    const at::Tensor flat = t.contiguous().view(-1);
+    const int64_t step = std::max<int64_t>(1, flat.numel() / 1024);
+    const float* data = flat.data_ptr<float>();
+    for (int64_t j = 0; j < flat.numel(); j += step) h = Fnv(h, data + j, sizeof(float));
+  }
+  m->fingerprint_ = h;
+  m->weights_ = std::move(weights);
+  return m;
+}
+
+int64_t Model::StateBytesPerSequence(int64_t position) const {
+  int64_t bytes = 0;
+  for (const Layer& layer : layers_) bytes += layer.mixer->StateBytesPerSequence(position);
+  return bytes;
+}
+
+absl::StatusOr<ModelState> Model::NewState(int64_t batch) const {
+  if (!can_stream_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", name_,
+                     "' cannot stream: it has a non-causal layer (linformer or a "
+                     "bidirectional attention); send whole sequences without a session"));
+  }
+  ModelState state;
+  for (const Layer& layer : layers_) {
+    ASSIGN_OR_RETURN(kernels::MixerState s, layer.mixer->InitialState(batch));
+    state.layers.push_back(std::move(s));
+  }
+  return state;
+}
+
+absl::Status Model::CheckTokens(const at::Tensor& tokens, const ModelState* state) const {
+  if (!tokens.defined() || tokens.scalar_type() != at::kLong || tokens.dim() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens: expected int64 (batch, length), got ",
+                     tokens.defined() ? kernels::DTypeName(tokens.scalar_type()) : "none", " ",
+                     tokens.defined() ? ShapeString(tokens.sizes()) : "()"));
+  }
+  if (tokens.size(0) == 0 || tokens.size(1) == 0) {
+    return absl::InvalidArgumentError("tokens: no tokens given");
+  }
+  const int64_t total = tokens.size(1) + (state ? state->position : 0);
+  if (total > max_sequence_length()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "sequence of ", total, " tokens", state && state->position ? " (with the session's)" : "",
+        " exceeds model '", name_, "' max_sequence_length ", max_sequence_length()));
+  }
+  const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("token id ", lo < 0 ? lo : hi,
+                                                   " is outside the vocabulary [0, ", vocab_size(),
+                                                   ") of model '", name_, "'"));
+  }
+  if (state && static_cast<int64_t>(state->layers.size()) != config_.layers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("state has ", state->layers.size(),
+                                                   " layers, model '", name_, "' has ",
+                                                   config_.layers_size()));
+  }
+  return absl::OkStatus();
+}
+
+at::Tensor Model::Norm(const at::Tensor& x, const at::Tensor& weight) const {
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon()) * weight;
+}
+
+absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) const {
+  const bool step = state != nullptr && x.size(1) == 1;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = layers_[i];
+    kernels::MixerState* s = state ? &state->layers[i] : nullptr;
+    at::Tensor normed = Norm(x, layer.norm);
+    at::Tensor mixed;
+    if (step) {
+      ASSIGN_OR_RETURN(mixed, layer.mixer->Step(normed.squeeze(1), s));
+      mixed = mixed.unsqueeze(1);
+    } else {
+      ASSIGN_OR_RETURN(mixed, layer.mixer->Prefill(normed, s));
+    }
+    x = x + mixed;
+    if (layer.gate_up.defined()) {
+      at::Tensor gu = at::linear(Norm(x, layer.mlp_norm), layer.gate_up);
+      const int64_t width = layer.down.size(1);
+      at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
+      x = x + at::linear(at::silu(gate) * up, layer.down);
+    }
+  }
+  return x;
+}
+
+absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* state,
+                                          OutputKind output) const {
+  RETURN_IF_ERROR(CheckTokens(tokens, state));
+  return kernels::GuardTorch("Model::Forward", [&]() -> absl::StatusOr<at::Tensor> {
+    ASSIGN_OR_RETURN(at::Tensor x, RunLayers(at::embedding(embedding_, tokens), state));
+    x = Norm(x, norm_f_);
+    if (state != nullptr) state->position += tokens.size(1);
+    switch (output) {
+      case OutputKind::kHidden:
+        return x;
+      case OutputKind::kAllLogits:
+        return at::linear(x, lm_head_);
+      case OutputKind::kLastLogits:
+        return at::linear(x.select(1, x.size(1) - 1), lm_head_);
+    }
+    return absl::InvalidArgumentError("unknown output kind");
+  });
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Model::NamedWeights() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const WeightSpec& spec : ExpectedTensors(config_)) {
+    out.emplace_back(spec.name, weights_.at(spec.name));
+  }
+  return out;
+}
+
+}  // namespace attnserve::model

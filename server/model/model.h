@@ -1,0 +1,102 @@
+// A served model: embedding -> N x (RMSNorm -> mixer -> residual [-> RMSNorm -> gated-SiLU
+// MLP -> residual]) -> RMSNorm -> lm_head. Each layer names its mixer, so hybrids are
+// ordinary configs. A Model is immutable after Create and safe to call from many threads at
+// once with distinct states; a ModelState belongs to one caller at a time.
+//
+// Checkpoint names (Hugging Face MambaForCausalLM's, extended for MLPs and attention):
+//   backbone.embeddings.weight (vocab, hidden)   (backbone.embedding.weight is accepted too)
+//   backbone.layers.{i}.norm.weight              backbone.layers.{i}.mixer.<mixer tensor>
+//   backbone.layers.{i}.mlp_norm.weight          backbone.layers.{i}.mlp.{gate,up,down}_proj.weight
+//   backbone.norm_f.weight                       lm_head.weight (absent when tied)
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "attnserve/v1/model_config.pb.h"
+#include "kernels/common/mixer.h"
+
+namespace attnserve::model {
+
+// What Forward returns.
+enum class OutputKind {
+  kLastLogits,  // (B, vocab) at the last position
+  kAllLogits,   // (B, L, vocab)
+  kHidden,      // (B, L, hidden) after the final norm
+};
+
+// Every layer's mixer state for a batch of sequences, and how many tokens it has consumed.
+struct ModelState {
+  std::vector<kernels::MixerState> layers;
+  int64_t position = 0;
+
+  int64_t Bytes() const;
+  ModelState Clone() const;
+};
+
+class Model {
+ public:
+  // Checks `weights` against ExpectedTensors(config): a missing, extra or misshapen tensor is
+  // an error naming it and both shapes. `config` must pass ValidateModelConfig.
+  static absl::StatusOr<std::unique_ptr<Model>> Create(std::string name, v1::ModelConfig config,
+                                                       std::map<std::string, at::Tensor> weights);
+
+  // The tensors a model with `config` is made of, in checkpoint order, with their shapes.
+  static std::vector<kernels::WeightSpec> ExpectedTensors(const v1::ModelConfig& config);
+
+  // Weights drawn from `seed` (the same seed gives the same model on every machine).
+  static std::map<std::string, at::Tensor> RandomWeights(const v1::ModelConfig& config,
+                                                         uint64_t seed);
+
+  const std::string& name() const { return name_; }
+  const v1::ModelConfig& config() const { return config_; }
+  int64_t vocab_size() const { return config_.vocab_size(); }
+  int64_t max_sequence_length() const { return config_.max_sequence_length(); }
+  // Whether every layer can stream (a session can continue from a state and step).
+  bool can_stream() const { return can_stream_; }
+  // Bytes of state one sequence holds after `position` tokens.
+  int64_t StateBytesPerSequence(int64_t position) const;
+  // Identifies config and weights; a serialized state carries it and is refused by another model.
+  uint64_t fingerprint() const { return fingerprint_; }
+
+  // A fresh state for `batch` sequences; FailedPrecondition when the model cannot stream.
+  absl::StatusOr<ModelState> NewState(int64_t batch = 1) const;
+
+  // tokens: (B, L) int64 ids in [0, vocab_size). With a state, continues it (a chunk of a
+  // stream) and updates it; without, runs the whole sequence (the only form a non-streaming
+  // model takes). A single token with a state takes the mixers' Step path. Input errors are
+  // found before any state changes; after an internal error the state must be discarded.
+  absl::StatusOr<at::Tensor> Forward(const at::Tensor& tokens, ModelState* state,
+                                     OutputKind output) const;
+
+  // All weights under their checkpoint names, in checkpoint order (lm_head omitted when tied).
+  std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
+
+ private:
+  struct Layer {
+    at::Tensor norm;
+    std::unique_ptr<kernels::Mixer> mixer;
+    at::Tensor mlp_norm, gate_up, down;  // gate_up: gate_proj and up_proj stacked
+  };
+  Model() = default;
+  absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;
+  at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
+  absl::StatusOr<at::Tensor> RunLayers(at::Tensor x, ModelState* state) const;
+
+  std::string name_;
+  v1::ModelConfig config_;
+  at::Tensor embedding_, norm_f_, lm_head_;
+  std::vector<Layer> layers_;
+  std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights
+  bool can_stream_ = true;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace attnserve::model

@@ -1,0 +1,199 @@
+#include "server/model/model_config.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace attnserve::model {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+absl::StatusOr<int64_t> IntField(const Struct& s, const char* key, int64_t fallback) {
+  auto it = s.fields().find(key);
+  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return fallback;
+  const Value& v = it->second;
+  if (v.kind_case() != Value::kNumberValue || v.number_value() != std::floor(v.number_value()) ||
+      std::abs(v.number_value()) > 9.0e15) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: '", key, "' must be an integer"));
+  }
+  return static_cast<int64_t>(v.number_value());
+}
+
+absl::StatusOr<v1::ModelConfig> FromHuggingFaceMamba(const Struct& s) {
+  v1::ModelConfig c;
+  c.set_model_type("mamba");
+  auto get = [&](const char* key, int64_t fallback) { return IntField(s, key, fallback); };
+  absl::StatusOr<int64_t> hidden = get("hidden_size", 768), layers = get("num_hidden_layers", 32),
+                          state = get("state_size", 16), conv = get("conv_kernel", 4),
+                          expand = get("expand", 2), vocab = get("vocab_size", 50280);
+  for (const auto* v : {&hidden, &layers, &state, &conv, &expand, &vocab}) {
+    if (!v->ok()) return v->status();
+  }
+  c.set_hidden_size(*hidden);
+  c.set_state_size(*state);
+  c.set_conv_kernel(*conv);
+  c.set_expand(*expand);
+  c.set_vocab_size(*vocab);
+  if (*layers <= 0 || *layers > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: num_hidden_layers must be in [1, 1024], got ", *layers));
+  }
+  for (int64_t i = 0; i < *layers; ++i) c.add_layers("mamba");
+  // time_step_rank may be "auto" (ceil(hidden_size / 16)) or a number.
+  auto rank = s.fields().find("time_step_rank");
+  if (rank != s.fields().end() && rank->second.kind_case() == Value::kNumberValue) {
+    absl::StatusOr<int64_t> r = get("time_step_rank", 0);
+    if (!r.ok()) return r.status();
+    c.set_time_step_rank(*r);
+  }
+  auto eps = s.fields().find("layer_norm_epsilon");
+  c.set_norm_epsilon(eps != s.fields().end() && eps->second.kind_case() == Value::kNumberValue
+                         ? eps->second.number_value()
+                         : 1e-5);
+  auto tie = s.fields().find("tie_word_embeddings");
+  c.set_tie_word_embeddings(tie == s.fields().end() || tie->second.bool_value());
+  for (const char* unsupported : {"use_bias"}) {
+    auto it = s.fields().find(unsupported);
+    if (it != s.fields().end() && it->second.bool_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: '", unsupported,
+                       "': true is not supported (in_proj and out_proj have no "
+                       "bias in attnserve's Mamba)"));
+    }
+  }
+  auto conv_bias = s.fields().find("use_conv_bias");
+  if (conv_bias != s.fields().end() && conv_bias->second.kind_case() == Value::kBoolValue &&
+      !conv_bias->second.bool_value()) {
+    return absl::InvalidArgumentError(
+        "config.json: 'use_conv_bias': false is not supported (conv1d.bias is expected)");
+  }
+  return c;
+}
+
+}  // namespace
+
+void FillModelConfigDefaults(v1::ModelConfig* c) {
+  if (c->model_type().empty()) c->set_model_type("attnserve");
+  if (c->num_heads() == 0) c->set_num_heads(8);
+  if (c->linformer_k() == 0) c->set_linformer_k(64);
+  if (c->linformer_max_len() == 0) c->set_linformer_max_len(4096);
+  if (c->state_size() == 0) c->set_state_size(16);
+  if (c->conv_kernel() == 0) c->set_conv_kernel(4);
+  if (c->expand() == 0) c->set_expand(2);
+  if (c->norm_epsilon() == 0) c->set_norm_epsilon(1e-5);
+  if (c->max_sequence_length() == 0) c->set_max_sequence_length(1 << 20);
+}
+
+absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json) {
+  Struct root;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &root);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json is not a JSON object: ", status.message().as_string()));
+  }
+  v1::ModelConfig config;
+  auto type = root.fields().find("model_type");
+  if (type != root.fields().end() && type->second.string_value() == "mamba") {
+    absl::StatusOr<v1::ModelConfig> hf = FromHuggingFaceMamba(root);
+    if (!hf.ok()) return hf.status();
+    config = *std::move(hf);
+  } else {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;
+    status = google::protobuf::util::JsonStringToMessage(json, &config, options);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.json: ", status.message().as_string()));
+    }
+  }
+  FillModelConfigDefaults(&config);
+  if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
+  return config;
+}
+
+absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
+  auto positive = [](const char* field, int64_t v) -> absl::Status {
+    if (v > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("config: ", field, " must be > 0, got ", v));
+  };
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size()},
+                              {"hidden_size", c.hidden_size()},
+                              {"max_sequence_length", c.max_sequence_length()}}) {
+    if (absl::Status s = positive(field, value); !s.ok()) return s;
+  }
+  if (c.layers_size() == 0) return absl::InvalidArgumentError("config: layers is empty");
+  if (c.intermediate_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: intermediate_size must be >= 0, got ", c.intermediate_size()));
+  }
+  if (!(c.norm_epsilon() > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: norm_epsilon must be > 0, got ", c.norm_epsilon()));
+  }
+  for (int i = 0; i < c.layers_size(); ++i) {
+    absl::StatusOr<kernels::MixerKind> kind = kernels::ParseMixerKind(c.layers(i));
+    if (!kind.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: layers[", i, "]: ", kind.status().message()));
+    }
+    if (absl::Status s = kernels::ValidateMixerConfig(LayerMixerConfig(c, i)); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: layers[", i, "] (", c.layers(i), "): ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
+  kernels::MixerConfig m;
+  m.kind = kernels::ParseMixerKind(c.layers(layer)).value_or(kernels::MixerKind::kStandard);
+  m.d_model = c.hidden_size();
+  m.num_heads = c.num_heads();
+  m.causal = m.kind != kernels::MixerKind::kLinformer && !c.bidirectional();
+  m.linformer_k = c.linformer_k();
+  m.max_len = c.linformer_max_len();
+  m.d_state = c.state_size();
+  m.d_conv = c.conv_kernel();
+  m.expand = c.expand();
+  m.dt_rank = c.time_step_rank();
+  return m;
+}
+
+std::string ModelConfigToJson(const v1::ModelConfig& config) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(config, &json, options);
+  return json;
+}
+
+bool IsHuggingFaceMamba(const v1::ModelConfig& c) {
+  if (c.intermediate_size() != 0) return false;
+  for (const std::string& layer : c.layers()) {
+    if (layer != "mamba") return false;
+  }
+  return true;
+}
+
+std::string HuggingFaceMambaConfigJson(const v1::ModelConfig& c) {
+  const int64_t rank = c.time_step_rank() > 0 ? c.time_step_rank() : (c.hidden_size() + 15) / 16;
+  return absl::StrCat(
+      "{\n  \"architectures\": [\"MambaForCausalLM\"],\n  \"model_type\": \"mamba\",\n",
+      "  \"vocab_size\": ", c.vocab_size(), ",\n  \"hidden_size\": ", c.hidden_size(),
+      ",\n  \"num_hidden_layers\": ", c.layers_size(), ",\n  \"state_size\": ", c.state_size(),
+      ",\n  \"conv_kernel\": ", c.conv_kernel(), ",\n  \"expand\": ", c.expand(),
+      ",\n  \"intermediate_size\": ", c.expand() * c.hidden_size(),
+      ",\n  \"time_step_rank\": ", rank, ",\n  \"layer_norm_epsilon\": ", c.norm_epsilon(),
+      ",\n  \"tie_word_embeddings\": ", c.tie_word_embeddings() ? "true" : "false",
+      ",\n  \"use_bias\": false,\n  \"use_conv_bias\": true\n}\n");
+}
+
+}  // namespace attnserve::model

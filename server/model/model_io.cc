@@ -1,0 +1,98 @@
+#include "server/model/model_io.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+#include "server/model/model_config.h"
+#include "server/model/safetensors.h"
+
+namespace attnserve::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// mamba_ssm spells the embedding "backbone.embedding.weight"; Hugging Face adds an "s".
+std::string CanonicalName(const std::string& name) {
+  return name == "backbone.embedding.weight" ? "backbone.embeddings.weight" : name;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name) {
+  const fs::path folder(dir);
+  ASSIGN_OR_RETURN(std::string json, ReadFile(folder / "config.json"));
+  absl::StatusOr<v1::ModelConfig> config = ParseModelConfigJson(json);
+  if (!config.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/config.json: ", config.status().message()));
+  }
+  const std::string weights_path = (folder / "model.safetensors").string();
+  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(weights_path));
+
+  std::map<std::string, std::vector<int64_t>> expected;
+  for (const kernels::WeightSpec& spec : Model::ExpectedTensors(*config)) {
+    expected[spec.name] = spec.shape;
+  }
+  std::map<std::string, at::Tensor> weights;
+  for (const std::string& stored : file->names()) {
+    const std::string canonical = CanonicalName(stored);
+    auto it = expected.find(canonical);
+    if (it == expected.end()) {
+      // Some exports keep a tied lm_head; it is the embedding, so it is not needed.
+      if (canonical == "lm_head.weight" && config->tie_word_embeddings()) continue;
+      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": unexpected tensor '", stored,
+                                                     "' (not part of a model with this ",
+                                                     "config.json)"));
+    }
+    const SafetensorsEntry* entry = file->Find(stored);
+    if (at::IntArrayRef(entry->shape) != at::IntArrayRef(it->second)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          weights_path, ": tensor '", stored, "' has shape ", kernels::ShapeString(entry->shape),
+          ", config.json implies ", kernels::ShapeString(it->second)));
+    }
+    if (weights.count(canonical)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(weights_path, ": the embedding is stored twice"));
+    }
+    ASSIGN_OR_RETURN(weights[canonical], file->LoadFloat32(stored));
+  }
+  for (const auto& [tensor, shape] : expected) {
+    if (!weights.count(tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": missing tensor '", tensor,
+                                                     "' of shape ", kernels::ShapeString(shape)));
+    }
+  }
+  return Model::Create(std::move(name), *std::move(config), std::move(weights));
+}
+
+absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const bool hf = IsHuggingFaceMamba(model.config());
+  const std::string json =
+      hf ? HuggingFaceMambaConfigJson(model.config()) : ModelConfigToJson(model.config());
+  {
+    std::ofstream out(fs::path(dir) / "config.json", std::ios::binary | std::ios::trunc);
+    out << json;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
+  }
+  return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), model.NamedWeights(),
+                          {{"format", "pt"}, {"written_by", "attnserve"}});
+}
+
+}  // namespace attnserve::model

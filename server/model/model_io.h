@@ -1,0 +1,21 @@
+// Model folders on disk: config.json + model.safetensors. Hugging Face Mamba folders load as
+// they are; a pure-Mamba model is written in their layout, any other in attnserve's.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/model/model.h"
+
+namespace attnserve::model {
+
+// Loads `dir`/config.json and `dir`/model.safetensors (F32, F16 or BF16) as model `name`.
+// Every tensor is checked against the shape the config implies before its data is read;
+// errors name the folder, the tensor and both shapes.
+absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name);
+
+// Writes `model` to `dir` (created if missing): config.json and model.safetensors (F32).
+absl::Status WriteModelFolder(const Model& model, const std::string& dir);
+
+}  // namespace attnserve::model

@@ -1,0 +1,147 @@
+#include "server/policy.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace attnserve::server {
+namespace {
+
+std::string RuleText(const PolicyRule& rule) {
+  return rule.max_tokens > 0 ? absl::StrCat(rule.variant, " up to ", rule.max_tokens, " tokens")
+                             : absl::StrCat(rule.variant, " beyond");
+}
+
+absl::StatusOr<std::vector<PolicyRule>> ParseJsonRules(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("policy file ", path, " cannot be read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  google::protobuf::Struct root;
+  if (!google::protobuf::util::JsonStringToMessage(ss.str(), &root).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy file ", path, " is not JSON"));
+  }
+  auto it = root.fields().find("rules");
+  if (it == root.fields().end() || !it->second.has_list_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy file ", path,
+                                                   ": expected {\"rules\": [{\"variant\": ..., "
+                                                   "\"max_tokens\": ...}, ...]}"));
+  }
+  std::vector<PolicyRule> rules;
+  for (const auto& v : it->second.list_value().values()) {
+    const auto& f = v.struct_value().fields();
+    PolicyRule rule;
+    if (auto variant = f.find("variant"); variant != f.end()) {
+      rule.variant = variant->second.string_value();
+    }
+    if (auto max = f.find("max_tokens"); max != f.end()) {
+      rule.max_tokens = static_cast<int64_t>(max->second.number_value());
+    }
+    rules.push_back(rule);
+  }
+  return rules;
+}
+
+}  // namespace
+
+absl::StatusOr<Policy> Policy::Parse(const std::string& spec,
+                                     const model::ModelRepository& repository) {
+  Policy policy;
+  policy.repository_ = &repository;
+  if (absl::StartsWith(spec, "@")) {
+    absl::StatusOr<std::vector<PolicyRule>> rules = ParseJsonRules(spec.substr(1));
+    if (!rules.ok()) return rules.status();
+    policy.rules_ = *std::move(rules);
+  } else {
+    for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+      std::vector<std::string> fields = absl::StrSplit(absl::StripAsciiWhitespace(part), ':');
+      PolicyRule rule;
+      rule.variant = fields[0];
+      if (fields.size() > 2 ||
+          (fields.size() == 2 && !absl::SimpleAtoi(fields[1], &rule.max_tokens))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("policy rule '", part, "': expected variant or variant:max_tokens"));
+      }
+      policy.rules_.push_back(rule);
+    }
+  }
+  if (policy.rules_.empty()) return absl::InvalidArgumentError("policy has no rules");
+  for (size_t i = 0; i < policy.rules_.size(); ++i) {
+    const PolicyRule& rule = policy.rules_[i];
+    if (repository.Find(rule.variant) == nullptr) {
+      std::vector<std::string> names;
+      for (const model::Model* m : repository.models()) names.push_back(m->name());
+      return absl::InvalidArgumentError(absl::StrCat("policy rule ", i + 1, ": no model '",
+                                                     rule.variant,
+                                                     "'; models: ", absl::StrJoin(names, ", ")));
+    }
+    if (rule.max_tokens < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy rule ", i + 1, ": max_tokens must be >= 0 (0: no bound)"));
+    }
+  }
+  return policy;
+}
+
+absl::StatusOr<PolicyDecision> Policy::Choose(int64_t length, bool stream) const {
+  bool fits_some = false;
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    const PolicyRule& rule = rules_[i];
+    const model::Model* m = repository_->Find(rule.variant);
+    if (rule.max_tokens > 0 && length > rule.max_tokens) continue;
+    if (length > m->max_sequence_length()) continue;
+    fits_some = true;
+    if (stream && !m->can_stream()) continue;
+    PolicyDecision d;
+    d.model = m;
+    d.rule = static_cast<int>(i + 1);
+    d.reason = absl::StrCat("rule ", i + 1, ": ", RuleText(rule), " (request: ", length, " tokens",
+                            stream ? ", streaming" : "", ")");
+    return d;
+  }
+  if (!fits_some) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no variant takes ", length, " tokens under the policy ", Describe()));
+  }
+  return absl::FailedPreconditionError(absl::StrCat("no variant that can stream takes ", length,
+                                                    " tokens under the policy ", Describe(),
+                                                    "; only causal variants stream"));
+}
+
+absl::StatusOr<PolicyDecision> Policy::Resolve(const std::string& name, int64_t length,
+                                               bool stream) const {
+  if (name.empty() || name == "auto") return Choose(length, stream);
+  const model::Model* m = repository_->Find(name);
+  if (m == nullptr) {
+    std::vector<std::string> names;
+    for (const model::Model* model : repository_->models()) names.push_back(model->name());
+    return absl::NotFoundError(
+        absl::StrCat("no model '", name, "'; models: ", absl::StrJoin(names, ", "), ", or auto"));
+  }
+  if (stream && !m->can_stream()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", name, "' cannot stream: it is not causal; use Infer with whole sequences, ",
+        "or a causal variant"));
+  }
+  PolicyDecision d;
+  d.model = m;
+  d.reason = absl::StrCat("requested by name: ", name);
+  return d;
+}
+
+std::string Policy::Describe() const {
+  std::vector<std::string> parts;
+  for (const PolicyRule& rule : rules_) parts.push_back(RuleText(rule));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,56 @@
+// The sequence-length policy: which model variant serves a request. An ordered list of rules
+// "variant up to N tokens" (the last may have no bound), checked in order; a rule applies
+// when the request fits under its bound and the variant can serve it (a stream needs a
+// causal variant; the variant's own max length must hold the request). Defaults follow the
+// seeds: standard below 4096 tokens, linformer up to 32768, mamba beyond. Immutable after
+// parsing; safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/model/model_repository.h"
+
+namespace attnserve::server {
+
+struct PolicyRule {
+  std::string variant;
+  int64_t max_tokens = 0;  // inclusive; 0: no bound
+};
+
+struct PolicyDecision {
+  const model::Model* model = nullptr;
+  int rule = 0;        // 1-based index of the rule that chose; 0 when the model was named
+  std::string reason;  // e.g. "rule 1: standard up to 4095 tokens (request: 100 tokens)"
+};
+
+class Policy {
+ public:
+  // "standard:4095,linformer:32768,mamba": comma-separated rules variant[:max_tokens].
+  static constexpr const char* kDefaultSpec = "standard:4095,linformer:32768,mamba";
+
+  // Parses `spec`, or a JSON file when it starts with '@' ({"rules": [{"variant": "standard",
+  // "max_tokens": 4095}, ...]}). Every variant must exist in `repository`.
+  static absl::StatusOr<Policy> Parse(const std::string& spec,
+                                      const model::ModelRepository& repository);
+
+  // Picks the variant for `length` tokens; `stream` asks for a variant that can stream. When
+  // no rule fits: RESOURCE_EXHAUSTED if the request is too long for every variant,
+  // FAILED_PRECONDITION if no streaming variant fits.
+  absl::StatusOr<PolicyDecision> Choose(int64_t length, bool stream) const;
+
+  // The model `name` ("auto" or empty: Choose). An unknown name is NOT_FOUND.
+  absl::StatusOr<PolicyDecision> Resolve(const std::string& name, int64_t length,
+                                         bool stream) const;
+
+  const std::vector<PolicyRule>& rules() const { return rules_; }
+  std::string Describe() const;
+
+ private:
+  const model::ModelRepository* repository_ = nullptr;
+  std::vector<PolicyRule> rules_;
+};
+
+}  // namespace attnserve::server

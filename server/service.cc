@@ -1,0 +1,182 @@
+#include "server/service.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "server/grpc_status.h"
+#include "server/inference.h"
+
+namespace attnserve::server {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Finishes a unary call inline with `status`.
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
+                                    const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+AttnServeService::AttnServeService(const model::ModelRepository& repository, const Policy& policy,
+                                   SessionTable& sessions, WorkerPool& workers,
+                                   ServiceOptions options)
+    : repository_(repository),
+      policy_(policy),
+      sessions_(sessions),
+      workers_(workers),
+      options_(options) {}
+
+absl::Status AttnServeService::CheckServing() const {
+  if (draining_.load()) {
+    return absl::UnavailableError("the server is draining; retry on another replica");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> AttnServeService::ContinueSession(Session& session,
+                                                             const at::Tensor& tokens,
+                                                             model::OutputKind output,
+                                                             int64_t extra_tokens) {
+  const model::Model& m = *session.model();
+  if (session.closed()) {
+    return absl::NotFoundError(absl::StrCat("session '", session.id(), "' was closed"));
+  }
+  const int64_t length = session.state.position + tokens.size(1) + extra_tokens;
+  if (length > m.max_sequence_length()) {
+    return absl::ResourceExhaustedError(absl::StrCat("session '", session.id(), "' would hold ",
+                                                     length, " tokens; model '", m.name(),
+                                                     "' takes at most ", m.max_sequence_length()));
+  }
+  RETURN_IF_ERROR(sessions_.Reserve(session, m.StateBytesPerSequence(length)));
+  absl::StatusOr<at::Tensor> result = m.Forward(tokens, &session.state, output);
+  session.Publish();
+  return result;
+}
+
+absl::Status AttnServeService::RunInfer(const v1::InferRequest& request,
+                                        v1::InferResponse* response) {
+  RETURN_IF_ERROR(ValidateOutputSpec(request.output()));
+  ASSIGN_OR_RETURN(at::Tensor tokens,
+                   TokensTensor(request.tokens(), options_.max_tokens_per_request));
+  const model::OutputKind kind = ModelOutputKind(request.output());
+  at::Tensor result;
+  if (!request.session_id().empty()) {
+    ASSIGN_OR_RETURN(SessionUse session, sessions_.Get(request.session_id()));
+    const std::string& name = session->model()->name();
+    if (!request.model().empty() && request.model() != "auto" && request.model() != name) {
+      return absl::InvalidArgumentError(absl::StrCat("session '", session->id(),
+                                                     "' belongs to model '", name, "', not '",
+                                                     request.model(), "'"));
+    }
+    absl::MutexLock lock(&session->run_mu);
+    ASSIGN_OR_RETURN(result, ContinueSession(*session, tokens, kind, 0));
+    response->set_model(name);
+    response->set_policy_reason(absl::StrCat("session ", session->id(), " of model ", name));
+    response->set_session_position(session->state.position);
+  } else {
+    ASSIGN_OR_RETURN(PolicyDecision decision,
+                     policy_.Resolve(request.model(), tokens.size(1), /*stream=*/false));
+    ASSIGN_OR_RETURN(result, decision.model->Forward(tokens, nullptr, kind));
+    response->set_model(decision.model->name());
+    response->set_policy_reason(decision.reason);
+  }
+  return FillOutputs(result, request.output(), response->mutable_outputs());
+}
+
+grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* context,
+                                                  const v1::InferRequest* request,
+                                                  v1::InferResponse* response) {
+  if (absl::Status s = CheckServing(); !s.ok()) return FinishNow(context, s);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const auto arrival = std::chrono::steady_clock::now();
+  inflight_.fetch_add(1);
+  absl::Status submitted =
+      workers_.Submit([this, reactor, request, response, arrival](double queue_seconds) {
+        const auto start = std::chrono::steady_clock::now();
+        absl::Status status = RunInfer(*request, response);
+        v1::Timings* t = response->mutable_timings();
+        t->set_queue_seconds(queue_seconds);
+        t->set_compute_seconds(SecondsSince(start));
+        t->set_total_seconds(SecondsSince(arrival));
+        inflight_.fetch_sub(1);
+        reactor->Finish(ToGrpcStatus(status));
+      });
+  if (!submitted.ok()) {
+    inflight_.fetch_sub(1);
+    reactor->Finish(ToGrpcStatus(submitted));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerContext* context,
+                                                       const v1::GetSessionRequest* request,
+                                                       v1::SessionInfo* response) {
+  absl::StatusOr<SessionUse> session = sessions_.Get(request->session_id());
+  if (session.ok()) *response = (*session)->Info();
+  return FinishNow(context, session.status());
+}
+
+grpc::ServerUnaryReactor* AttnServeService::CloseSession(grpc::CallbackServerContext* context,
+                                                         const v1::CloseSessionRequest* request,
+                                                         v1::CloseSessionResponse*) {
+  return FinishNow(context, sessions_.Close(request->session_id()));
+}
+
+grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerContext* context,
+                                                         const v1::ListSessionsRequest* request,
+                                                         v1::ListSessionsResponse* response) {
+  if (request->limit() < 0) {
+    return FinishNow(context, absl::InvalidArgumentError("limit must be >= 0 (0: 1000)"));
+  }
+  for (v1::SessionInfo& info :
+       sessions_.List(request->model(), request->limit() > 0 ? request->limit() : 1000)) {
+    *response->add_sessions() = std::move(info);
+  }
+  response->set_total(sessions_.size());
+  response->set_state_bytes(sessions_.state_bytes());
+  return FinishNow(context, absl::OkStatus());
+}
+
+v1::ModelInfo AttnServeService::Describe(const model::Model& m) const {
+  v1::ModelInfo info;
+  info.set_name(m.name());
+  *info.mutable_config() = m.config();
+  info.set_causal(m.can_stream());
+  info.set_can_stream(m.can_stream());
+  info.set_max_sequence_length(m.max_sequence_length());
+  const int64_t empty = m.StateBytesPerSequence(0);
+  info.set_state_bytes_per_session(empty);
+  info.set_state_bytes_per_token(m.StateBytesPerSequence(1) - empty);
+  return info;
+}
+
+grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,
+                                                       const v1::ListModelsRequest*,
+                                                       v1::ListModelsResponse* response) {
+  for (const model::Model* m : repository_.models()) *response->add_models() = Describe(*m);
+  return FinishNow(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AttnServeService::GetModel(grpc::CallbackServerContext* context,
+                                                     const v1::GetModelRequest* request,
+                                                     v1::ModelInfo* response) {
+  const model::Model* m = repository_.Find(request->name());
+  if (m == nullptr) {
+    return FinishNow(context, policy_.Resolve(request->name(), 1, false).status().ok()
+                                  ? absl::InvalidArgumentError("name a model, not auto")
+                                  : policy_.Resolve(request->name(), 1, false).status());
+  }
+  *response = Describe(*m);
+  return FinishNow(context, absl::OkStatus());
+}
+
+}  // namespace attnserve::server

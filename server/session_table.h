@@ -1,0 +1,173 @@
+// The session table: each client's conversation with one variant (its recurrent state or KV
+// cache, its position, its last use), sharded so that lookups on different sessions do not
+// contend. It enforces a session count and a state-memory budget, expires idle sessions
+// after their TTL (a reaper thread), and evicts the least recently used idle session when
+// full if so configured. Thread-safe.
+//
+// Ownership: the table and the callers running a request share a Session through
+// shared_ptr; a closed or evicted session is marked closed and dropped from the table, and
+// whoever still holds it sees `closed()` and stops.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "attnserve/v1/inference.pb.h"
+#include "server/model/model.h"
+
+namespace attnserve::server {
+
+enum class EvictionReason { kTtl, kCapacity, kClosed };
+const char* EvictionReasonName(EvictionReason reason);  // "ttl", "capacity", "closed"
+
+class Session {
+ public:
+  Session(std::string id, const model::Model* model, absl::Duration ttl, model::ModelState state);
+
+  const std::string& id() const { return id_; }
+  const model::Model* model() const { return model_; }
+  absl::Duration ttl() const { return ttl_; }
+
+  // Held while a request runs on the session, so that one session's requests run one at a
+  // time. Everything below marked "under run_mu" is read and written only with it held.
+  absl::Mutex run_mu;
+  model::ModelState state;           // under run_mu
+  int64_t last_sequence_number = 0;  // under run_mu
+  // The results of the last appends, for retries (at most kStoredResults), under run_mu.
+  static constexpr int kStoredResults = 8;
+  std::deque<v1::AppendResult> recent_results;
+
+  // Readable without run_mu (for listings and the reaper).
+  int64_t position() const { return position_.load(); }
+  int64_t state_bytes() const { return state_bytes_.load(); }
+  int64_t last_sequence() const { return last_sequence_.load(); }
+  bool closed() const { return closed_.load(); }
+  bool attached() const { return attached_.load() > 0; }
+  absl::Time last_used() const { return absl::FromUnixNanos(last_used_ns_.load()); }
+  // In use: a request is running or queued, or a stream is attached. Such a session is never
+  // expired or evicted.
+  bool in_use() const { return users_.load() > 0 || attached_.load() > 0; }
+
+  void Touch() { last_used_ns_.store(absl::GetCurrentTimeNanos()); }
+  void Attach() { attached_.fetch_add(1); }
+  void Detach() {
+    attached_.fetch_sub(1);
+    Touch();
+  }
+  // After a request changed the state (under run_mu): publish position and sequence number.
+  void Publish() {
+    position_.store(state.position);
+    last_sequence_.store(last_sequence_number);
+  }
+
+  v1::SessionInfo Info() const;
+
+ private:
+  friend class SessionTable;
+  friend class SessionUse;
+  const std::string id_;
+  const model::Model* const model_;
+  const absl::Duration ttl_;
+  std::atomic<int64_t> position_{0};
+  std::atomic<int64_t> state_bytes_{0};
+  std::atomic<int64_t> last_sequence_{0};
+  std::atomic<int64_t> last_used_ns_;
+  std::atomic<int> users_{0};
+  std::atomic<int> attached_{0};
+  std::atomic<bool> closed_{false};
+};
+
+struct SessionLimits {
+  int64_t max_sessions = 10000;
+  int64_t state_budget_bytes = int64_t{8} << 30;
+  absl::Duration default_ttl = absl::Minutes(10);
+  absl::Duration max_ttl = absl::Hours(24);
+  // When full, evict the least recently used idle session instead of refusing.
+  bool evict_when_full = false;
+  absl::Duration reap_interval = absl::Seconds(1);
+};
+
+// Marks a session in use for the lifetime of the guard (it cannot expire or be evicted).
+class SessionUse {
+ public:
+  explicit SessionUse(std::shared_ptr<Session> session);
+  ~SessionUse();
+  SessionUse(SessionUse&&) = default;
+  Session* operator->() const { return session_.get(); }
+  Session& operator*() const { return *session_; }
+  const std::shared_ptr<Session>& get() const { return session_; }
+
+ private:
+  std::shared_ptr<Session> session_;
+};
+
+class SessionTable {
+ public:
+  // Called after a session leaves the table (closed, expired or evicted), outside any lock.
+  using EvictionListener = std::function<void(const Session&, EvictionReason)>;
+
+  explicit SessionTable(SessionLimits limits, EvictionListener listener = nullptr);
+  ~SessionTable();  // stops the reaper
+
+  // A new session of `model` with a fresh state and an id of 128 random bits. `ttl` zero
+  // means the default; above max_ttl is INVALID_ARGUMENT. RESOURCE_EXHAUSTED when the count
+  // or the memory budget is full (after evicting idle sessions, when configured).
+  absl::StatusOr<SessionUse> Create(const model::Model* model, absl::Duration ttl);
+
+  // NOT_FOUND for an unknown, expired or closed session (the message says which it may be).
+  absl::StatusOr<SessionUse> Get(const std::string& id);
+
+  // Removes the session; NOT_FOUND when it is not there.
+  absl::Status Close(const std::string& id);
+
+  // Before a request grows a session's state to `new_bytes`: reserves the difference in the
+  // budget (evicting idle sessions when configured), or RESOURCE_EXHAUSTED naming the budget.
+  absl::Status Reserve(Session& session, int64_t new_bytes);
+
+  // Removes the sessions idle beyond their TTL; returns how many. The reaper calls it.
+  int ReapExpired(absl::Time now);
+
+  std::vector<v1::SessionInfo> List(const std::string& model, int limit) const;
+  int64_t size() const { return count_.load(); }
+  int64_t state_bytes() const { return bytes_.load(); }
+  const SessionLimits& limits() const { return limits_; }
+
+ private:
+  static constexpr int kShards = 16;
+  struct Shard {
+    mutable absl::Mutex mu;
+    absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions ABSL_GUARDED_BY(mu);
+  };
+  Shard& ShardFor(const std::string& id);
+  // Takes the session out of the table and marks it closed; with only_if_idle, not when it
+  // is in use. Null when nothing was removed.
+  std::shared_ptr<Session> Remove(const std::string& id, bool only_if_idle);
+  void Evicted(const std::shared_ptr<Session>& session, EvictionReason reason);
+  // Evicts least recently used idle sessions until `count` sessions and `bytes` more bytes
+  // fit. Returns whether they fit.
+  bool MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const Session* keep);
+  std::string NewId();
+
+  const SessionLimits limits_;
+  const EvictionListener listener_;
+  Shard shards_[kShards];
+  std::atomic<int64_t> count_{0};
+  std::atomic<int64_t> bytes_{0};
+  absl::Mutex admission_mu_;  // serialises Create and Reserve's check-then-add
+
+  absl::Mutex reaper_mu_;
+  bool stop_reaper_ ABSL_GUARDED_BY(reaper_mu_) = false;
+  std::thread reaper_;
+};
+
+}  // namespace attnserve::server

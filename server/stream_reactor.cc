@@ -1,0 +1,301 @@
+// AttnServe.Stream: one session over a bidirectional stream. Messages are handled strictly
+// one after another: the next read starts only when the previous message's work (run on
+// the worker pool) is done, so appends apply in order and a slow model applies backpressure.
+// Responses are queued and written one at a time; generated tokens are written as they
+// are produced. The session outlives the stream: a broken stream leaves it for resumption.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <deque>
+#include <optional>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "server/grpc_status.h"
+#include "server/inference.h"
+#include "server/service.h"
+
+namespace attnserve::server {
+
+class AttnServeService::StreamReactor final
+    : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+ public:
+  explicit StreamReactor(AttnServeService* service) : service_(service) {
+    service_->inflight_.fetch_add(1);
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending, or the stream broke
+      EndStream(absl::OkStatus());
+      return;
+    }
+    const auto arrival = std::chrono::steady_clock::now();
+    absl::Status submitted = service_->workers_.Submit(
+        [this, arrival](double queue_seconds) { Process(arrival, queue_seconds); });
+    if (!submitted.ok()) EndStream(submitted);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::StreamResponse* next = nullptr;
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writes_.pop_front();
+      if (!ok) {
+        write_failed_ = true;
+        writes_.clear();
+      }
+      if (!writes_.empty()) {
+        next = &writes_.front();
+      } else {
+        writing_ = false;
+        finish = TakeFinishLocked();
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(finish_status_);
+  }
+
+  void OnDone() override {
+    if (session_.has_value()) (*session_)->Detach();
+    session_.reset();
+    service_->inflight_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  void Process(std::chrono::steady_clock::time_point arrival, double queue_seconds) {
+    absl::Status status = Handle(arrival, queue_seconds);
+    if (!status.ok() || closed_) {
+      EndStream(status);
+    } else {
+      StartRead(&request_);
+    }
+  }
+
+  absl::Status Handle(std::chrono::steady_clock::time_point arrival, double queue_seconds) {
+    switch (request_.kind_case()) {
+      case v1::StreamRequest::kOpen:
+        return Open(request_.open());
+      case v1::StreamRequest::kAppend:
+        return Append(request_.append(), arrival, queue_seconds);
+      case v1::StreamRequest::kClose:
+        return Close();
+      default:
+        return absl::InvalidArgumentError("empty StreamRequest: set one of open, append or close");
+    }
+  }
+
+  absl::Status Open(const v1::StreamOpen& open) {
+    if (session_.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("this stream already opened session '", (*session_)->id(), "'"));
+    }
+    if (open.ttl_seconds() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ttl_seconds must be >= 0 (0: the default), got ", open.ttl_seconds()));
+    }
+    if (open.expected_length() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expected_length must be >= 0 (0: unknown), got ", open.expected_length()));
+    }
+    std::string reason;
+    if (!open.session_id().empty()) {
+      ASSIGN_OR_RETURN(SessionUse use, service_->sessions_.Get(open.session_id()));
+      const std::string& name = use->model()->name();
+      if (!open.model().empty() && open.model() != "auto" && open.model() != name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "session '", use->id(), "' belongs to model '", name, "', not '", open.model(), "'"));
+      }
+      reason = absl::StrCat("resumed session of model ", name);
+      session_.emplace(std::move(use));
+    } else {
+      ASSIGN_OR_RETURN(PolicyDecision decision,
+                       service_->policy_.Resolve(open.model(), open.expected_length(),
+                                                 /*stream=*/true));
+      ASSIGN_OR_RETURN(SessionUse use, service_->sessions_.Create(
+                                           decision.model, absl::Seconds(open.ttl_seconds())));
+      reason = decision.reason;
+      session_.emplace(std::move(use));
+    }
+    Session& s = **session_;
+    s.Attach();
+    v1::StreamResponse response;
+    v1::StreamOpened* opened = response.mutable_opened();
+    opened->set_session_id(s.id());
+    opened->set_model(s.model()->name());
+    opened->set_policy_reason(reason);
+    opened->set_state_bytes(s.state_bytes());
+    opened->set_position(s.position());
+    opened->set_last_sequence_number(s.last_sequence());
+    Send(std::move(response));
+    return absl::OkStatus();
+  }
+
+  absl::Status Append(const v1::StreamAppend& append, std::chrono::steady_clock::time_point arrival,
+                      double queue_seconds) {
+    if (!session_.has_value()) {
+      return absl::FailedPreconditionError("append before open: send open first");
+    }
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(ValidateOutputSpec(append.output()));
+    const bool generate = append.has_generate();
+    if (generate) {
+      RETURN_IF_ERROR(ValidateGenerateSpec(append.generate(), service_->options_.max_new_tokens));
+      if (append.output().kind() == v1::OUTPUT_KIND_HIDDEN) {
+        return absl::InvalidArgumentError(
+            "generate needs logits: use an output kind other than OUTPUT_KIND_HIDDEN");
+      }
+    }
+    const int64_t seq = append.sequence_number();
+    if (seq <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence_number must start at 1 and grow by one, got ", seq));
+    }
+    Session& s = **session_;
+    absl::MutexLock lock(&s.run_mu);
+    if (seq <= s.last_sequence_number) {
+      for (const v1::AppendResult& stored : s.recent_results) {
+        if (stored.sequence_number() == seq) {
+          v1::StreamResponse response;
+          *response.mutable_result() = stored;
+          response.mutable_result()->set_replayed(true);
+          Send(std::move(response));
+          return absl::OkStatus();
+        }
+      }
+      return absl::AbortedError(absl::StrCat(
+          "sequence number ", seq,
+          " was already applied and its result is no longer kept (the "
+          "last ",
+          Session::kStoredResults, " are); the session is at ", s.last_sequence_number));
+    }
+    if (seq != s.last_sequence_number + 1) {
+      return absl::AbortedError(absl::StrCat("sequence number gap: got ", seq, ", expected ",
+                                             s.last_sequence_number + 1,
+                                             "; resend the missing appends in order"));
+    }
+    ASSIGN_OR_RETURN(at::Tensor tokens,
+                     TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
+    const int64_t new_tokens = generate ? append.generate().max_new_tokens() : 0;
+    const model::OutputKind kind = generate && append.output().kind() != v1::OUTPUT_KIND_ALL_LOGITS
+                                       ? model::OutputKind::kLastLogits
+                                       : ModelOutputKind(append.output());
+    ASSIGN_OR_RETURN(at::Tensor out, service_->ContinueSession(s, tokens, kind, new_tokens));
+
+    v1::StreamResponse response;
+    v1::AppendResult* result = response.mutable_result();
+    result->set_sequence_number(seq);
+    RETURN_IF_ERROR(FillOutputs(out, append.output(), result->mutable_outputs()));
+    if (generate) {
+      const v1::GenerateSpec& spec = append.generate();
+      std::mt19937_64 rng(spec.seed());
+      at::Tensor logits = out.dim() == 3 ? out.select(1, out.size(1) - 1) : out;
+      for (int i = 0; i < spec.max_new_tokens(); ++i) {
+        float logprob = 0;
+        const int64_t token = SampleToken(logits, spec, rng, &logprob);
+        v1::StreamResponse generated;
+        generated.mutable_generated()->set_sequence_number(seq);
+        generated.mutable_generated()->set_token(token);
+        generated.mutable_generated()->set_logprob(logprob);
+        generated.mutable_generated()->set_index(i);
+        Send(std::move(generated));
+        result->add_generated_tokens(token);
+        // Feed it back so the session continues after the generated text.
+        ASSIGN_OR_RETURN(logits, service_->ContinueSession(s, at::full({1, 1}, token, at::kLong),
+                                                           model::OutputKind::kLastLogits, 0));
+      }
+    }
+    s.last_sequence_number = seq;
+    s.Publish();
+    result->set_position(s.state.position);
+    result->set_state_bytes(s.state_bytes());
+    v1::Timings* t = result->mutable_timings();
+    t->set_queue_seconds(queue_seconds);
+    t->set_compute_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    t->set_total_seconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
+    s.recent_results.push_back(*result);
+    if (s.recent_results.size() > Session::kStoredResults) s.recent_results.pop_front();
+    Send(std::move(response));
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() {
+    if (!session_.has_value()) {
+      return absl::FailedPreconditionError("close before open: nothing to close");
+    }
+    const std::string id = (*session_)->id();
+    RETURN_IF_ERROR(service_->sessions_.Close(id));
+    v1::StreamResponse response;
+    response.mutable_closed()->set_session_id(id);
+    Send(std::move(response));
+    closed_ = true;
+    return absl::OkStatus();
+  }
+
+  // Queues a response; writes it now when no write is in flight.
+  void Send(v1::StreamResponse response) {
+    const v1::StreamResponse* start = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      if (write_failed_) return;  // the client is gone; the work still counts
+      writes_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        start = &writes_.front();
+      }
+    }
+    if (start != nullptr) StartWrite(start);
+  }
+
+  // Finishes with `status` once the queued responses are written.
+  void EndStream(const absl::Status& status) {
+    bool finish = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finish_requested_) return;
+      finish_requested_ = true;
+      finish_status_ = ToGrpcStatus(status);
+      finish = !writing_ && TakeFinishLocked();
+    }
+    if (finish) Finish(finish_status_);
+  }
+
+  bool TakeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!finish_requested_ || finished_) return false;
+    finished_ = true;
+    return true;
+  }
+
+  AttnServeService* const service_;
+  v1::StreamRequest request_;
+  std::optional<SessionUse> session_;  // touched only by the one step running at a time
+  bool closed_ = false;
+
+  absl::Mutex mu_;
+  std::deque<v1::StreamResponse> writes_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_;  // written once under mu_ before Finish
+};
+
+grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* AttnServeService::Stream(
+    grpc::CallbackServerContext*) {
+  if (absl::Status s = CheckServing(); !s.ok()) {
+    class Refused : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+     public:
+      explicit Refused(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+      void OnDone() override { delete this; }
+    };
+    return new Refused(s);
+  }
+  return new StreamReactor(this);
+}
+
+}  // namespace attnserve::server

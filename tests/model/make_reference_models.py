@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""Writes random model folders and the logits a plain PyTorch implementation computes for them.
+
+Run by tests/unit/model_test.cc with Debian's python3-torch (/usr/bin/python3). For each model
+it writes <out>/<name>/config.json, <out>/<name>/model.safetensors (written by hand: an 8-byte
+header length, the JSON header, the raw data) and <out>/<name>.expected.safetensors holding
+"tokens" (int64 as F32 values) and "logits" (float32, all positions), computed in float64.
+
+  hf_mamba:  a Hugging Face MambaForCausalLM folder (model_type "mamba", backbone.embeddings,
+             tied lm_head), its forward written here from the Mamba-1 equations.
+  attention: an attnserve config of causal softmax attention layers with gated-SiLU MLPs and
+             an untied lm_head.
+"""
+import argparse
+import json
+import math
+import os
+import struct
+
+import torch
+import torch.nn.functional as F
+
+
+def write_safetensors(path, tensors, dtype="F32"):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.contiguous()
+        if dtype == "F32":
+            data = t.to(torch.float32).numpy().tobytes()
+        elif dtype == "BF16":
+            data = t.to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        else:
+            data = t.to(torch.float16).numpy().tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    raw = json.dumps(header).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for b in blobs:
+            f.write(b)
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def mamba_mixer(x, p, cfg):
+    """Mamba-1 mixer, a loop over time, as Hugging Face's slow path computes it."""
+    d_inner = cfg["expand"] * cfg["hidden_size"]
+    n, r, k = cfg["state_size"], cfg["time_step_rank"], cfg["conv_kernel"]
+    xz = x @ p["in_proj.weight"].T
+    xs, z = xz[..., :d_inner], xz[..., d_inner:]
+    u = F.conv1d(xs.transpose(1, 2), p["conv1d.weight"], p["conv1d.bias"],
+                 padding=k - 1, groups=d_inner)[..., : x.shape[1]].transpose(1, 2)
+    u = F.silu(u)
+    x_dbl = u @ p["x_proj.weight"].T
+    dt = F.softplus(x_dbl[..., :r] @ p["dt_proj.weight"].T + p["dt_proj.bias"])
+    b_mat, c_mat = x_dbl[..., r:r + n], x_dbl[..., r + n:]
+    a = -torch.exp(p["A_log"])
+    h = torch.zeros(x.shape[0], d_inner, n, dtype=x.dtype)
+    ys = []
+    for t in range(x.shape[1]):
+        h = torch.exp(dt[:, t, :, None] * a) * h + dt[:, t, :, None] * b_mat[:, t, None, :] * u[:, t, :, None]
+        ys.append((h * c_mat[:, t, None, :]).sum(-1))
+    y = torch.stack(ys, 1) + u * p["D"]
+    y = y * F.silu(z)
+    return y @ p["out_proj.weight"].T
+
+
+def attention_mixer(x, p, cfg):
+    b, l, d = x.shape
+    h = cfg["num_heads"]
+    hd = d // h
+
+    def heads(w):
+        return (x @ w.T).view(b, l, h, hd).transpose(1, 2)
+
+    q, k, v = heads(p["q_proj.weight"]), heads(p["k_proj.weight"]), heads(p["v_proj.weight"])
+    s = q @ k.transpose(-1, -2) / math.sqrt(hd)
+    s = s.masked_fill(torch.triu(torch.ones(l, l, dtype=torch.bool), 1), float("-inf"))
+    o = torch.softmax(s, -1) @ v
+    return o.transpose(1, 2).reshape(b, l, d) @ p["o_proj.weight"].T
+
+
+def forward(tokens, w, cfg, mixer, eps, mlp):
+    x = w["backbone.embeddings.weight"][tokens]
+    for i in range(cfg["num_hidden_layers"] if "num_hidden_layers" in cfg else len(cfg["layers"])):
+        pre = f"backbone.layers.{i}."
+        p = {k[len(pre) + len("mixer."):]: v for k, v in w.items() if k.startswith(pre + "mixer.")}
+        x = x + mixer(rms_norm(x, w[pre + "norm.weight"], eps), p, cfg)
+        if mlp:
+            hn = rms_norm(x, w[pre + "mlp_norm.weight"], eps)
+            x = x + (F.silu(hn @ w[pre + "mlp.gate_proj.weight"].T) * (hn @ w[pre + "mlp.up_proj.weight"].T)) @ w[pre + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["backbone.norm_f.weight"], eps)
+    head = w["lm_head.weight"] if "lm_head.weight" in w else w["backbone.embeddings.weight"]
+    return x @ head.T
+
+
+def make_hf_mamba(out, g, weight_dtype):
+    cfg = {"model_type": "mamba", "architectures": ["MambaForCausalLM"], "vocab_size": 300,
+           "hidden_size": 48, "num_hidden_layers": 3, "state_size": 16, "conv_kernel": 4,
+           "expand": 2, "intermediate_size": 96, "time_step_rank": 3,
+           "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "use_bias": False,
+           "use_conv_bias": True, "residual_in_fp32": True}
+    d, di, n, r = cfg["hidden_size"], 96, 16, 3
+    w = {"backbone.embeddings.weight": torch.randn(300, d, generator=g)}
+    for i in range(3):
+        pre = f"backbone.layers.{i}."
+        w[pre + "norm.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+        w[pre + "mixer.A_log"] = torch.log(torch.arange(1, n + 1).float()).repeat(di, 1) + 0.1 * torch.randn(di, n, generator=g)
+        w[pre + "mixer.D"] = torch.ones(di) + 0.1 * torch.randn(di, generator=g)
+        w[pre + "mixer.conv1d.bias"] = 0.1 * torch.randn(di, generator=g)
+        w[pre + "mixer.conv1d.weight"] = 0.5 * torch.randn(di, 1, 4, generator=g)
+        w[pre + "mixer.dt_proj.bias"] = torch.log(torch.expm1(torch.rand(di, generator=g) * 0.09 + 0.01))
+        w[pre + "mixer.dt_proj.weight"] = torch.randn(di, r, generator=g) / math.sqrt(r)
+        w[pre + "mixer.in_proj.weight"] = torch.randn(2 * di, d, generator=g) / math.sqrt(d)
+        w[pre + "mixer.out_proj.weight"] = torch.randn(d, di, generator=g) / math.sqrt(di)
+        w[pre + "mixer.x_proj.weight"] = torch.randn(r + 2 * n, di, generator=g) / math.sqrt(di)
+    w["backbone.norm_f.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+    # The values the C++ side will see after conversion to float32.
+    w = {k: v.to(getattr(torch, {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[weight_dtype])).double() for k, v in w.items()}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    # mamba_ssm's spelling of the embedding, to check that it loads too.
+    stored = {("backbone.embedding.weight" if k == "backbone.embeddings.weight" else k): v for k, v in w.items()}
+    write_safetensors(os.path.join(out, "model.safetensors"), stored, weight_dtype)
+    tokens = torch.randint(0, 300, (1, 37), generator=g)
+    return tokens, forward(tokens, w, cfg, mamba_mixer, 1e-5, mlp=False)
+
+
+def make_attention(out, g):
+    cfg = {"model_type": "attnserve", "vocab_size": 200, "hidden_size": 64, "num_heads": 4,
+           "layers": ["standard", "standard"], "intermediate_size": 96, "norm_epsilon": 1e-6,
+           "tie_word_embeddings": False, "max_sequence_length": 512, "some_unknown_field": 1}
+    d, m = 64, 96
+    w = {"backbone.embeddings.weight": torch.randn(200, d, generator=g)}
+    for i in range(2):
+        pre = f"backbone.layers.{i}."
+        w[pre + "norm.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+        for name in ["q_proj", "k_proj", "v_proj", "o_proj"]:
+            w[pre + f"mixer.{name}.weight"] = torch.randn(d, d, generator=g) / math.sqrt(d)
+        w[pre + "mlp_norm.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+        w[pre + "mlp.gate_proj.weight"] = torch.randn(m, d, generator=g) / math.sqrt(d)
+        w[pre + "mlp.up_proj.weight"] = torch.randn(m, d, generator=g) / math.sqrt(d)
+        w[pre + "mlp.down_proj.weight"] = torch.randn(d, m, generator=g) / math.sqrt(m)
+    w["backbone.norm_f.weight"] = 1 + 0.1 * torch.randn(d, generator=g)
+    w["lm_head.weight"] = torch.randn(200, d, generator=g) / math.sqrt(d)
+    w = {k: v.double() for k, v in w.items()}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    write_safetensors(os.path.join(out, "model.safetensors"), w)
+    tokens = torch.randint(0, 200, (1, 45), generator=g)
+    return tokens, forward(tokens, w, cfg, attention_mixer, 1e-6, mlp=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    g = torch.Generator().manual_seed(1234)
+    for name, (tokens, logits) in {
+        "hf_mamba": make_hf_mamba(os.path.join(args.out, "hf_mamba"), g, "F32"),
+        "hf_mamba_bf16": make_hf_mamba(os.path.join(args.out, "hf_mamba_bf16"), g, "BF16"),
+        "attention": make_attention(os.path.join(args.out, "attention"), g),
+    }.items():
+        write_safetensors(os.path.join(args.out, name + ".expected.safetensors"),
+                          {"tokens": tokens.double(), "logits": logits})
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

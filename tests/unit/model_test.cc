@@ -1,0 +1,310 @@
+// Models: the default repository, folders on disk (ours and Hugging Face Mamba's) against a
+// plain PyTorch implementation, streaming equivalence, and session-state serialization.
+#include "server/model/model.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "server/model/default_models.h"
+#include "server/model/model_config.h"
+#include "server/model/model_io.h"
+#include "server/model/model_repository.h"
+#include "server/model/safetensors.h"
+#include "server/model/state_serialization.h"
+#include "tests/unit/test_util.h"
+
+namespace attnserve::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() /
+                 ("attnserve_model_test_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+at::Tensor Tokens(std::vector<int64_t> ids) {
+  return at::tensor(ids, at::kLong).view({1, static_cast<int64_t>(ids.size())});
+}
+
+at::Tensor RandomTokens(int64_t len, int64_t vocab, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randint(0, vocab, {1, len}, gen, at::kLong);
+}
+
+TEST(DefaultModelsTest, FiveVariantsOfTheSameSize) {
+  auto repo = ModelRepository::BuildDefault();
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  std::vector<std::string> names;
+  for (const Model* m : (*repo)->models()) {
+    names.push_back(m->name());
+    EXPECT_EQ(m->config().hidden_size(), 256);
+    EXPECT_EQ(m->config().layers_size(), 4);
+    EXPECT_EQ(m->vocab_size(), 4096);
+    EXPECT_EQ(m->can_stream(), m->name() != "linformer") << m->name();
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"hybrid", "linear", "linformer", "mamba", "standard"}));
+  const Model* hybrid = (*repo)->Find("hybrid");
+  EXPECT_EQ(hybrid->config().layers(3), "standard");
+  EXPECT_EQ((*repo)->Find("nope"), nullptr);
+  // Fixed seeds: building again gives the same model.
+  auto again = BuildDefaultModel("mamba");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->fingerprint(), (*repo)->Find("mamba")->fingerprint());
+  EXPECT_NE((*repo)->Find("mamba")->fingerprint(), hybrid->fingerprint());
+}
+
+TEST(DefaultModelsTest, WrittenFoldersLoadBackWithTheSameLogits) {
+  fs::path dir = TempDir("roundtrip");
+  for (const std::string& name : DefaultModelNames()) {
+    auto model = BuildDefaultModel(name);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_TRUE(WriteModelFolder(**model, (dir / name).string()).ok());
+  }
+  std::ifstream config(dir / "mamba" / "config.json");
+  std::string json((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"model_type\": \"mamba\""), std::string::npos) << json;
+
+  auto repo = ModelRepository::LoadFolder(dir.string());
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  at::Tensor tokens = RandomTokens(50, 4096, 1);
+  for (const std::string& name : DefaultModelNames()) {
+    auto built = BuildDefaultModel(name);
+    const Model* loaded = (*repo)->Find(name);
+    ASSERT_NE(loaded, nullptr) << name;
+    EXPECT_EQ(loaded->fingerprint(), (*built)->fingerprint()) << name;
+    auto a = (*built)->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    auto b = loaded->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    ASSERT_TRUE(a.ok() && b.ok()) << name;
+    EXPECT_TRUE(at::equal(*a, *b)) << name;
+    EXPECT_GT((*repo)->load_seconds(name), 0.0);
+  }
+  fs::remove_all(dir);
+}
+
+class PythonReferenceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(TempDir("python"));
+    const std::string cmd = std::string("/usr/bin/python3 ") + ATTNSERVE_SOURCE_DIR +
+                            "/tests/model/make_reference_models.py --out " + dir_->string() +
+                            " > " + (*dir_ / "log.txt").string() + " 2>&1";
+    status_ = std::system(cmd.c_str());
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  void Check(const std::string& name, double tolerance) {
+    ASSERT_EQ(status_, 0) << "make_reference_models.py failed; see " << (*dir_ / "log.txt");
+    auto model = LoadModelFolder((*dir_ / name).string(), name);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto expected = SafetensorsFile::Open((*dir_ / (name + ".expected.safetensors")).string());
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    at::Tensor tokens = (*expected)->LoadFloat32("tokens").value().to(at::kLong);
+    at::Tensor want = (*expected)->LoadFloat32("logits").value();
+    auto got = (*model)->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_LE(testing::MaxRelativeError(*got, want), tolerance) << name;
+
+    // The same through a session: chunks, then single steps.
+    if ((*model)->can_stream()) {
+      auto state = (*model)->NewState();
+      ASSERT_TRUE(state.ok());
+      std::vector<at::Tensor> parts;
+      const int64_t len = tokens.size(1);
+      parts.push_back(*(*model)->Forward(tokens.narrow(1, 0, 20), &*state, OutputKind::kAllLogits));
+      for (int64_t t = 20; t < len; ++t) {
+        parts.push_back(
+            *(*model)->Forward(tokens.narrow(1, t, 1), &*state, OutputKind::kAllLogits));
+      }
+      EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), want), tolerance) << name;
+    }
+  }
+  static fs::path* dir_;
+  static int status_;
+};
+fs::path* PythonReferenceTest::dir_ = nullptr;
+int PythonReferenceTest::status_ = -1;
+
+TEST_F(PythonReferenceTest, HuggingFaceMambaFolderMatchesPyTorch) { Check("hf_mamba", 1e-4); }
+TEST_F(PythonReferenceTest, Bfloat16MambaFolderMatchesPyTorch) { Check("hf_mamba_bf16", 1e-4); }
+TEST_F(PythonReferenceTest, AttentionFolderMatchesPyTorch) { Check("attention", 1e-4); }
+
+class ModelStreamingTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelStreamingTest, ChunksStepsAndSerializedStatesEqualOneWholePass) {
+  auto model = BuildDefaultModel(GetParam());
+  ASSERT_TRUE(model.ok());
+  const Model& m = **model;
+  at::Tensor tokens = RandomTokens(90, m.vocab_size(), 2);
+  at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
+
+  auto state = m.NewState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  std::vector<at::Tensor> parts;
+  parts.push_back(*m.Forward(tokens.narrow(1, 0, 33), &*state, OutputKind::kAllLogits));
+  EXPECT_EQ(state->position, 33);
+  // Serialize mid-sequence, restore, continue on the restored copy.
+  const std::string bytes = SerializeState(m, *state);
+  EXPECT_LE(static_cast<int64_t>(bytes.size()), m.StateBytesPerSequence(33) + 4096);
+  auto restored = DeserializeState(m, bytes);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->position, 33);
+  parts.push_back(*m.Forward(tokens.narrow(1, 33, 40), &*restored, OutputKind::kAllLogits));
+  for (int64_t t = 73; t < 90; ++t) {
+    parts.push_back(*m.Forward(tokens.narrow(1, t, 1), &*restored, OutputKind::kAllLogits));
+  }
+  EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), whole), 1e-5);
+
+  auto last = m.Forward(tokens, nullptr, OutputKind::kLastLogits);
+  ASSERT_EQ(last->sizes(), at::IntArrayRef({1, m.vocab_size()}));
+  EXPECT_TRUE(at::allclose(*last, whole.select(1, 89)));
+  auto hidden = m.Forward(tokens, nullptr, OutputKind::kHidden);
+  EXPECT_EQ(hidden->sizes(), at::IntArrayRef({1, 90, 256}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Defaults, ModelStreamingTest,
+                         ::testing::Values("standard", "linear", "mamba", "hybrid"));
+
+TEST(StateSerializationTest, RefusesCorruptTruncatedAndForeignStates) {
+  auto mamba = BuildDefaultModel("mamba");
+  auto hybrid = BuildDefaultModel("hybrid");
+  auto state = (*mamba)->NewState();
+  ASSERT_TRUE((*mamba)->Forward(Tokens({1, 2, 3}), &*state, OutputKind::kLastLogits).ok());
+  std::string bytes = SerializeState(**mamba, *state);
+
+  auto foreign = DeserializeState(**hybrid, bytes);
+  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(foreign.status().message().find("another model"), std::string::npos);
+
+  std::string corrupt = bytes;
+  corrupt[corrupt.size() / 2] ^= 0x40;
+  EXPECT_EQ(DeserializeState(**mamba, corrupt).status().code(), absl::StatusCode::kDataLoss);
+
+  EXPECT_NE(DeserializeState(**mamba, bytes.substr(0, 10)).status().message().find("bad magic"),
+            std::string::npos);
+  // Truncated but with a valid checksum over what is left.
+  std::string cut = bytes.substr(0, 40);
+  uint32_t crc = Crc32(cut);
+  cut.append(reinterpret_cast<const char*>(&crc), 4);
+  EXPECT_NE(DeserializeState(**mamba, cut).status().message().find("truncated"), std::string::npos)
+      << DeserializeState(**mamba, cut).status();
+  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);  // the standard check value
+}
+
+TEST(ModelTest, RejectsBadTokensWithMessages) {
+  auto model = BuildDefaultModel("linformer");
+  const Model& m = **model;
+  auto out_of_vocab = m.Forward(Tokens({1, 4096}), nullptr, OutputKind::kLastLogits);
+  EXPECT_NE(
+      out_of_vocab.status().message().find("token id 4096 is outside the vocabulary [0, 4096)"),
+      std::string::npos)
+      << out_of_vocab.status();
+  EXPECT_NE(m.Forward(Tokens({-1}), nullptr, OutputKind::kLastLogits)
+                .status()
+                .message()
+                .find("token id -1"),
+            std::string::npos);
+  EXPECT_EQ(
+      m.Forward(at::zeros({1, 0}, at::kLong), nullptr, OutputKind::kLastLogits).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.Forward(at::zeros({1, 3}), nullptr, OutputKind::kLastLogits)
+                .status()
+                .message()
+                .find("expected int64 (batch, length), got float32 (1, 3)"),
+            std::string::npos);
+  auto too_long = m.Forward(at::zeros({1, 32769}, at::kLong), nullptr, OutputKind::kLastLogits);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(too_long.status().message().find("32769"), std::string::npos);
+  EXPECT_EQ(m.NewState().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ModelConfigTest, ParsesOursAndHuggingFaceAndRejectsBadConfigs) {
+  auto ours = ParseModelConfigJson(
+      R"({"vocab_size": 10, "hidden_size": 32, "num_heads": 2, "layers": ["linear", "mamba"],
+          "future_field": {"x": 1}})");
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  EXPECT_EQ(ours->state_size(), 16);
+  EXPECT_EQ(ours->layers(1), "mamba");
+
+  auto hf = ParseModelConfigJson(
+      R"({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24,
+          "vocab_size": 50280, "time_step_rank": 48, "layer_norm_epsilon": 1e-5})");
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_EQ(hf->layers_size(), 24);
+  EXPECT_TRUE(hf->tie_word_embeddings());
+  EXPECT_EQ(LayerMixerConfig(*hf, 0).resolved_dt_rank(), 48);
+
+  struct Bad {
+    const char* json;
+    const char* message;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"{not json", "not a JSON object"},
+           {R"({"vocab_size": 10, "hidden_size": 32, "layers": ["lstm"]})",
+            "layers[0]: unknown mixer 'lstm'"},
+           {R"({"vocab_size": 10, "hidden_size": 30, "num_heads": 4, "layers": ["standard"]})",
+            "must be a multiple of num_heads"},
+           {R"({"vocab_size": 10, "hidden_size": 32})", "layers is empty"},
+           {R"({"hidden_size": 32, "layers": ["mamba"]})", "vocab_size must be > 0"},
+           {R"({"model_type": "mamba", "use_bias": true})", "'use_bias': true is not supported"},
+           {R"({"model_type": "mamba", "hidden_size": 7.5})", "'hidden_size' must be an integer"},
+       }) {
+    auto parsed = ParseModelConfigJson(bad.json);
+    EXPECT_FALSE(parsed.ok()) << bad.json;
+    EXPECT_NE(parsed.status().message().find(bad.message), std::string::npos)
+        << parsed.status() << " for " << bad.json;
+  }
+}
+
+TEST(ModelIoTest, FolderErrorsNameTheTensorAndBothShapes) {
+  fs::path dir = TempDir("io_errors");
+  auto model = BuildDefaultModel("mamba");
+  ASSERT_TRUE(WriteModelFolder(**model, (dir / "ok").string()).ok());
+  std::vector<std::pair<std::string, at::Tensor>> weights = (*model)->NamedWeights();
+
+  auto write_variant = [&](const std::string& name,
+                           std::vector<std::pair<std::string, at::Tensor>> w) {
+    fs::create_directories(dir / name);
+    fs::copy_file(dir / "ok" / "config.json", dir / name / "config.json");
+    EXPECT_TRUE(WriteSafetensors((dir / name / "model.safetensors").string(), w, {}).ok());
+    return LoadModelFolder((dir / name).string(), name).status();
+  };
+  auto missing = weights;
+  missing.pop_back();
+  EXPECT_NE(write_variant("missing", missing)
+                .message()
+                .find("missing tensor 'backbone.norm_f.weight' of shape (256)"),
+            std::string::npos);
+  auto misshapen = weights;
+  misshapen[1].second = at::zeros({7});
+  EXPECT_NE(
+      write_variant("misshapen", misshapen)
+          .message()
+          .find("tensor 'backbone.layers.0.norm.weight' has shape (7), config.json implies (256)"),
+      std::string::npos)
+      << write_variant("misshapen2", misshapen);
+  auto extra = weights;
+  extra.emplace_back("backbone.layers.9.norm.weight", at::zeros({256}));
+  EXPECT_NE(write_variant("extra", extra)
+                .message()
+                .find("unexpected tensor 'backbone.layers.9.norm.weight'"),
+            std::string::npos);
+  EXPECT_EQ(LoadModelFolder((dir / "absent").string(), "absent").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(ModelRepository::LoadFolder((dir / "absent").string()).status().code(),
+            absl::StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace attnserve::model
