@@ -65,6 +65,9 @@ struct Options {
   int64_t context = 1024;
   int64_t steps = 256;
   int64_t seed = 0;
+  // Prefill and core cases: fewer timed runs (at least one) when --repeats runs at the
+  // warm-up's pace would take longer than this; 0: no cap.
+  int64_t time_cap_s = 0;
 };
 
 // What a case times: a whole-sequence Prefill of the mixer, Step calls after a context, or
@@ -102,6 +105,7 @@ struct Result {
 const char* kUsage =
     "usage: attnserve_kernel_bench --case NAME [--seq-len L] [--threads T] [--repeats N]\n"
     "         [--warmup W] [--context C] [--steps S] [--seed X]\n"
+    "         [--time-cap-s S]\n"
     "cases: standard_causal standard_step standard_causal_core linformer linear_causal\n"
     "       linear_step linear_causal_core mamba_prefill mamba_step\n";
 
@@ -124,14 +128,15 @@ absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
       o.case_name = value;
       continue;
     }
-    int64_t* field = arg == "--seq-len"   ? &o.seq_len
-                     : arg == "--threads" ? &o.threads
-                     : arg == "--repeats" ? &o.repeats
-                     : arg == "--warmup"  ? &o.warmup
-                     : arg == "--context" ? &o.context
-                     : arg == "--steps"   ? &o.steps
-                     : arg == "--seed"    ? &o.seed
-                                          : nullptr;
+    int64_t* field = arg == "--seq-len"      ? &o.seq_len
+                     : arg == "--threads"    ? &o.threads
+                     : arg == "--repeats"    ? &o.repeats
+                     : arg == "--warmup"     ? &o.warmup
+                     : arg == "--context"    ? &o.context
+                     : arg == "--steps"      ? &o.steps
+                     : arg == "--seed"       ? &o.seed
+                     : arg == "--time-cap-s" ? &o.time_cap_s
+                                             : nullptr;
     if (field == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag ", arg, "\n", kUsage));
     }
@@ -213,8 +218,15 @@ absl::StatusOr<Result> TimeRepeated(const Options& o,
   Result r;
   r.peak_rss_exact = ResetPeakRss();
   const int64_t base = ProcStatusBytes("VmRSS");
+  const double warm_start = Now();
   for (int64_t i = 0; i < o.warmup; ++i) RETURN_IF_ERROR(run_once());
-  for (int64_t i = 0; i < o.repeats; ++i) {
+  int64_t repeats = o.repeats;
+  if (o.time_cap_s > 0 && o.warmup > 0) {
+    const double per_run = (Now() - warm_start) / static_cast<double>(o.warmup);
+    const auto fit = static_cast<int64_t>(static_cast<double>(o.time_cap_s) / per_run);
+    repeats = std::max<int64_t>(1, std::min(repeats, fit));
+  }
+  for (int64_t i = 0; i < repeats; ++i) {
     const double t0 = Now();
     absl::Status status = run_once();
     r.times.push_back(Now() - t0);
@@ -323,7 +335,7 @@ int Main(int argc, char** argv) {
   if (step) {
     absl::StrAppend(&head, ",\"context\":", o.context, ",\"steps\":", o.steps);
   } else {
-    absl::StrAppend(&head, ",\"seq_len\":", o.seq_len, ",\"repeats\":", o.repeats);
+    absl::StrAppend(&head, ",\"seq_len\":", o.seq_len);
   }
 
   const MixerConfig config = ConfigFor(*info, o);
@@ -351,7 +363,9 @@ int Main(int argc, char** argv) {
   const double tokens = step ? 1.0 : static_cast<double>(o.seq_len);
   std::string times;
   for (double t : r.times) absl::StrAppend(&times, times.empty() ? "" : ",", JsonDouble(t));
+  const double fastest = *std::min_element(r.times.begin(), r.times.end());
   std::string line = absl::StrCat(head, ",\"status\":\"ok\",\"seconds\":", JsonDouble(r.seconds),
+                                  ",\"min_seconds\":", JsonDouble(fastest),
                                   ",\"tokens_per_s\":", JsonDouble(tokens / r.seconds),
                                   ",\"peak_rss_increase_bytes\":", r.peak_rss_increase_bytes,
                                   ",\"peak_rss_exact\":", r.peak_rss_exact ? "true" : "false");
@@ -360,7 +374,9 @@ int Main(int argc, char** argv) {
                     ",\"state_bytes\":", r.state_bytes);
   }
   // Per-step times are many; the summary is enough for step cases.
-  if (!step) absl::StrAppend(&line, ",\"times\":[", times, "]");
+  if (!step) {
+    absl::StrAppend(&line, ",\"repeats\":", r.times.size(), ",\"times\":[", times, "]");
+  }
   std::printf("%s}\n", line.c_str());
   return 0;
 }

@@ -82,9 +82,10 @@ def parse_args():
     p.add_argument("--no-baselines", action="store_true", help="attnserve cases only")
     p.add_argument("--mem-cap-gib", type=float, default=12.0,
                    help="baselines estimated to need more are skipped")
-    p.add_argument("--time-cap-s", type=float, default=300.0,
-                   help="a baseline whose warm-up run exceeds this is skipped; every "
-                        "subprocess is killed after 3x this + 60 s")
+    p.add_argument("--time-cap-s", type=float, default=120.0,
+                   help="timed runs of a case are cut (to at least one) to fit in about "
+                        "this; a baseline whose warm-up exceeds it is skipped; a subprocess "
+                        "is killed after 3x this + 60 s")
     p.add_argument("--json", metavar="FILE", help="write every result and target here")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny sizes, one repeat; checks for errors, not speed")
@@ -194,7 +195,8 @@ def main():
             if step:
                 cmd += ["--context", str(length), "--steps", str(args.steps)]
             else:
-                cmd += ["--seq-len", str(length), "--repeats", str(args.repeats)]
+                cmd += ["--seq-len", str(length), "--repeats", str(args.repeats),
+                        "--time-cap-s", str(int(args.time_cap_s))]
             results[key] = run_json(cmd, timeout_s, args.threads, f"attnserve {case} {length}")
         return results[key]
 

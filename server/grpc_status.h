@@ -12,4 +12,7 @@ namespace attnserve::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// "OK", "INVALID_ARGUMENT", ... as gRPC spells the codes (for metric labels and logs).
+const char* GrpcCodeName(grpc::StatusCode code);
+
 }  // namespace attnserve::server

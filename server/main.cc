@@ -2,9 +2,15 @@
 // with health checking and reflection, until SIGTERM or SIGINT; then drains: health goes
 // NOT_SERVING, new calls are refused, calls in flight get --drain_deadline_s to finish.
 #include <ATen/Parallel.h>
+#include <CivetServer.h>
+#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/version.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
@@ -17,6 +23,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/common/cuda_device.h"
+#include "server/metrics.h"
+#include "server/metrics_endpoint.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/service.h"
@@ -25,6 +33,8 @@
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
+ABSL_FLAG(int, metrics_port, 9090,
+          "Port of the Prometheus endpoint /metrics (0: pick a free one and print it; -1: off).");
 ABSL_FLAG(std::string, model_repository, "",
           "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
           "default models standard, linformer, linear, mamba and hybrid.");
@@ -63,6 +73,18 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "attnserve-server [--port=50051] [--model_repository=DIR] [--policy=RULES] ...");
   absl::ParseCommandLine(argc, argv);
+  // The metrics endpoint first: it is useful while models load.
+  server::ServerMetrics metrics;
+  std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    auto endpoint =
+        server::MetricsEndpoint::Start(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_metrics_port),
+                                       {metrics.registry(), metrics.collector()});
+    if (!endpoint.ok()) return Fail(std::string(endpoint.status().message()));
+    metrics_endpoint = *std::move(endpoint);
+    std::cout << "metrics on " << absl::GetFlag(FLAGS_host) << ":" << metrics_endpoint->port()
+              << "/metrics" << std::endl;
+  }
   at::set_num_threads(std::max(1, absl::GetFlag(FLAGS_intra_op_threads)));
 
   const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);
@@ -89,7 +111,15 @@ int main(int argc, char** argv) {
   if (limits.default_ttl <= absl::ZeroDuration() || limits.max_ttl < limits.default_ttl) {
     return Fail("--session_ttl_s must be > 0 and <= --max_session_ttl_s");
   }
-  server::SessionTable sessions(limits);
+  metrics.SetBuildInfo(ATTNSERVE_VERSION, kernels::BuiltWithCuda() ? "built" : "none",
+                       TORCH_VERSION);
+  for (const model::Model* m : (*repository)->models()) {
+    metrics.SetModelLoadSeconds(m->name(), (*repository)->load_seconds(m->name()));
+  }
+  server::SessionTable sessions(limits,
+                                [&metrics](const server::Session&, server::EvictionReason reason) {
+                                  metrics.RecordEviction(reason);
+                                });
 
   int workers = absl::GetFlag(FLAGS_workers);
   if (workers <= 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -98,8 +128,15 @@ int main(int argc, char** argv) {
   server::ServiceOptions options;
   options.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
   options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  options.metrics = &metrics;
   server::AttnServeService service(**repository, *policy, sessions, pool, options);
 
+  server::ServerMetrics::Sources sources;
+  sources.sessions = &sessions;
+  for (const model::Model* m : (*repository)->models()) sources.variants.push_back(m->name());
+  sources.inflight = [&service] { return service.inflight(); };
+  sources.queue_depth = [&pool] { return pool.queue_depth(); };
+  metrics.SetSources(std::move(sources));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

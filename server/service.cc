@@ -42,6 +42,27 @@ absl::Status AttnServeService::CheckServing() const {
   return absl::OkStatus();
 }
 
+void AttnServeService::Record(const char* rpc, const std::string& variant,
+                              const absl::Status& status, double seconds) const {
+  if (options_.metrics == nullptr) return;
+  // Only served variants become label values: a client's made-up model name must not.
+  const std::string label = repository_.Find(variant) != nullptr ? variant : "none";
+  options_.metrics->RecordRequest(rpc, label, GrpcCodeName(ToGrpcStatus(status).error_code()),
+                                  seconds);
+}
+
+void AttnServeService::CountTokens(const std::string& variant, int64_t tokens,
+                                   bool on_session) const {
+  if (options_.metrics == nullptr) return;
+  options_.metrics->AddTokens(variant, tokens == 1 && on_session ? "decode" : "prefill", tokens);
+}
+
+void AttnServeService::CountDecision(const PolicyDecision& decision) const {
+  if (options_.metrics == nullptr) return;
+  options_.metrics->RecordPolicyDecision(
+      decision.model->name(), decision.rule > 0 ? std::to_string(decision.rule) : "named");
+}
+
 absl::StatusOr<at::Tensor> AttnServeService::ContinueSession(Session& session,
                                                              const at::Tensor& tokens,
                                                              model::OutputKind output,
@@ -77,16 +98,20 @@ absl::Status AttnServeService::RunInfer(const v1::InferRequest& request,
                                                      "' belongs to model '", name, "', not '",
                                                      request.model(), "'"));
     }
+    response->set_model(name);
     absl::MutexLock lock(&session->run_mu);
     ASSIGN_OR_RETURN(result, ContinueSession(*session, tokens, kind, 0));
-    response->set_model(name);
+    if (options_.metrics != nullptr) options_.metrics->RecordPolicyDecision(name, "session");
+    CountTokens(name, tokens.size(1), /*on_session=*/true);
     response->set_policy_reason(absl::StrCat("session ", session->id(), " of model ", name));
     response->set_session_position(session->state.position);
   } else {
     ASSIGN_OR_RETURN(PolicyDecision decision,
                      policy_.Resolve(request.model(), tokens.size(1), /*stream=*/false));
-    ASSIGN_OR_RETURN(result, decision.model->Forward(tokens, nullptr, kind));
     response->set_model(decision.model->name());
+    ASSIGN_OR_RETURN(result, decision.model->Forward(tokens, nullptr, kind));
+    CountDecision(decision);
+    CountTokens(decision.model->name(), tokens.size(1), /*on_session=*/false);
     response->set_policy_reason(decision.reason);
   }
   return FillOutputs(result, request.output(), response->mutable_outputs());
@@ -95,9 +120,12 @@ absl::Status AttnServeService::RunInfer(const v1::InferRequest& request,
 grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* context,
                                                   const v1::InferRequest* request,
                                                   v1::InferResponse* response) {
-  if (absl::Status s = CheckServing(); !s.ok()) return FinishNow(context, s);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const auto arrival = std::chrono::steady_clock::now();
+  if (absl::Status s = CheckServing(); !s.ok()) {
+    Record("Infer", request->model(), s, SecondsSince(arrival));
+    return FinishNow(context, s);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   inflight_.fetch_add(1);
   absl::Status submitted =
       workers_.Submit([this, reactor, request, response, arrival](double queue_seconds) {
@@ -107,11 +135,16 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
         t->set_queue_seconds(queue_seconds);
         t->set_compute_seconds(SecondsSince(start));
         t->set_total_seconds(SecondsSince(arrival));
+        Record("Infer", response->model(), status, t->total_seconds());
+        if (options_.metrics != nullptr && !response->model().empty()) {
+          options_.metrics->RecordQueue(response->model(), queue_seconds);
+        }
         inflight_.fetch_sub(1);
         reactor->Finish(ToGrpcStatus(status));
       });
   if (!submitted.ok()) {
     inflight_.fetch_sub(1);
+    Record("Infer", request->model(), submitted, SecondsSince(arrival));
     reactor->Finish(ToGrpcStatus(submitted));
   }
   return reactor;
@@ -120,15 +153,20 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerContext* context,
                                                        const v1::GetSessionRequest* request,
                                                        v1::SessionInfo* response) {
+  const auto arrival = std::chrono::steady_clock::now();
   absl::StatusOr<SessionUse> session = sessions_.Get(request->session_id());
   if (session.ok()) *response = (*session)->Info();
+  Record("GetSession", "", session.status(), SecondsSince(arrival));
   return FinishNow(context, session.status());
 }
 
 grpc::ServerUnaryReactor* AttnServeService::CloseSession(grpc::CallbackServerContext* context,
                                                          const v1::CloseSessionRequest* request,
                                                          v1::CloseSessionResponse*) {
-  return FinishNow(context, sessions_.Close(request->session_id()));
+  const auto arrival = std::chrono::steady_clock::now();
+  absl::Status status = sessions_.Close(request->session_id());
+  Record("CloseSession", "", status, SecondsSince(arrival));
+  return FinishNow(context, status);
 }
 
 grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerContext* context,
@@ -143,6 +181,7 @@ grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerCon
   }
   response->set_total(sessions_.size());
   response->set_state_bytes(sessions_.state_bytes());
+  Record("ListSessions", "", absl::OkStatus(), 0);
   return FinishNow(context, absl::OkStatus());
 }
 
@@ -163,6 +202,7 @@ grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerConte
                                                        const v1::ListModelsRequest*,
                                                        v1::ListModelsResponse* response) {
   for (const model::Model* m : repository_.models()) *response->add_models() = Describe(*m);
+  Record("ListModels", "", absl::OkStatus(), 0);
   return FinishNow(context, absl::OkStatus());
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "attnserve/v1/inference.grpc.pb.h"
+#include "server/metrics.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/session_table.h"
@@ -17,6 +18,7 @@ namespace attnserve::server {
 struct ServiceOptions {
   int64_t max_tokens_per_request = 65536;
   int max_new_tokens = 1024;
+  ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
 };
 
 class AttnServeService final : public v1::AttnServe::CallbackService {
@@ -60,6 +62,12 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   // the new position.
   absl::StatusOr<at::Tensor> ContinueSession(Session& session, const at::Tensor& tokens,
                                              model::OutputKind output, int64_t extra_tokens);
+  // Metrics hooks (no-ops without metrics).
+  void Record(const char* rpc, const std::string& variant, const absl::Status& status,
+              double seconds) const;
+  void CountTokens(const std::string& variant, int64_t tokens, bool on_session) const;
+  void CountDecision(const PolicyDecision& decision) const;
+
   absl::Status RunInfer(const v1::InferRequest& request, v1::InferResponse* response);
   v1::ModelInfo Describe(const model::Model& model) const;
 

@@ -77,8 +77,10 @@ SessionTable::Shard& SessionTable::ShardFor(const std::string& id) {
 }
 
 std::string SessionTable::NewId() {
-  thread_local absl::BitGen gen;
-  const uint64_t hi = absl::Uniform<uint64_t>(gen), lo = absl::Uniform<uint64_t>(gen);
+  // A shared generator rather than a thread_local one: static TLS is scarce in this process
+  // (civetweb's threads under the metrics endpoint have small stacks that must hold it).
+  absl::MutexLock lock(&id_mu_);
+  const uint64_t hi = absl::Uniform<uint64_t>(id_gen_), lo = absl::Uniform<uint64_t>(id_gen_);
   return absl::StrFormat("%016x%016x", hi, lo);
 }
 
@@ -226,6 +228,19 @@ std::vector<v1::SessionInfo> SessionTable::List(const std::string& model, int li
     }
   }
   return out;
+}
+
+std::map<std::string, SessionTable::ModelStats> SessionTable::StatsByModel() const {
+  std::map<std::string, ModelStats> stats;
+  for (const Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    for (const auto& [id, s] : shard.sessions) {
+      ModelStats& m = stats[s->model()->name()];
+      ++m.sessions;
+      m.state_bytes += s->state_bytes();
+    }
+  }
+  return stats;
 }
 
 }  // namespace attnserve::server

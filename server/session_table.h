@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -138,6 +140,13 @@ class SessionTable {
   int ReapExpired(absl::Time now);
 
   std::vector<v1::SessionInfo> List(const std::string& model, int limit) const;
+
+  struct ModelStats {
+    int64_t sessions = 0;
+    int64_t state_bytes = 0;
+  };
+  // Sessions and state bytes by model name (only models with sessions).
+  std::map<std::string, ModelStats> StatsByModel() const;
   int64_t size() const { return count_.load(); }
   int64_t state_bytes() const { return bytes_.load(); }
   const SessionLimits& limits() const { return limits_; }
@@ -164,6 +173,8 @@ class SessionTable {
   std::atomic<int64_t> count_{0};
   std::atomic<int64_t> bytes_{0};
   absl::Mutex admission_mu_;  // serialises Create and Reserve's check-then-add
+  absl::Mutex id_mu_;
+  absl::BitGen id_gen_ ABSL_GUARDED_BY(id_mu_);
 
   absl::Mutex reaper_mu_;
   bool stop_reaper_ ABSL_GUARDED_BY(reaper_mu_) = false;

@@ -67,7 +67,19 @@ class AttnServeService::StreamReactor final
 
  private:
   void Process(std::chrono::steady_clock::time_point arrival, double queue_seconds) {
+    const v1::StreamRequest::KindCase kind = request_.kind_case();
     absl::Status status = Handle(arrival, queue_seconds);
+    const std::string variant = session_.has_value() ? (*session_)->model()->name() : "";
+    service_->Record(
+        kind == v1::StreamRequest::kOpen     ? "StreamOpen"
+        : kind == v1::StreamRequest::kAppend ? "StreamAppend"
+        : kind == v1::StreamRequest::kClose  ? "StreamClose"
+                                             : "StreamEmpty",
+        variant, status,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
+    if (service_->options_.metrics != nullptr) {
+      service_->options_.metrics->RecordQueue(variant, queue_seconds);
+    }
     if (!status.ok() || closed_) {
       EndStream(status);
     } else {
@@ -118,6 +130,7 @@ class AttnServeService::StreamReactor final
       ASSIGN_OR_RETURN(SessionUse use, service_->sessions_.Create(
                                            decision.model, absl::Seconds(open.ttl_seconds())));
       reason = decision.reason;
+      service_->CountDecision(decision);
       session_.emplace(std::move(use));
     }
     Session& s = **session_;
@@ -184,6 +197,7 @@ class AttnServeService::StreamReactor final
                                        ? model::OutputKind::kLastLogits
                                        : ModelOutputKind(append.output());
     ASSIGN_OR_RETURN(at::Tensor out, service_->ContinueSession(s, tokens, kind, new_tokens));
+    service_->CountTokens(s.model()->name(), tokens.size(1), /*on_session=*/true);
 
     v1::StreamResponse response;
     v1::AppendResult* result = response.mutable_result();
@@ -203,6 +217,10 @@ class AttnServeService::StreamReactor final
         generated.mutable_generated()->set_index(i);
         Send(std::move(generated));
         result->add_generated_tokens(token);
+        if (ServerMetrics* metrics = service_->options_.metrics) {
+          metrics->AddTokens(s.model()->name(), "generate", 1);
+          metrics->AddTokens(s.model()->name(), "decode", 1);
+        }
         // Feed it back so the session continues after the generated text.
         ASSIGN_OR_RETURN(logits, service_->ContinueSession(s, at::full({1, 1}, token, at::kLong),
                                                            model::OutputKind::kLastLogits, 0));

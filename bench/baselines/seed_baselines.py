@@ -403,6 +403,7 @@ def run_case(args):
         repeats=repeats,
         warmup_seconds=warm,
         seconds=seconds,
+        min_seconds=min(times),
         times=times,
         tokens_per_s=args.seq_len / seconds,
         peak_rss_increase_bytes=max(0, peak_kib - base_kib) * 1024,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 namespace attnserve::load {
 namespace {
@@ -96,8 +97,7 @@ PhaseRun RunPhase(const std::vector<std::unique_ptr<attnserve::v1::AttnServe::St
   shared.cv.wait(lock, [&] { return shared.inflight == 0; });
   PhaseRun run;
   if (shared.any_measured_done) {
-    run.window_s =
-        std::chrono::duration<double>(shared.last_measured_done - measure_start).count();
+    run.window_s = std::chrono::duration<double>(shared.last_measured_done - measure_start).count();
   }
   return run;
 }

@@ -7,15 +7,25 @@
 
 namespace attnserve::load {
 
-std::string JsonWriter::Quote(std::string_view s) {
+std::string JsonWriter::Quote(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += absl::StrFormat("\\u%04x", static_cast<int>(c));
@@ -46,7 +56,7 @@ void JsonWriter::BeforeValue() {
   }
 }
 
-JsonWriter& JsonWriter::Key(std::string_view key) {
+JsonWriter& JsonWriter::Key(absl::string_view key) {
   if (has_value_.back()) out_ += ',';
   has_value_.back() = true;
   Newline();
@@ -87,7 +97,7 @@ JsonWriter& JsonWriter::EndArray() {
   return *this;
 }
 
-JsonWriter& JsonWriter::String(std::string_view value) {
+JsonWriter& JsonWriter::String(absl::string_view value) {
   BeforeValue();
   out_ += Quote(value);
   return *this;

@@ -6,8 +6,9 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace attnserve::load {
 
@@ -20,8 +21,8 @@ class JsonWriter {
   JsonWriter& BeginArray();
   JsonWriter& EndArray();
   // The key of the next value (objects only).
-  JsonWriter& Key(std::string_view key);
-  JsonWriter& String(std::string_view value);
+  JsonWriter& Key(absl::string_view key);
+  JsonWriter& String(absl::string_view value);
   JsonWriter& Int(int64_t value);
   JsonWriter& Uint(uint64_t value);
   JsonWriter& Double(double value);
@@ -31,7 +32,7 @@ class JsonWriter {
   const std::string& str() const { return out_; }
 
   // `s` as a JSON string literal, quotes included.
-  static std::string Quote(std::string_view s);
+  static std::string Quote(absl::string_view s);
 
  private:
   void BeforeValue();

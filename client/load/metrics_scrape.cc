@@ -35,35 +35,35 @@ class Fd {
   int fd_;
 };
 
-absl::Status Errno(std::string_view what) {
+absl::Status Errno(absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
 
 }  // namespace
 
-absl::StatusOr<HttpUrl> ParseHttpUrl(std::string_view url) {
+absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url) {
   HttpUrl out;
-  std::string_view rest = url;
+  absl::string_view rest = url;
   if (absl::ConsumePrefix(&rest, "https://")) {
     return absl::InvalidArgumentError(absl::StrCat("https is not supported: ", url));
   }
   absl::ConsumePrefix(&rest, "http://");
   const size_t slash = rest.find('/');
-  std::string_view hostport = rest.substr(0, slash);
-  if (slash != std::string_view::npos) out.path = std::string(rest.substr(slash));
-  std::string_view port_text;
+  absl::string_view hostport = rest.substr(0, slash);
+  if (slash != absl::string_view::npos) out.path = std::string(rest.substr(slash));
+  absl::string_view port_text;
   if (absl::ConsumePrefix(&hostport, "[")) {
     const size_t close = hostport.find(']');
-    if (close == std::string_view::npos) {
+    if (close == absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat("bad IPv6 host in ", url));
     }
     out.host = std::string(hostport.substr(0, close));
-    std::string_view after = hostport.substr(close + 1);
+    absl::string_view after = hostport.substr(close + 1);
     if (absl::ConsumePrefix(&after, ":")) port_text = after;
   } else {
     const size_t colon = hostport.rfind(':');
     out.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) port_text = hostport.substr(colon + 1);
+    if (colon != absl::string_view::npos) port_text = hostport.substr(colon + 1);
   }
   if (out.host.empty()) return absl::InvalidArgumentError(absl::StrCat("no host in ", url));
   if (!port_text.empty() &&
@@ -102,9 +102,8 @@ absl::StatusOr<std::string> HttpGet(const HttpUrl& url, double timeout_s) {
   if (fd < 0) return Errno(absl::StrCat("cannot connect to ", url.host, ":", url.port));
   Fd sock(fd);
 
-  const std::string request =
-      absl::StrCat("GET ", url.path, " HTTP/1.0\r\nHost: ", url.host,
-                   "\r\nAccept: text/plain\r\nConnection: close\r\n\r\n");
+  const std::string request = absl::StrCat("GET ", url.path, " HTTP/1.0\r\nHost: ", url.host,
+                                           "\r\nAccept: text/plain\r\nConnection: close\r\n\r\n");
   for (size_t sent = 0; sent < request.size();) {
     const ssize_t n = send(sock.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
     if (n <= 0) return Errno("cannot send the request");
@@ -121,8 +120,8 @@ absl::StatusOr<std::string> HttpGet(const HttpUrl& url, double timeout_s) {
   }
   const size_t header_end = response.find("\r\n\r\n");
   if (header_end == std::string::npos) return absl::DataLossError("truncated HTTP response");
-  std::string_view status_line = std::string_view(response).substr(0, response.find("\r\n"));
-  std::vector<std::string_view> parts = absl::StrSplit(status_line, ' ');
+  absl::string_view status_line = absl::string_view(response).substr(0, response.find("\r\n"));
+  std::vector<absl::string_view> parts = absl::StrSplit(status_line, ' ');
   if (parts.size() < 2 || !absl::StartsWith(parts[0], "HTTP/")) {
     return absl::DataLossError(absl::StrCat("not an HTTP response: ", status_line));
   }
@@ -132,21 +131,21 @@ absl::StatusOr<std::string> HttpGet(const HttpUrl& url, double timeout_s) {
   return response.substr(header_end + 4);
 }
 
-std::optional<double> FindPrometheusValue(std::string_view text, std::string_view metric) {
+std::optional<double> FindPrometheusValue(absl::string_view text, absl::string_view metric) {
   std::optional<double> total;
-  for (std::string_view line : absl::StrSplit(text, '\n')) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#' || !absl::ConsumePrefix(&line, metric)) continue;
     // The name must end here: followed by labels or the value, not by a longer name.
     if (line.empty() || (line[0] != '{' && line[0] != ' ' && line[0] != '\t')) continue;
     if (line[0] == '{') {
       const size_t close = line.find('}');
-      if (close == std::string_view::npos) continue;
+      if (close == absl::string_view::npos) continue;
       line.remove_prefix(close + 1);
     }
     line = absl::StripLeadingAsciiWhitespace(line);
     // The value, then an optional timestamp.
-    std::string_view value = line.substr(0, line.find_first_of(" \t"));
+    absl::string_view value = line.substr(0, line.find_first_of(" \t"));
     double v = 0;
     if (!absl::SimpleAtod(value, &v)) continue;
     total = total.value_or(0.0) + v;

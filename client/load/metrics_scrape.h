@@ -6,9 +6,9 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace attnserve::load {
 
@@ -19,7 +19,7 @@ struct HttpUrl {
 };
 
 // Parses "http://HOST[:PORT][/PATH]" (HOST may be "[v6]"); the scheme may be left out.
-absl::StatusOr<HttpUrl> ParseHttpUrl(std::string_view url);
+absl::StatusOr<HttpUrl> ParseHttpUrl(absl::string_view url);
 
 // GETs the URL and returns the body of a 200 response. Blocks for at most about
 // `timeout_s` per socket operation.
@@ -27,7 +27,7 @@ absl::StatusOr<std::string> HttpGet(const HttpUrl& url, double timeout_s);
 
 // The value of the sample(s) named `metric` in Prometheus text exposition format, summed over
 // label sets; nullopt when the text has no such sample.
-std::optional<double> FindPrometheusValue(std::string_view text, std::string_view metric);
+std::optional<double> FindPrometheusValue(absl::string_view text, absl::string_view metric);
 
 // process_cpu_seconds_total at `url`: NotFound when the endpoint lacks it, other errors when
 // it cannot be read.

@@ -26,8 +26,8 @@ struct RequestOutcome {
   // none came (or for unary calls).
   uint64_t first_result_ns = 0;
   bool has_first_result = false;
-  int64_t tokens_in = 0;   // prompt tokens the server accepted (0 on failure)
-  int64_t tokens_out = 0;  // generated tokens received
+  int64_t tokens_in = 0;     // prompt tokens the server accepted (0 on failure)
+  int64_t tokens_out = 0;    // generated tokens received
   int64_t state_bytes = -1;  // the session's state after the last append (-1: not known)
   std::string served_by;     // the variant the server says served it
 };

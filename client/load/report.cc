@@ -36,7 +36,8 @@ PhaseSummary Summarize(const PhaseResult& r) {
 }
 
 std::string LoadLabel(const LoadPoint& load) {
-  return load.open_loop ? absl::StrFormat("rps=%g", load.rps) : absl::StrCat("c=", load.concurrency);
+  return load.open_loop ? absl::StrFormat("rps=%g", load.rps)
+                        : absl::StrCat("c=", load.concurrency);
 }
 
 }  // namespace attnserve::load

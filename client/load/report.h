@@ -47,8 +47,8 @@ struct Quantiles {
 
 // The derived figures of one phase.
 struct PhaseSummary {
-  double requests_per_s = 0.0;  // completed (succeeded + failed) requests / window
-  double tokens_per_s = 0.0;    // (tokens_in + tokens_out) of successes / window
+  double requests_per_s = 0.0;              // completed (succeeded + failed) requests / window
+  double tokens_per_s = 0.0;                // (tokens_in + tokens_out) of successes / window
   std::optional<Quantiles> latency_s;       // none without a success
   std::optional<Quantiles> first_result_s;  // streams only
   std::optional<double> state_bytes_mean;

@@ -126,17 +126,17 @@ std::string LoadPlots(const RunReport& report, const std::string& mode, int64_t 
     }
     const std::string x_name = open_loop ? "offered rate (requests/s)" : "concurrency";
     PlotSpec spec;
-    spec.title = absl::StrCat(metric.label, " vs ", open_loop ? "rate" : "concurrency", ": ",
-                              mode, ", length ", length);
+    spec.title = absl::StrCat(metric.label, " vs ", open_loop ? "rate" : "concurrency", ": ", mode,
+                              ", length ", length);
     spec.x_label = x_name;
     spec.y_label = metric.label;
     spec.log_x = true;
     spec.log_y = true;
-    html += Figure(absl::StrFormat("data-mode=\"%s\" data-length=\"%d\" data-x=\"%s\" "
-                                   "data-metric=\"%s\"",
-                                   XmlEscape(mode), length, open_loop ? "rps" : "concurrency",
-                                   metric.id),
-                   RenderSvgPlot(spec, series));
+    html += Figure(
+        absl::StrFormat("data-mode=\"%s\" data-length=\"%d\" data-x=\"%s\" "
+                        "data-metric=\"%s\"",
+                        XmlEscape(mode), length, open_loop ? "rps" : "concurrency", metric.id),
+        RenderSvgPlot(spec, series));
   }
   return html;
 }
@@ -176,10 +176,11 @@ dd { margin-left: 10em; }
   item("loads", absl::StrJoin(loads, ", "));
   item("per phase", absl::StrFormat("warmup %gs, then %gs or %d requests (0: no limit); chunk %d",
                                     c.warmup_s, c.duration_s, c.requests, c.chunk));
-  absl::StrAppend(&html, "</dl>\n<h2>Results</h2>\n<p>Latency is measured with a steady clock "
-                         "from each request's intended send time (for open loop, its slot on "
-                         "the fixed schedule) to its final status; failed requests are counted "
-                         "by gRPC code and left out of the latency figures.</p>\n<pre>",
+  absl::StrAppend(&html,
+                  "</dl>\n<h2>Results</h2>\n<p>Latency is measured with a steady clock "
+                  "from each request's intended send time (for open loop, its slot on "
+                  "the fixed schedule) to its final status; failed requests are counted "
+                  "by gRPC code and left out of the latency figures.</p>\n<pre>",
                   XmlEscape(ReportToTable(report)), "</pre>\n");
 
   for (const std::string& mode : c.modes) {

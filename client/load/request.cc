@@ -138,8 +138,8 @@ class StreamCall : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamR
         n + (plan.mode == Mode::kGenerate ? plan.max_new_tokens : 0));
     writes_.push_back(std::move(open));
     // Generation sends the prompt as one append; streaming cuts it into chunks.
-    const int64_t chunk = plan.mode == Mode::kGenerate ? std::max<int64_t>(n, 1)
-                                                       : std::max<int64_t>(plan.chunk, 1);
+    const int64_t chunk =
+        plan.mode == Mode::kGenerate ? std::max<int64_t>(n, 1) : std::max<int64_t>(plan.chunk, 1);
     int64_t seq = 0;
     for (int64_t begin = 0; begin < n || (n == 0 && seq == 0); begin += chunk) {
       const int64_t end = std::min(n, begin + chunk);
@@ -180,8 +180,8 @@ class StreamCall : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamR
 
 }  // namespace
 
-void StartRequest(v1::AttnServe::Stub* stub, const RequestPlan& plan,
-                  Clock::time_point intended, std::function<void(RequestOutcome)> done) {
+void StartRequest(v1::AttnServe::Stub* stub, const RequestPlan& plan, Clock::time_point intended,
+                  std::function<void(RequestOutcome)> done) {
   if (plan.mode == Mode::kUnary) {
     UnaryCall::Start(stub, plan, intended, std::move(done));
   } else {

@@ -6,9 +6,10 @@
 #define ATTNSERVE_CLIENT_LOAD_SVG_PLOT_H_
 
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace attnserve::load {
 
@@ -32,7 +33,7 @@ struct PlotSpec {
 std::string RenderSvgPlot(const PlotSpec& spec, const std::vector<PlotSeries>& series);
 
 // `s` with &, <, >, " and ' escaped for XML text and attribute values.
-std::string XmlEscape(std::string_view s);
+std::string XmlEscape(absl::string_view s);
 
 }  // namespace attnserve::load
 

@@ -16,7 +16,6 @@ namespace attnserve::model {
 namespace {
 
 using google::protobuf::ListValue;
-using google::protobuf::Struct;
 using google::protobuf::Value;
 
 // JSON numbers arrive as doubles; above 2^53 they no longer hold every integer, and no real

@@ -1,0 +1,42 @@
+#include "client/cli/flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, target, "localhost:50051", "Server address, host:port.");
+ABSL_FLAG(double, timeout, 30,
+          "Deadline of the call in seconds (a whole stream, for stream and generate); 0: none.");
+ABSL_FLAG(bool, json, false,
+          "Machine-readable output: one JSON object per line (protobuf JSON mapping with the "
+          "proto field names; 64-bit integers are strings). Errors too, as {\"error\": ...}.");
+
+ABSL_FLAG(std::string, model, "auto", "Model name, or 'auto' to let the server's policy choose.");
+ABSL_FLAG(std::string, tokens, "",
+          "Token ids, separated by commas or spaces. Without it (and without --random_tokens), "
+          "the ids are read from --tokens_file.");
+ABSL_FLAG(std::string, tokens_file, "-",
+          "File of token ids separated by whitespace or commas; '-' is stdin.");
+ABSL_FLAG(int64_t, random_tokens, 0, "Send this many random token ids (below the model's vocab).");
+ABSL_FLAG(uint64_t, seed, 1, "Seed of --random_tokens, and of sampling in generate.");
+ABSL_FLAG(std::string, session, "",
+          "Session id: continue it (infer) or resume it (stream, generate).");
+ABSL_FLAG(std::string, output, "top_k",
+          "What to return: last_logits, all_logits, hidden, top_k or none.");
+ABSL_FLAG(int32_t, top_k, 5, "Candidates returned with --output=top_k (1 to 100).");
+
+ABSL_FLAG(int64_t, chunk, 64, "Tokens per append message.");
+ABSL_FLAG(int64_t, expected_length, 0,
+          "Expected total length of a new session, for the policy (0: unknown).");
+ABSL_FLAG(int32_t, ttl, 0, "Idle time-to-live of a new session, seconds (0: server default).");
+ABSL_FLAG(bool, keep_session, false,
+          "End the stream without closing the session, so that it can be resumed with "
+          "--session.");
+
+ABSL_FLAG(int32_t, max_new_tokens, 16, "Tokens to generate.");
+ABSL_FLAG(double, temperature, 0, "0: greedy; otherwise sample from softmax(logits/T).");
+ABSL_FLAG(int32_t, sample_top_k, 0, "Sample among the k most likely tokens (0: all).");
+
+ABSL_FLAG(std::string, name, "", "Show this model only (GetModel).");
+ABSL_FLAG(std::string, id, "", "Show this session only (GetSession).");
+ABSL_FLAG(std::string, close, "", "Close this session (CloseSession).");
+ABSL_FLAG(int32_t, limit, 0, "List at most this many sessions (0: the server's default).");
+ABSL_FLAG(std::string, service, "", "Service name to check ('': the whole server).");

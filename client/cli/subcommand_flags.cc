@@ -1,0 +1,124 @@
+#include "client/cli/subcommand_flags.h"
+
+#include <algorithm>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+
+namespace attnserve::cli {
+
+const std::vector<Subcommand>& Subcommands() {
+  static const auto* subs = new std::vector<Subcommand>{
+      {"models",
+       "[--name=MODEL]",
+       "List the models (ListModels), or show one (GetModel).",
+       {"name"}},
+      {"infer",
+       "[--model=M] (--tokens=1,2,3 | --random_tokens=N | --tokens_file=F|-)",
+       "Run one Infer call on a whole sequence, or on a chunk continuing --session.",
+       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k"}},
+      {"stream",
+       "[--model=M] [--chunk=64] [--tokens_file=F|-]",
+       "Open a Stream and append the token ids in chunks of --chunk as they are read (stdin by "
+       "default), printing each response as it arrives; then close the session (or keep it "
+       "with --keep_session).",
+       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k",
+        "chunk", "expected_length", "ttl", "keep_session"}},
+      {"generate",
+       "[--model=M] (--tokens=... | --random_tokens=N | --tokens_file=F|-)",
+       "Open a Stream, append the prompt with a GenerateSpec and print the generated token ids "
+       "as they stream.",
+       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "max_new_tokens",
+        "temperature", "sample_top_k", "ttl", "keep_session"}},
+      {"sessions",
+       "[--id=ID | --close=ID] [--model=M] [--limit=N]",
+       "List the sessions (ListSessions), show one (GetSession) or close one (CloseSession).",
+       {"id", "close", "model", "limit"}},
+      {"health",
+       "[--service=NAME]",
+       "Check the server's health (grpc.health.v1); exit status 0 only when SERVING.",
+       {"service"}},
+  };
+  return *subs;
+}
+
+const Subcommand* FindSubcommand(const std::string& name) {
+  for (const Subcommand& s : Subcommands()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string>& CommonFlags() {
+  static const auto* flags = new std::vector<std::string>{"target", "timeout", "json"};
+  return *flags;
+}
+
+std::string ToolUsage() {
+  std::string out =
+      "usage: attnserve-cli SUBCOMMAND [flags]\n"
+      "       attnserve-cli SUBCOMMAND --help\n\nSubcommands:\n";
+  for (const Subcommand& s : Subcommands()) {
+    absl::StrAppendFormat(&out, "  %-9s %s\n", s.name, s.summary);
+  }
+  out +=
+      "\nCommon flags: --target=host:port (localhost:50051), --timeout=SECONDS, --json.\n"
+      "Exit status: 0 on success, 1 when a call fails (the gRPC code and message are "
+      "printed) or the server is not serving, 2 for a usage error.\n";
+  return out;
+}
+
+namespace {
+
+std::string FlagHelp(const std::string& name) {
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr) return absl::StrCat("  --", name, "\n");
+  std::string def = flag->DefaultValue();
+  if (def.empty()) def = "\"\"";
+  return absl::StrFormat("  --%-16s %s (default: %s)\n", name, flag->Help(), def);
+}
+
+}  // namespace
+
+std::string SubcommandUsage(const Subcommand& sub) {
+  std::string out = absl::StrCat("usage: attnserve-cli ", sub.name, " ", sub.synopsis, "\n\n",
+                                 sub.summary, "\n\nFlags:\n");
+  for (const std::string& f : sub.flags) out += FlagHelp(f);
+  for (const std::string& f : CommonFlags()) out += FlagHelp(f);
+  return out;
+}
+
+std::string CheckArgs(const Subcommand& sub, const std::vector<std::string>& args, bool* help) {
+  *help = false;
+  for (const std::string& arg : args) {
+    if (arg == "--") break;  // everything after is positional
+    absl::string_view name = arg;
+    if (name.size() < 2 || name[0] != '-') continue;  // a value, or "-" (stdin)
+    if (!absl::ConsumePrefix(&name, "--")) absl::ConsumePrefix(&name, "-");
+    name = name.substr(0, name.find('='));
+    if (name == "help" || name == "h" || name == "helpfull") {
+      *help = true;
+      continue;
+    }
+    auto known = [&](absl::string_view n) {
+      const auto has = [&](const std::vector<std::string>& v) {
+        return std::find(v.begin(), v.end(), n) != v.end();
+      };
+      return has(sub.flags) || has(CommonFlags());
+    };
+    // --noflag negates a boolean flag.
+    if (known(name) || (absl::StartsWith(name, "no") && known(name.substr(2)))) continue;
+    // A negative number given as a separate value ("--seed -5") is not a flag.
+    if (absl::ascii_isdigit(static_cast<unsigned char>(name.empty() ? 'x' : name[0]))) continue;
+    return absl::StrCat("unknown flag for '", sub.name, "': ", arg, " (see attnserve-cli ",
+                        sub.name, " --help)");
+  }
+  return "";
+}
+
+}  // namespace attnserve::cli

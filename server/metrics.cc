@@ -1,0 +1,194 @@
+#include "server/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
+namespace attnserve::server {
+namespace {
+
+prometheus::ClientMetric GaugeValue(double value,
+                                    std::vector<prometheus::ClientMetric::Label> labels = {}) {
+  prometheus::ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  return m;
+}
+
+prometheus::MetricFamily Family(std::string name, std::string help, prometheus::MetricType type,
+                                std::vector<prometheus::ClientMetric> metrics) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  f.metric = std::move(metrics);
+  return f;
+}
+
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& tv) { return tv.tv_sec + tv.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+double ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+// Computes the gauges whose truth lives elsewhere (the session table, the worker pool, the
+// process) at scrape time, so they can never drift from it.
+class ServerMetrics::Collector final : public prometheus::Collectable {
+ public:
+  void Set(Sources sources) {
+    absl::MutexLock lock(&mu_);
+    sources_ = std::move(sources);
+  }
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    absl::MutexLock lock(&mu_);
+    std::vector<prometheus::MetricFamily> out;
+    if (sources_.sessions != nullptr) {
+      std::vector<prometheus::ClientMetric> count, bytes;
+      std::map<std::string, SessionTable::ModelStats> by_model = sources_.sessions->StatsByModel();
+      for (const std::string& variant : sources_.variants) by_model[variant];
+      for (const auto& [variant, stats] : by_model) {
+        count.push_back(GaugeValue(static_cast<double>(stats.sessions), {{"variant", variant}}));
+        bytes.push_back(GaugeValue(static_cast<double>(stats.state_bytes), {{"variant", variant}}));
+      }
+      out.push_back(Family("attnserve_sessions", "Sessions held, by variant.",
+                           prometheus::MetricType::Gauge, std::move(count)));
+      out.push_back(Family("attnserve_session_state_bytes",
+                           "Bytes of session state (recurrent states, KV caches) held, by variant.",
+                           prometheus::MetricType::Gauge, std::move(bytes)));
+    }
+    if (sources_.inflight) {
+      out.push_back(Family("attnserve_inflight_requests", "Calls and streams being served now.",
+                           prometheus::MetricType::Gauge,
+                           {GaugeValue(static_cast<double>(sources_.inflight()))}));
+    }
+    if (sources_.queue_depth) {
+      out.push_back(Family("attnserve_queue_depth", "Requests waiting for a worker.",
+                           prometheus::MetricType::Gauge,
+                           {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
+    }
+    prometheus::ClientMetric cpu;
+    cpu.counter.value = ProcessCpuSeconds();
+    out.push_back(Family("process_cpu_seconds_total",
+                         "Total user and system CPU time spent in seconds.",
+                         prometheus::MetricType::Counter, {cpu}));
+    out.push_back(Family("process_resident_memory_bytes", "Resident memory size in bytes.",
+                         prometheus::MetricType::Gauge, {GaugeValue(ResidentBytes())}));
+    out.push_back(Family("process_start_time_seconds",
+                         "Start time of the process since unix epoch in seconds.",
+                         prometheus::MetricType::Gauge, {GaugeValue(start_seconds_)}));
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  Sources sources_;
+  const double start_seconds_ = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+};
+
+prometheus::Histogram::BucketBoundaries ServerMetrics::DurationBuckets() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+          0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
+}
+
+ServerMetrics::ServerMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      collector_(std::make_shared<Collector>()),
+      requests_(prometheus::BuildCounter()
+                    .Name("attnserve_requests_total")
+                    .Help("Requests served, by rpc, variant and gRPC status code. A stream's "
+                          "open, appends and close count one each.")
+                    .Register(*registry_)),
+      request_duration_(prometheus::BuildHistogram()
+                            .Name("attnserve_request_duration_seconds")
+                            .Help("Time from a request's arrival to its response, by rpc and "
+                                  "variant.")
+                            .Register(*registry_)),
+      queue_duration_(prometheus::BuildHistogram()
+                          .Name("attnserve_queue_duration_seconds")
+                          .Help("Time requests waited for a worker, by variant.")
+                          .Register(*registry_)),
+      tokens_(prometheus::BuildCounter()
+                  .Name("attnserve_tokens_total")
+                  .Help("Tokens processed, by variant and phase (prefill, decode, generate).")
+                  .Register(*registry_)),
+      policy_decisions_(prometheus::BuildCounter()
+                            .Name("attnserve_policy_decisions_total")
+                            .Help("Variant choices, by variant and the rule that chose.")
+                            .Register(*registry_)),
+      evictions_(prometheus::BuildCounter()
+                     .Name("attnserve_session_evictions_total")
+                     .Help("Sessions that left the table, by reason (ttl, capacity, closed).")
+                     .Register(*registry_)),
+      model_load_seconds_(prometheus::BuildGauge()
+                              .Name("attnserve_model_load_seconds")
+                              .Help("Seconds it took to load or build each model.")
+                              .Register(*registry_)),
+      build_info_(prometheus::BuildGauge()
+                      .Name("attnserve_build_info")
+                      .Help("Always 1; the labels describe the build.")
+                      .Register(*registry_)) {
+  for (EvictionReason r :
+       {EvictionReason::kTtl, EvictionReason::kCapacity, EvictionReason::kClosed}) {
+    evictions_.Add({{"reason", EvictionReasonName(r)}});  // present at 0 from the start
+  }
+}
+
+void ServerMetrics::SetSources(Sources sources) { collector_->Set(std::move(sources)); }
+
+std::shared_ptr<prometheus::Collectable> ServerMetrics::collector() const { return collector_; }
+
+void ServerMetrics::RecordRequest(const std::string& rpc, const std::string& variant,
+                                  const std::string& code, double seconds) {
+  const std::string v = variant.empty() ? "none" : variant;
+  requests_.Add({{"rpc", rpc}, {"variant", v}, {"code", code}}).Increment();
+  request_duration_.Add({{"rpc", rpc}, {"variant", v}}, DurationBuckets()).Observe(seconds);
+}
+
+void ServerMetrics::RecordQueue(const std::string& variant, double seconds) {
+  queue_duration_.Add({{"variant", variant.empty() ? "none" : variant}}, DurationBuckets())
+      .Observe(seconds);
+}
+
+void ServerMetrics::AddTokens(const std::string& variant, const std::string& phase, int64_t count) {
+  if (count > 0) {
+    tokens_.Add({{"variant", variant}, {"phase", phase}}).Increment(static_cast<double>(count));
+  }
+}
+
+void ServerMetrics::RecordPolicyDecision(const std::string& variant, const std::string& rule) {
+  policy_decisions_.Add({{"variant", variant}, {"rule", rule}}).Increment();
+}
+
+void ServerMetrics::RecordEviction(EvictionReason reason) {
+  evictions_.Add({{"reason", EvictionReasonName(reason)}}).Increment();
+}
+
+void ServerMetrics::SetModelLoadSeconds(const std::string& model, double seconds) {
+  model_load_seconds_.Add({{"model", model}}).Set(seconds);
+}
+
+void ServerMetrics::SetBuildInfo(const std::string& version, const std::string& cuda,
+                                 const std::string& torch) {
+  build_info_.Add({{"version", version}, {"cuda", cuda}, {"torch", torch}}).Set(1);
+}
+
+}  // namespace attnserve::server

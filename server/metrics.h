@@ -1,0 +1,79 @@
+// The server's Prometheus metrics: one registry that every stage records into, served by
+// prometheus-cpp's Exposer on --metrics_port at /metrics. Labels never carry a session or
+// client id (cardinality): only rpc, variant (model name), code, phase, rule and reason.
+//
+//   attnserve_requests_total{rpc, variant, code}            counter
+//   attnserve_request_duration_seconds{rpc, variant}        histogram, 100 µs to 60 s
+//   attnserve_queue_duration_seconds{variant}               histogram (waiting for a worker)
+//   attnserve_tokens_total{variant, phase}                  counter; phase = prefill (tokens of
+//       a request or append with more than one), decode (single tokens fed to a session,
+//       including generated tokens fed back), generate (tokens sampled)
+//   attnserve_policy_decisions_total{variant, rule}         counter; rule = 1-based rule index,
+//       "named" (model given by name) or "session" (a session's model)
+//   attnserve_sessions{variant}, attnserve_session_state_bytes{variant}   gauges
+//   attnserve_session_evictions_total{reason}               counter; reason = ttl, capacity, closed
+//   attnserve_inflight_requests, attnserve_queue_depth      gauges
+//   attnserve_model_load_seconds{model}, attnserve_build_info{version, cuda, torch}  gauges
+//   process_cpu_seconds_total, process_resident_memory_bytes, process_start_time_seconds
+// Thread-safe.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/session_table.h"
+
+namespace attnserve::server {
+
+class ServerMetrics {
+ public:
+  // Gauges read at scrape time.
+  struct Sources {
+    const SessionTable* sessions = nullptr;
+    std::vector<std::string> variants;  // reported at 0 when they hold no session
+    std::function<int64_t()> inflight;
+    std::function<int64_t()> queue_depth;
+  };
+
+  ServerMetrics();
+
+  // The registry and the scrape-time collector, to register with an Exposer.
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  std::shared_ptr<prometheus::Collectable> collector() const;
+  void SetSources(Sources sources);
+
+  void RecordRequest(const std::string& rpc, const std::string& variant, const std::string& code,
+                     double seconds);
+  void RecordQueue(const std::string& variant, double seconds);
+  void AddTokens(const std::string& variant, const std::string& phase, int64_t count);
+  void RecordPolicyDecision(const std::string& variant, const std::string& rule);
+  void RecordEviction(EvictionReason reason);
+  void SetModelLoadSeconds(const std::string& model, double seconds);
+  void SetBuildInfo(const std::string& version, const std::string& cuda, const std::string& torch);
+
+  // The histogram buckets of the durations: 100 µs to 60 s in a 1-2.5-5 series.
+  static prometheus::Histogram::BucketBoundaries DurationBuckets();
+
+ private:
+  class Collector;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<Collector> collector_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_duration_;
+  prometheus::Family<prometheus::Histogram>& queue_duration_;
+  prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Family<prometheus::Counter>& policy_decisions_;
+  prometheus::Family<prometheus::Counter>& evictions_;
+  prometheus::Family<prometheus::Gauge>& model_load_seconds_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+};
+
+}  // namespace attnserve::server

@@ -1,0 +1,282 @@
+#!/usr/bin/python3
+"""attnserve-server driven by a Python gRPC client (Debian's python3-grpcio).
+
+Generates the stubs from proto/attnserve/v1 at test time, starts the built server on a free
+port, runs Infer and a Stream with generation, then sends SIGTERM and checks the drain: health
+goes NOT_SERVING, new calls are refused, the stream in flight is served to its end, and the
+process exits 0 within the drain deadline.
+
+Usage: python_client_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
+"""
+
+import argparse
+import glob
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+ARGS = None
+DRAIN_DEADLINE_S = 5
+
+# grpc.health.v1 (the part the test uses), in case no copy of health.proto is installed.
+HEALTH_PROTO = """
+syntax = "proto3";
+package grpc.health.v1;
+message HealthCheckRequest { string service = 1; }
+message HealthCheckResponse {
+  enum ServingStatus { UNKNOWN = 0; SERVING = 1; NOT_SERVING = 2; SERVICE_UNKNOWN = 3; }
+  ServingStatus status = 1;
+}
+service Health { rpc Check(HealthCheckRequest) returns (HealthCheckResponse); }
+"""
+
+
+def generate_stubs(source_dir, out_dir):
+    """Runs protoc with the gRPC Python plugin on our protos and health.proto."""
+    plugin = shutil.which("grpc_python_plugin")
+    protoc = shutil.which("protoc")
+    if plugin is None or protoc is None:
+        raise unittest.SkipTest("protoc or grpc_python_plugin is not installed")
+    proto_dir = os.path.join(os.path.abspath(source_dir), "proto")
+    protos = sorted(os.path.relpath(p, proto_dir)
+                    for p in glob.glob(os.path.join(proto_dir, "attnserve", "v1", "*.proto")))
+    # The file lies outside grpc/ so that its module does not collide with the grpc package.
+    health_dir = os.path.join(out_dir, "health_src")
+    os.makedirs(os.path.join(health_dir, "attnserve_health"))
+    with open(os.path.join(health_dir, "attnserve_health", "health.proto"), "w") as f:
+        f.write(HEALTH_PROTO)
+    for include, files in ((proto_dir, protos),
+                           (health_dir, ["attnserve_health/health.proto"])):
+        subprocess.run([protoc, "--python_out=" + out_dir, "--grpc_out=" + out_dir,
+                        "--plugin=protoc-gen-grpc=" + plugin, "-I" + include] + files,
+                       check=True, cwd=include)
+    sys.path.insert(0, out_dir)
+
+
+class Server:
+    """attnserve-server on 127.0.0.1 with a port of its choosing."""
+
+    def __init__(self, binary, *flags):
+        self.lines = []
+        flags = ["--host=127.0.0.1", "--port=0", "--workers=2",
+                 "--drain_deadline_s=%d" % DRAIN_DEADLINE_S, "--max_new_tokens=64"] + list(flags)
+        # A free port for the Prometheus endpoint too, where the server has one.
+        usage = subprocess.run([binary, "--helpfull"], capture_output=True, text=True, timeout=60)
+        if ("metrics_port" in usage.stdout + usage.stderr and
+                not any(f.startswith("--metrics_port") for f in flags)):
+            flags.append("--metrics_port=0")
+        self.proc = subprocess.Popen(
+            [binary] + flags,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.port = None
+        listening = threading.Event()
+
+        def pump():
+            for line in self.proc.stdout:
+                self.lines.append(line.rstrip())
+                if "listening on" in line and self.port is None:
+                    self.port = int(line.split("listening on ")[1].split()[0].rsplit(":", 1)[1])
+                    listening.set()
+            listening.set()
+
+        self.pump = threading.Thread(target=pump, daemon=True)
+        self.pump.start()
+        if not listening.wait(60) or self.port is None:
+            self.kill()
+            raise RuntimeError("the server did not start:\n" + "\n".join(self.lines))
+        self.target = "127.0.0.1:%d" % self.port
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def output(self):
+        return "\n".join(self.lines)
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="attnserve_py_")
+        generate_stubs(ARGS.source_dir, cls.tmp)
+        import grpc
+        from attnserve.v1 import inference_pb2, inference_pb2_grpc
+        from attnserve_health import health_pb2, health_pb2_grpc
+        cls.grpc, cls.pb, cls.health_pb = grpc, inference_pb2, health_pb2
+        binary = os.path.join(os.path.abspath(ARGS.build_dir), "server", "attnserve-server")
+        if not os.access(binary, os.X_OK):
+            raise RuntimeError("no server binary at " + binary + "; build attnserve-server")
+        cls.server = Server(binary)
+        cls.channel = grpc.insecure_channel(cls.server.target)
+        grpc.channel_ready_future(cls.channel).result(timeout=30)
+        cls.stub = inference_pb2_grpc.AttnServeStub(cls.channel)
+        cls.health = health_pb2_grpc.HealthStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    # ---- helpers ----
+
+    def infer(self, model, tokens, kind=None, top_k=0):
+        pb = self.pb
+        request = pb.InferRequest(model=model, tokens=tokens)
+        request.output.kind = pb.OUTPUT_KIND_LAST_LOGITS if kind is None else kind
+        request.output.top_k = top_k
+        return self.stub.Infer(request, timeout=60)
+
+    def generate(self, model, prompt, max_new_tokens, temperature, seed, top_k=0):
+        """A whole stream: open, one append with generation, close. Returns the responses."""
+        pb = self.pb
+        requests = [
+            pb.StreamRequest(open=pb.StreamOpen(model=model)),
+            pb.StreamRequest(append=pb.StreamAppend(
+                sequence_number=1, tokens=prompt,
+                generate=pb.GenerateSpec(max_new_tokens=max_new_tokens, temperature=temperature,
+                                         top_k=top_k, seed=seed))),
+            pb.StreamRequest(close=pb.StreamClose()),
+        ]
+        return list(self.stub.Stream(iter(requests), timeout=60))
+
+    def check_generation(self, responses, max_new_tokens):
+        """Checks the order (opened, tokens one by one, result, closed); returns the tokens."""
+        kinds = [r.WhichOneof("kind") for r in responses]
+        self.assertEqual(kinds, ["opened"] + ["generated"] * max_new_tokens + ["result", "closed"])
+        generated = [r.generated for r in responses[1:1 + max_new_tokens]]
+        self.assertEqual([g.index for g in generated], list(range(max_new_tokens)))
+        self.assertTrue(all(g.sequence_number == 1 for g in generated))
+        self.assertTrue(all(g.logprob <= 0 for g in generated))
+        result = responses[1 + max_new_tokens].result
+        tokens = [g.token for g in generated]
+        self.assertEqual(list(result.generated_tokens), tokens)
+        self.assertEqual(result.sequence_number, 1)
+        self.assertFalse(result.replayed)
+        return tokens, result
+
+    # ---- tests (run in name order; the drain goes last) ----
+
+    def test_1_infer(self):
+        pb = self.pb
+        response = self.infer("auto", [1, 2, 3, 4, 5])
+        self.assertEqual(response.model, "standard")
+        self.assertIn("rule 1", response.policy_reason)
+        self.assertEqual(list(response.outputs.tensor.shape), [4096])
+        self.assertEqual(len(response.outputs.tensor.float_data), 4096)
+        logits = list(response.outputs.tensor.float_data)
+        top = self.infer("auto", [1, 2, 3, 4, 5], pb.OUTPUT_KIND_TOP_K, 3)
+        self.assertEqual(len(top.outputs.top_k), 3)
+        self.assertEqual(top.outputs.top_k[0].token, logits.index(max(logits)))
+        everything = self.infer("mamba", [7] * 9, pb.OUTPUT_KIND_ALL_LOGITS)
+        self.assertEqual(everything.model, "mamba")
+        self.assertEqual(list(everything.outputs.tensor.shape), [9, 4096])
+        with self.assertRaises(self.grpc.RpcError) as error:
+            self.infer("mamba", [4096])
+        self.assertEqual(error.exception.code(), self.grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("outside the vocabulary", error.exception.details())
+
+    def test_2_stream_generation_is_streamed_and_seeded(self):
+        prompt = [11, 22, 33, 44]
+        responses = self.generate("mamba", prompt, 12, temperature=1.0, seed=1234, top_k=40)
+        tokens, result = self.check_generation(responses, 12)
+        self.assertEqual(responses[0].opened.model, "mamba")
+        self.assertEqual(result.position, len(prompt) + 12)
+        self.assertEqual(responses[-1].closed.session_id, responses[0].opened.session_id)
+        # The same seed gives the same tokens, on a new session.
+        again, _ = self.check_generation(
+            self.generate("mamba", prompt, 12, temperature=1.0, seed=1234, top_k=40), 12)
+        self.assertEqual(again, tokens)
+
+    def test_3_temperature_zero_is_greedy(self):
+        prompt = [5, 6, 7]
+        greedy, _ = self.check_generation(
+            self.generate("standard", prompt, 6, temperature=0, seed=1), 6)
+        other_seed, _ = self.check_generation(
+            self.generate("standard", prompt, 6, temperature=0, seed=99), 6)
+        self.assertEqual(greedy, other_seed)
+        # Each token is the argmax of the logits after the prompt and the tokens before it.
+        for i, token in enumerate(greedy):
+            logits = list(self.infer("standard", prompt + greedy[:i]).outputs.tensor.float_data)
+            self.assertEqual(token, logits.index(max(logits)), "token %d" % i)
+
+    def test_9_sigterm_drains_and_exits_zero(self):
+        grpc, pb, health_pb = self.grpc, self.pb, self.health_pb
+        serving = self.health.Check(health_pb.HealthCheckRequest(service=""), timeout=10)
+        self.assertEqual(serving.status, health_pb.HealthCheckResponse.SERVING)
+
+        # A stream in flight keeps the server draining until the stream ends.
+        outbox = queue.Queue()
+
+        def requests():
+            while True:
+                item = outbox.get()
+                if item is None:
+                    return
+                yield item
+
+        stream = self.stub.Stream(requests(), timeout=60)
+        outbox.put(pb.StreamRequest(open=pb.StreamOpen(model="linear")))
+        opened = next(stream).opened
+        self.assertEqual(opened.model, "linear")
+
+        sigterm_at = time.monotonic()
+        self.server.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        status = None
+        while time.monotonic() < deadline:
+            status = self.health.Check(health_pb.HealthCheckRequest(service=""), timeout=5).status
+            if status == health_pb.HealthCheckResponse.NOT_SERVING:
+                break
+            time.sleep(0.02)
+        self.assertEqual(status, health_pb.HealthCheckResponse.NOT_SERVING)
+
+        # New calls are refused while draining.
+        with self.assertRaises(grpc.RpcError) as error:
+            self.infer("mamba", [1, 2, 3])
+        self.assertEqual(error.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("draining", error.exception.details())
+        with self.assertRaises(grpc.RpcError) as error:
+            list(self.stub.Stream(iter([pb.StreamRequest(open=pb.StreamOpen(model="mamba"))]),
+                                  timeout=10))
+        self.assertEqual(error.exception.code(), grpc.StatusCode.UNAVAILABLE)
+
+        # The stream in flight is still served, then ends normally.
+        outbox.put(pb.StreamRequest(append=pb.StreamAppend(sequence_number=1, tokens=[1, 2, 3])))
+        self.assertEqual(next(stream).result.position, 3)
+        outbox.put(pb.StreamRequest(close=pb.StreamClose()))
+        self.assertEqual(next(stream).closed.session_id, opened.session_id)
+        outbox.put(None)
+        self.assertEqual(list(stream), [])
+        self.assertEqual(stream.code(), grpc.StatusCode.OK)
+
+        try:
+            code = self.server.proc.wait(timeout=DRAIN_DEADLINE_S + 5)
+        except subprocess.TimeoutExpired:
+            self.fail("the server did not exit after SIGTERM:\n" + self.server.output())
+        elapsed = time.monotonic() - sigterm_at
+        self.server.pump.join(5)
+        self.assertEqual(code, 0, self.server.output())
+        self.assertLess(elapsed, DRAIN_DEADLINE_S, self.server.output())
+        self.assertIn("draining", self.server.output())
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--source-dir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
