@@ -154,7 +154,7 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
                                                        const v1::GetSessionRequest* request,
                                                        v1::SessionInfo* response) {
   const auto arrival = std::chrono::steady_clock::now();
-  absl::StatusOr<SessionUse> session = sessions_.Get(request->session_id());
+  absl::StatusOr<std::shared_ptr<const Session>> session = sessions_.Peek(request->session_id());
   if (session.ok()) *response = (*session)->Info();
   Record("GetSession", "", session.status(), SecondsSince(arrival));
   return FinishNow(context, session.status());

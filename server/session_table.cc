@@ -76,6 +76,10 @@ SessionTable::Shard& SessionTable::ShardFor(const std::string& id) {
   return shards_[absl::Hash<std::string>{}(id) % kShards];
 }
 
+const SessionTable::Shard& SessionTable::ShardFor(const std::string& id) const {
+  return shards_[absl::Hash<std::string>{}(id) % kShards];
+}
+
 std::string SessionTable::NewId() {
   // A shared generator rather than a thread_local one: static TLS is scarce in this process
   // (civetweb's threads under the metrics endpoint have small stacks that must hold it).
@@ -116,17 +120,28 @@ absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl:
   return use;
 }
 
+namespace {
+absl::Status NoSession(const std::string& id) {
+  return absl::NotFoundError(
+      absl::StrCat("no session '", id,
+                   "': it never existed, was closed, expired after its TTL, or was evicted"));
+}
+}  // namespace
+
 absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id) {
   Shard& shard = ShardFor(id);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.sessions.find(id);
-  if (it == shard.sessions.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("no session '", id,
-                     "': it never existed, was closed, expired after its TTL, or was "
-                     "evicted"));
-  }
+  if (it == shard.sessions.end()) return NoSession(id);
   return SessionUse(it->second);
+}
+
+absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id) const {
+  const Shard& shard = ShardFor(id);
+  absl::MutexLock lock(&shard.mu);
+  auto it = shard.sessions.find(id);
+  if (it == shard.sessions.end()) return NoSession(id);
+  return std::shared_ptr<const Session>(it->second);
 }
 
 std::shared_ptr<Session> SessionTable::Remove(const std::string& id, bool only_if_idle) {

@@ -129,6 +129,9 @@ class SessionTable {
   // NOT_FOUND for an unknown, expired or closed session (the message says which it may be).
   absl::StatusOr<SessionUse> Get(const std::string& id);
 
+  // The session for reading its info only: no use is recorded, so its idle time goes on.
+  absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id) const;
+
   // Removes the session; NOT_FOUND when it is not there.
   absl::Status Close(const std::string& id);
 
@@ -158,6 +161,7 @@ class SessionTable {
     absl::flat_hash_map<std::string, std::shared_ptr<Session>> sessions ABSL_GUARDED_BY(mu);
   };
   Shard& ShardFor(const std::string& id);
+  const Shard& ShardFor(const std::string& id) const;
   // Takes the session out of the table and marks it closed; with only_if_idle, not when it
   // is in use. Null when nothing was removed.
   std::shared_ptr<Session> Remove(const std::string& id, bool only_if_idle);

@@ -46,7 +46,9 @@ struct SafetensorsHeader {
 };
 
 // The largest header accepted, as in the reference implementation: a bound on the work and
-// memory that parsing a hostile file can take.
+// memory that parsing a hostile file can take. Parsing is linear in the header size but slow
+// (protobuf's JSON parser: about 1 ms per 1000 bytes, i.e. ~50 us per tensor); real headers are
+// tens of kilobytes.
 inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
 // Parses and validates the header of the complete file `file` (header and data section).

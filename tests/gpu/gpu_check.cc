@@ -1,0 +1,780 @@
+// The GPU check of attnserve's CUDA kernels (run by tests/gpu/run.sh; LibTorch and CUDA only,
+// no Abseil, no GoogleTest).
+//
+// For every kernel, on fresh random inputs at real sizes (Mamba d_model 768 and 2048, i.e.
+// d_inner 1536 and 4096, d_state 16, conv width 4; attention H = 16, d = 64 and 128; L from
+// 512 to 32768), through the torch-facing wrappers (*_cuda_torch.h):
+//   * the output buffers are filled with NaN first, so an element the kernel does not write
+//     fails the comparison;
+//   * the result (and the state after it) is compared with a float64 reference: the same
+//     formulas written here in plain ATen (the CPU kernels need Abseil): on the CPU for the
+//     sequential Mamba scan, on the GPU in float64 for the rest, chunked so that no L × L
+//     matrix is built for long inputs (and to stay within the time budget);
+//     error = max |got - ref| / max |ref|;
+//       float32: error <= 1e-4 (TF32 off everywhere);
+//       bfloat16 (inputs rounded to bfloat16, the reference computed from those): error <=
+//       2 × the error of the same formulas run in PyTorch in bfloat16;
+//   * the kernel is timed with CUDA events (warm-up, then the median of repeats) and the
+//     achieved bandwidth and FLOP rate are printed with the fraction of the floor: the floor
+//     time is max(bytes moved / measured device-to-device copy bandwidth, FLOPs / measured
+//     matmul rate (float32 SGEMM without TF32, or BF16 GEMM for bfloat16 inputs)); fraction =
+//     floor / measured time.
+// One table comes last. Exit status: 0 when every comparison passes (or there is no GPU), 1
+// otherwise. Flags: --quick (small sizes, for a smoke run), --only SUBSTRING (cases whose
+// name contains it).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/linear/linear_attention_cuda_torch.h"
+#include "kernels/linformer/linformer_cuda_torch.h"
+#include "kernels/mamba/mamba_cuda_torch.h"
+#include "kernels/standard/flash_attention_cuda_torch.h"
+
+namespace {
+
+using at::Tensor;
+
+#define CHECK_CUDA(expr)                                                                       \
+  do {                                                                                         \
+    const cudaError_t _e = (expr);                                                             \
+    if (_e != cudaSuccess) {                                                                   \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + \
+                               #expr + ": " + cudaGetErrorString(_e));                         \
+    }                                                                                          \
+  } while (0)
+
+constexpr double kFloat32Budget = 1e-4;
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+struct Options {
+  bool quick = false;
+  std::string only;
+};
+
+// The floors everything is compared with, measured once.
+struct Floors {
+  double copy_bytes_per_s = 0;  // device-to-device copy: (read + written bytes) / time
+  double fp32_flops_per_s = 0;  // at::mm float32, TF32 off
+  double bf16_flops_per_s = 0;  // at::mm bfloat16
+};
+
+struct Row {
+  std::string kernel, shape, dtype;
+  double err = kNan, budget = kNan, ms = kNan, gbps = kNan, tflops = kNan, floor_frac = kNan;
+  bool ok = false;
+  std::string note;
+};
+
+std::vector<Row> g_rows;
+Floors g_floors;
+Options g_options;
+
+at::TensorOptions Cuda(at::ScalarType dtype = at::kFloat) {
+  return at::TensorOptions().device(at::kCUDA).dtype(dtype);
+}
+
+Tensor Nan(at::IntArrayRef shape, at::ScalarType dtype) {
+  return at::full(shape, std::numeric_limits<float>::quiet_NaN(), Cuda(dtype));
+}
+
+// Median milliseconds of fn on the current stream: one warm-up, one run to size the repeats
+// (about 0.3 s of measurement, 3 to 25 repeats), then one event pair per repeat.
+double TimeMs(const std::function<void()>& fn) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto once = [&]() {
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    fn();
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    return static_cast<double>(ms);
+  };
+  once();  // warm-up
+  const double estimate = once();
+  const int reps = std::clamp(static_cast<int>(300.0 / std::max(estimate, 1e-3)), 3, 25);
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) times.push_back(once());
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// max |got - ref| / max |ref|; infinity when `got` has a NaN or an infinity (e.g. an element
+// left at its NaN poison).
+double RelErr(const Tensor& got, const Tensor& ref) {
+  const Tensor g = got.to(ref.device(), at::kDouble);
+  if (!at::isfinite(g).all().item<bool>()) return std::numeric_limits<double>::infinity();
+  const double den = ref.abs().max().item<double>();
+  return (g - ref.to(at::kDouble)).abs().max().item<double>() / std::max(den, 1e-300);
+}
+
+bool Selected(const std::string& name) {
+  return g_options.only.empty() || name.find(g_options.only) != std::string::npos;
+}
+
+// Times `fn`, fills the rate columns and records the row.
+void Finish(Row row, const std::function<void()>& fn, double bytes, double flops, bool bf16) {
+  row.ok = std::isfinite(row.err) && row.err <= row.budget;
+  try {
+    row.ms = TimeMs(fn);
+    const double s = row.ms * 1e-3;
+    row.gbps = bytes / s * 1e-9;
+    if (flops > 0) row.tflops = flops / s * 1e-12;
+    const double rate = bf16 ? g_floors.bf16_flops_per_s : g_floors.fp32_flops_per_s;
+    const double floor_s = std::max(bytes / g_floors.copy_bytes_per_s, flops / rate);
+    row.floor_frac = floor_s / s;
+  } catch (const std::exception& e) {
+    row.ok = false;
+    row.note = std::string("timing failed: ") + e.what();
+  }
+  std::printf(
+      "%-22s %-34s %-5s err %.2e (budget %.2e) %s  %9.3f ms  %8.1f GB/s  %7.2f TFLOP/s"
+      "  floor %5.1f%%%s%s\n",
+      row.kernel.c_str(), row.shape.c_str(), row.dtype.c_str(), row.err, row.budget,
+      row.ok ? "ok  " : "FAIL", row.ms, row.gbps, row.tflops, 100 * row.floor_frac,
+      row.note.empty() ? "" : "  ", row.note.c_str());
+  std::fflush(stdout);
+  g_rows.push_back(row);
+}
+
+// Runs one case, turning an exception into a failed row.
+void RunCase(const std::string& kernel, const std::string& shape, const std::string& dtype,
+             const std::function<void(Row&)>& body) {
+  if (!Selected(kernel + " " + shape + " " + dtype)) return;
+  Row row;
+  row.kernel = kernel;
+  row.shape = shape;
+  row.dtype = dtype;
+  try {
+    body(row);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const size_t nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    row.ok = false;
+    row.note = "exception: " + what;
+    std::printf("%-22s %-34s %-5s FAIL  %s\n", kernel.c_str(), shape.c_str(), dtype.c_str(),
+                row.note.c_str());
+    std::fflush(stdout);
+    g_rows.push_back(row);
+  }
+}
+
+std::string Shape(std::initializer_list<std::pair<const char*, int64_t>> dims) {
+  std::string s;
+  for (const auto& [name, value] : dims) {
+    s += (s.empty() ? "" : " ") + std::string(name) + "=" + std::to_string(value);
+  }
+  return s;
+}
+
+// bfloat16 inputs: the kernel sees x rounded to bfloat16, and so does the reference.
+Tensor AsType(const Tensor& x, at::ScalarType dtype) { return x.to(dtype); }
+
+// ---------------------------------------------------------------- floors
+
+void MeasureFloors() {
+  const int64_t n = int64_t{1} << 28;  // 1 GiB of float32
+  Tensor src = at::randn({n}, Cuda()), dst = at::empty({n}, Cuda());
+  const double copy_ms = TimeMs([&] { dst.copy_(src); });
+  g_floors.copy_bytes_per_s = 2.0 * n * 4 / (copy_ms * 1e-3);
+  const int64_t m = 8192;
+  Tensor a = at::randn({m, m}, Cuda()), b = at::randn({m, m}, Cuda());
+  const double mm_ms = TimeMs([&] { at::mm(a, b); });
+  g_floors.fp32_flops_per_s = 2.0 * m * m * m / (mm_ms * 1e-3);
+  Tensor ab = a.to(at::kBFloat16), bb = b.to(at::kBFloat16);
+  const double bf_ms = TimeMs([&] { at::mm(ab, bb); });
+  g_floors.bf16_flops_per_s = 2.0 * m * m * m / (bf_ms * 1e-3);
+  std::printf(
+      "floors: device-to-device copy %.0f GB/s, float32 matmul (no TF32) %.1f TFLOP/s, "
+      "bfloat16 matmul %.1f TFLOP/s\n\n",
+      g_floors.copy_bytes_per_s * 1e-9, g_floors.fp32_flops_per_s * 1e-12,
+      g_floors.bf16_flops_per_s * 1e-12);
+}
+
+// ---------------------------------------------------------------- mamba
+
+struct MambaInputs {
+  Tensor u, delta, z, b, c;          // activations (float32 master copies)
+  Tensor a, d_skip, delta_bias;      // parameters, float32
+  Tensor ssm_state, conv_state;      // initial states, float32
+  Tensor x, conv_weight, conv_bias;  // conv input and parameters
+};
+
+// Mamba's initialisation: dt in [1e-3, 0.1] through an inverse softplus bias, S4D-real A.
+MambaInputs MakeMambaInputs(int64_t batch, int64_t len, int64_t dim, int64_t n, int64_t width) {
+  MambaInputs in;
+  in.u = at::randn({batch, len, dim}, Cuda());
+  in.delta = at::randn({batch, len, dim}, Cuda()) * 0.5;
+  in.z = at::randn({batch, len, dim}, Cuda());
+  in.b = at::randn({batch, len, n}, Cuda());
+  in.c = at::randn({batch, len, n}, Cuda());
+  in.a = -at::arange(1, n + 1, Cuda()).repeat({dim, 1});
+  in.d_skip = at::ones({dim}, Cuda());
+  const Tensor dt =
+      at::exp(at::rand({dim}, Cuda()) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
+  in.delta_bias = dt + at::log(-at::expm1(-dt));
+  in.ssm_state = at::randn({batch, dim, n}, Cuda()) * 0.1;
+  in.conv_state = at::randn({batch, dim, width}, Cuda());
+  in.x = at::randn({batch, len, dim}, Cuda());
+  in.conv_weight = at::rand({dim, width}, Cuda()) - 0.5;
+  in.conv_bias = at::rand({dim}, Cuda()) - 0.5;
+  return in;
+}
+
+// The scan in float64 on the CPU, parallel over blocks of 8 channels (channels inner, so the
+// reads of a time step are contiguous). All arguments are contiguous CPU float64 tensors;
+// returns out (B, L, D) and leaves the final state in `state`.
+Tensor ScanReference(const Tensor& u, const Tensor& delta, const Tensor& delta_bias,
+                     const Tensor& z, const Tensor& b, const Tensor& c, const Tensor& a,
+                     const Tensor& d_skip, Tensor& state) {
+  const int64_t batch = u.size(0), len = u.size(1), dim = u.size(2), n = a.size(1);
+  Tensor out = at::zeros({batch, len, dim}, at::kDouble);
+  const double *pu = u.data_ptr<double>(), *pd = delta.data_ptr<double>(),
+               *pbias = delta_bias.data_ptr<double>(), *pz = z.data_ptr<double>(),
+               *pb = b.data_ptr<double>(), *pc = c.data_ptr<double>(), *pa = a.data_ptr<double>(),
+               *pskip = d_skip.data_ptr<double>();
+  double* po = out.data_ptr<double>();
+  double* ps = state.data_ptr<double>();
+  constexpr int64_t kBlock = 8;
+  const int64_t blocks = (dim + kBlock - 1) / kBlock;
+  at::parallel_for(0, batch * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<double> h(kBlock * n);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t bi = i / blocks, c0 = (i % blocks) * kBlock;
+      const int64_t width = std::min(kBlock, dim - c0);
+      for (int64_t j = 0; j < width; ++j) {
+        for (int64_t k = 0; k < n; ++k) h[j * n + k] = ps[(bi * dim + c0 + j) * n + k];
+      }
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t row = (bi * len + t) * dim + c0;
+        const double* bt = pb + (bi * len + t) * n;
+        const double* ct = pc + (bi * len + t) * n;
+        for (int64_t j = 0; j < width; ++j) {
+          const double raw = pd[row + j] + pbias[c0 + j];
+          const double dt = raw > 20.0 ? raw : std::log1p(std::exp(raw));
+          const double x = pu[row + j];
+          double y = 0;
+          for (int64_t k = 0; k < n; ++k) {
+            double& hk = h[j * n + k];
+            hk = std::exp(dt * pa[(c0 + j) * n + k]) * hk + dt * bt[k] * x;
+            y += ct[k] * hk;
+          }
+          const double zz = pz[row + j];
+          po[row + j] = (y + pskip[c0 + j] * x) * (zz / (1.0 + std::exp(-zz)));
+        }
+      }
+      for (int64_t j = 0; j < width; ++j) {
+        for (int64_t k = 0; k < n; ++k) ps[(bi * dim + c0 + j) * n + k] = h[j * n + k];
+      }
+    }
+  });
+  return out;
+}
+
+// The same scan in PyTorch in bfloat16 on the GPU (every tensor bfloat16, one step per
+// iteration): the baseline for the bfloat16 budget.
+Tensor ScanTorchBf16(const MambaInputs& in, int64_t len) {
+  auto bf = [](const Tensor& t) { return t.to(at::kBFloat16); };
+  const Tensor dt_all = at::softplus(bf(in.delta) + bf(in.delta_bias));
+  const Tensor a = bf(in.a), u = bf(in.u), b = bf(in.b), c = bf(in.c), d = bf(in.d_skip);
+  Tensor h = bf(in.ssm_state);
+  std::vector<Tensor> ys;
+  for (int64_t t = 0; t < len; ++t) {
+    const Tensor dt = dt_all.select(1, t), ut = u.select(1, t);
+    h = at::exp(dt.unsqueeze(-1) * a) * h + (dt * ut).unsqueeze(-1) * b.select(1, t).unsqueeze(1);
+    ys.push_back((h * c.select(1, t).unsqueeze(1)).sum(-1) + d * ut);
+  }
+  return at::stack(ys, 1) * at::silu(bf(in.z));
+}
+
+void CheckSelectiveScan(int64_t d_model, int64_t batch, int64_t len, at::ScalarType dtype) {
+  const int64_t dim = 2 * d_model, n = 16;
+  const bool bf16 = dtype == at::kBFloat16;
+  RunCase("mamba selective_scan", Shape({{"d_model", d_model}, {"B", batch}, {"L", len}}),
+          bf16 ? "bf16" : "fp32", [&](Row& row) {
+            MambaInputs in = MakeMambaInputs(batch, len, dim, n, 4);
+            const Tensor u = AsType(in.u, dtype), delta = AsType(in.delta, dtype),
+                         z = AsType(in.z, dtype), b = AsType(in.b, dtype), c = AsType(in.c, dtype);
+            Tensor state = in.ssm_state.clone();
+            Tensor out = Nan({batch, len, dim}, dtype);
+            attnserve::kernels::mamba::SelectiveScanCuda(u, delta, in.delta_bias, true, z, b, c,
+                                                         in.a, in.d_skip, state, out);
+            auto cpu64 = [](const Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); };
+            Tensor ref_state = cpu64(in.ssm_state);
+            const Tensor ref =
+                ScanReference(cpu64(u), cpu64(delta), cpu64(in.delta_bias), cpu64(z), cpu64(b),
+                              cpu64(c), cpu64(in.a), cpu64(in.d_skip), ref_state);
+            row.err = std::max(RelErr(out.cpu(), ref), RelErr(state.cpu(), ref_state));
+            row.budget = kFloat32Budget;
+            if (bf16) {
+              row.budget = 2 * RelErr(ScanTorchBf16(in, len).cpu(), ref);
+              row.note = "bf16 baseline: PyTorch scan in bf16";
+            }
+            const double elt = bf16 ? 2 : 4;
+            const double bytes =
+                elt * (4.0 * batch * len * dim + 2.0 * batch * len * n) + 8.0 * batch * dim * n;
+            Finish(
+                row,
+                [&] {
+                  attnserve::kernels::mamba::SelectiveScanCuda(u, delta, in.delta_bias, true, z, b,
+                                                               c, in.a, in.d_skip, state, out);
+                },
+                bytes, 0, bf16);
+          });
+}
+
+void CheckSelectiveStateUpdate(int64_t d_model, int64_t sessions, bool pointer_mode) {
+  const int64_t dim = 2 * d_model, n = 16;
+  RunCase(
+      "mamba state_update",
+      Shape({{"d_model", d_model}, {"sessions", sessions}}) + (pointer_mode ? " ptrs" : " batched"),
+      "fp32", [&](Row& row) {
+        MambaInputs in = MakeMambaInputs(sessions, 1, dim, n, 4);
+        const Tensor u = in.u.squeeze(1), delta = in.delta.squeeze(1), z = in.z.squeeze(1),
+                     b = in.b.squeeze(1), c = in.c.squeeze(1);
+        std::vector<Tensor> states;
+        Tensor batched = in.ssm_state.clone();
+        for (int64_t i = 0; i < sessions; ++i) states.push_back(in.ssm_state[i].clone());
+        Tensor out = Nan({sessions, dim}, at::kFloat);
+        auto run = [&] {
+          if (pointer_mode) {
+            attnserve::kernels::mamba::SelectiveStateUpdateCuda(u, delta, in.delta_bias, true, z, b,
+                                                                c, in.a, in.d_skip, states, out);
+          } else {
+            attnserve::kernels::mamba::SelectiveStateUpdateCuda(u, delta, in.delta_bias, true, z, b,
+                                                                c, in.a, in.d_skip, batched, out);
+          }
+        };
+        run();
+        const Tensor got_state = pointer_mode ? at::stack(states) : batched;
+        auto cpu64 = [](const Tensor& t) { return t.to(at::kCPU, at::kDouble).contiguous(); };
+        Tensor ref_state = cpu64(in.ssm_state);
+        const Tensor ref =
+            ScanReference(cpu64(in.u), cpu64(in.delta), cpu64(in.delta_bias), cpu64(in.z),
+                          cpu64(in.b), cpu64(in.c), cpu64(in.a), cpu64(in.d_skip), ref_state);
+        row.err = std::max(RelErr(out.cpu(), ref.squeeze(1)), RelErr(got_state.cpu(), ref_state));
+        row.budget = kFloat32Budget;
+        Finish(row, run, 8.0 * sessions * dim * n + 4.0 * sessions * (4 * dim + 2 * n), 0, false);
+      });
+}
+
+// The conv in the given dtype (float64 reference or bfloat16 baseline): returns out and the
+// new state.
+std::pair<Tensor, Tensor> ConvReference(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                        const Tensor& state, at::ScalarType dtype) {
+  const int64_t len = x.size(1), dim = x.size(2), width = weight.size(1);
+  const Tensor xx = at::cat({state.to(dtype).transpose(1, 2), x.to(dtype)}, 1);  // (B, W+L, D)
+  const Tensor w = weight.to(dtype);
+  Tensor acc = bias.to(dtype).view({1, 1, dim}).expand({x.size(0), len, dim});
+  for (int64_t k = 0; k < width; ++k) {
+    acc = acc + xx.narrow(1, 1 + k, len) * w.select(1, k).view({1, 1, dim});
+  }
+  return {at::silu(acc), xx.narrow(1, len, width).transpose(1, 2).contiguous()};
+}
+
+void CheckConv(int64_t d_model, int64_t batch, int64_t len, at::ScalarType dtype) {
+  const int64_t dim = 2 * d_model, width = 4;
+  const bool bf16 = dtype == at::kBFloat16;
+  RunCase("mamba causal_conv1d", Shape({{"d_model", d_model}, {"B", batch}, {"L", len}}),
+          bf16 ? "bf16" : "fp32", [&](Row& row) {
+            MambaInputs in = MakeMambaInputs(batch, 1, dim, 16, width);
+            const Tensor x = AsType(at::randn({batch, len, dim}, Cuda()), dtype);
+            Tensor state = in.conv_state.clone();
+            Tensor out = Nan({batch, len, dim}, dtype);
+            attnserve::kernels::mamba::CausalConv1dCuda(x, in.conv_weight, in.conv_bias, state,
+                                                        true, out);
+            const auto [ref, ref_state] =
+                ConvReference(x, in.conv_weight, in.conv_bias, in.conv_state, at::kDouble);
+            row.err = std::max(RelErr(out, ref), RelErr(state, ref_state));
+            row.budget = kFloat32Budget;
+            if (bf16) {
+              row.budget = 2 * RelErr(ConvReference(x, in.conv_weight, in.conv_bias, in.conv_state,
+                                                    at::kBFloat16)
+                                          .first,
+                                      ref);
+            }
+            const double elt = bf16 ? 2 : 4;
+            Finish(
+                row,
+                [&] {
+                  attnserve::kernels::mamba::CausalConv1dCuda(x, in.conv_weight, in.conv_bias,
+                                                              state, true, out);
+                },
+                2.0 * elt * batch * len * dim + 8.0 * batch * dim * width, 0, bf16);
+          });
+}
+
+void CheckConvUpdate(int64_t d_model, int64_t sessions) {
+  const int64_t dim = 2 * d_model, width = 4;
+  RunCase("mamba conv1d_update", Shape({{"d_model", d_model}, {"sessions", sessions}}) + " ptrs",
+          "fp32", [&](Row& row) {
+            MambaInputs in = MakeMambaInputs(sessions, 1, dim, 16, width);
+            const Tensor x = at::randn({sessions, dim}, Cuda());
+            std::vector<Tensor> states;
+            for (int64_t i = 0; i < sessions; ++i) states.push_back(in.conv_state[i].clone());
+            Tensor out = Nan({sessions, dim}, at::kFloat);
+            auto run = [&] {
+              attnserve::kernels::mamba::CausalConv1dUpdateCuda(x, in.conv_weight, in.conv_bias,
+                                                                states, true, out);
+            };
+            run();
+            const auto [ref, ref_state] = ConvReference(x.unsqueeze(1), in.conv_weight,
+                                                        in.conv_bias, in.conv_state, at::kDouble);
+            row.err = std::max(RelErr(out, ref.squeeze(1)), RelErr(at::stack(states), ref_state));
+            row.budget = kFloat32Budget;
+            Finish(row, run, 8.0 * sessions * dim + 8.0 * sessions * dim * width, 0, false);
+          });
+}
+
+// ---------------------------------------------------------------- linear attention
+
+Tensor Phi(const Tensor& x) { return at::elu(x) + 1; }
+
+// The chunked causal form (chunks of 64, the state carried between them) in `dtype` on the
+// GPU: out, S and z after the chunk. q, k, v (B, H, L, d), s (B, H, d, d), z (B, H, d).
+std::tuple<Tensor, Tensor, Tensor> LinearReference(const Tensor& q, const Tensor& k,
+                                                   const Tensor& v, const Tensor& s,
+                                                   const Tensor& z, at::ScalarType dtype) {
+  constexpr int64_t kChunk = 64;
+  const int64_t b = q.size(0), h = q.size(1), l = q.size(2), d = q.size(3), bh = b * h;
+  const int64_t n = (l + kChunk - 1) / kChunk, padded = n * kChunk;
+  auto blocks = [&](const Tensor& t) {
+    return at::constant_pad_nd(t.to(dtype).reshape({bh, l, d}), {0, 0, 0, padded - l})
+        .view({-1, kChunk, d});
+  };
+  const Tensor fq = blocks(Phi(q.to(dtype)));
+  // φ(0) = 1: pad φ(k) with zeros, not k.
+  const Tensor fk = blocks(Phi(k.to(dtype)));
+  const Tensor vb = blocks(v);
+  const Tensor delta_s = at::bmm(fk.transpose(1, 2), vb).view({bh, n, d, d});
+  const Tensor delta_z = fk.sum(1).view({bh, n, d});
+  const Tensor s0 = s.to(dtype).reshape({bh, 1, d, d}), z0 = z.to(dtype).reshape({bh, 1, d});
+  const Tensor s_after = delta_s.cumsum(1) + s0, z_after = delta_z.cumsum(1) + z0;
+  const Tensor s_before = at::cat({s0, s_after.narrow(1, 0, n - 1)}, 1).view({-1, d, d});
+  const Tensor z_before = at::cat({z0, z_after.narrow(1, 0, n - 1)}, 1).view({-1, d, 1});
+  const Tensor scores = at::bmm(fq, fk.transpose(1, 2)).tril();
+  const Tensor num = at::bmm(fq, s_before) + at::bmm(scores, vb);
+  const Tensor den = at::bmm(fq, z_before) + scores.sum(2, true) + 1e-6;
+  const Tensor out = (num / den).view({bh, padded, d}).narrow(1, 0, l).reshape({b, h, l, d});
+  return {out, s_after.select(1, n - 1).reshape({b, h, d, d}),
+          z_after.select(1, n - 1).reshape({b, h, d})};
+}
+
+void CheckLinear(int64_t batch, int64_t len, int64_t d, at::ScalarType dtype) {
+  const int64_t heads = 16;
+  const bool bf16 = dtype == at::kBFloat16;
+  RunCase("linear prefill", Shape({{"B", batch}, {"H", heads}, {"L", len}, {"d", d}}),
+          bf16 ? "bf16" : "fp32", [&](Row& row) {
+            const Tensor q = AsType(at::randn({batch, heads, len, d}, Cuda()), dtype);
+            const Tensor k = AsType(at::randn({batch, heads, len, d}, Cuda()), dtype);
+            const Tensor v = AsType(at::randn({batch, heads, len, d}, Cuda()), dtype);
+            // A state carried in from earlier tokens: z > 0, as a sum of φ(k) is.
+            const Tensor s = at::randn({batch, heads, d, d}, Cuda()) * 10;
+            const Tensor z = at::rand({batch, heads, d}, Cuda()) * 100 + 1;
+            Tensor out = Nan({batch, heads, len, d}, dtype);
+            Tensor s_out = Nan({batch, heads, d, d}, at::kFloat);
+            Tensor z_out = Nan({batch, heads, d}, at::kFloat);
+            attnserve::kernels::linear::CausalLinearAttentionCuda(q, k, v, s, z, out, s_out, z_out);
+            const auto [ref, ref_s, ref_z] = LinearReference(q, k, v, s, z, at::kDouble);
+            row.err = std::max({RelErr(out, ref), RelErr(s_out, ref_s), RelErr(z_out, ref_z)});
+            row.budget = kFloat32Budget;
+            if (bf16) {
+              row.budget =
+                  2 * RelErr(std::get<0>(LinearReference(q, k, v, s, z, at::kBFloat16)), ref);
+            }
+            const double elt = bf16 ? 2 : 4, chunks = std::ceil(len / 64.0);
+            const double flops = 4.0 * 64 * d * (64 + d) * chunks * batch * heads;
+            Finish(
+                row,
+                [&] {
+                  attnserve::kernels::linear::CausalLinearAttentionCuda(q, k, v, s, z, out, s_out,
+                                                                        z_out);
+                },
+                4.0 * elt * batch * heads * len * d, flops, bf16);
+          });
+}
+
+void CheckLinearStep(int64_t sessions, int64_t d) {
+  const int64_t heads = 16;
+  RunCase(
+      "linear decode", Shape({{"sessions", sessions}, {"H", heads}, {"d", d}}) + " ptrs", "fp32",
+      [&](Row& row) {
+        const Tensor q = at::randn({sessions, heads, d}, Cuda());
+        const Tensor k = at::randn({sessions, heads, d}, Cuda());
+        const Tensor v = at::randn({sessions, heads, d}, Cuda());
+        const Tensor s = at::randn({sessions, heads, d, d}, Cuda()) * 10;
+        const Tensor z = at::rand({sessions, heads, d}, Cuda()) * 100 + 1;
+        std::vector<Tensor> s_list, z_list;
+        for (int64_t i = 0; i < sessions; ++i) {
+          s_list.push_back(s[i].clone());
+          z_list.push_back(z[i].clone());
+        }
+        Tensor out = Nan({sessions, heads, d}, at::kFloat);
+        auto run = [&] {
+          attnserve::kernels::linear::CausalLinearAttentionStepCuda(q, k, v, s_list, z_list, out);
+        };
+        run();
+        const Tensor fq = Phi(q.to(at::kDouble)), fk = Phi(k.to(at::kDouble));
+        const Tensor s_new = s.to(at::kDouble) + fk.unsqueeze(-1) * v.to(at::kDouble).unsqueeze(-2);
+        const Tensor z_new = z.to(at::kDouble) + fk;
+        const Tensor ref =
+            at::matmul(fq.unsqueeze(-2), s_new).squeeze(-2) / ((fq * z_new).sum(-1, true) + 1e-6);
+        row.err = std::max(
+            {RelErr(out, ref), RelErr(at::stack(s_list), s_new), RelErr(at::stack(z_list), z_new)});
+        row.budget = kFloat32Budget;
+        Finish(row, run, 8.0 * sessions * heads * (d * d + d), 0, false);
+      });
+}
+
+// ---------------------------------------------------------------- standard attention
+
+// softmax(q kᵀ · scale + mask) v in `dtype` on the GPU, per (batch, head) and chunks of 4096
+// queries (no Lq × Lk matrix for the long cases). Causal: query i sees keys 0 .. Lk-Lq+i.
+Tensor AttentionReference(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                          at::ScalarType dtype) {
+  const int64_t batch = q.size(0), heads = q.size(1), lq = q.size(2), d = q.size(3);
+  const int64_t lk = k.size(2), offset = lk - lq;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Tensor out = at::empty({batch, heads, lq, d}, q.options().dtype(dtype));
+  const Tensor keys = at::arange(lk, q.options().dtype(at::kLong)).view({1, -1});
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const Tensor qh = q[b][h].to(dtype), kh = k[b][h].to(dtype), vh = v[b][h].to(dtype);
+      for (int64_t q0 = 0; q0 < lq; q0 += 4096) {
+        const int64_t rows = std::min<int64_t>(4096, lq - q0);
+        Tensor s = at::mm(qh.narrow(0, q0, rows), kh.t()) * scale;
+        if (causal) {
+          const Tensor pos =
+              at::arange(rows, q.options().dtype(at::kLong)).view({-1, 1}) + (offset + q0);
+          s.masked_fill_(keys > pos, -std::numeric_limits<double>::infinity());
+        }
+        out[b][h].narrow(0, q0, rows).copy_(at::mm(at::softmax(s, -1), vh));
+      }
+    }
+  }
+  return out;
+}
+
+void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal,
+                at::ScalarType dtype) {
+  const int64_t heads = 16;
+  const bool bf16 = dtype == at::kBFloat16;
+  RunCase(
+      causal ? "flash causal" : "flash bidirectional",
+      Shape({{"B", batch}, {"H", heads}, {"Lq", lq}, {"Lk", lk}, {"d", d}}), bf16 ? "bf16" : "fp32",
+      [&](Row& row) {
+        const Tensor q = AsType(at::randn({batch, heads, lq, d}, Cuda()), dtype);
+        const Tensor k = AsType(at::randn({batch, heads, lk, d}, Cuda()), dtype);
+        const Tensor v = AsType(at::randn({batch, heads, lk, d}, Cuda()), dtype);
+        Tensor out = Nan({batch, heads, lq, d}, dtype);
+        attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal, 0.0, out);
+        const Tensor ref = AttentionReference(q, k, v, causal, at::kDouble);
+        row.err = RelErr(out, ref);
+        row.budget = kFloat32Budget;
+        if (bf16) {
+          row.budget = 2 * RelErr(AttentionReference(q, k, v, causal, at::kBFloat16), ref);
+        }
+        const double visible =
+            causal ? lq * static_cast<double>(lk - lq) + lq * (lq + 1.0) / 2 : double(lq) * lk;
+        const double elt = bf16 ? 2 : 4;
+        Finish(
+            row,
+            [&] { attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal, 0.0, out); },
+            elt * batch * heads * d * (2.0 * lq + 2.0 * lk), 4.0 * batch * heads * d * visible,
+            bf16);
+      });
+}
+
+void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointer_mode) {
+  const int64_t heads = 16;
+  RunCase("flash decode",
+          Shape({{"sessions", sessions}, {"H", heads}, {"max_len", capacity}, {"d", d}}) +
+              (pointer_mode ? " ptrs" : " batched"),
+          "fp32", [&](Row& row) {
+            const Tensor lens_cpu = at::randint(1, capacity + 1, {sessions}, at::kInt);
+            lens_cpu[0].fill_(capacity);  // the longest one is max_seqlen
+            const Tensor lens = lens_cpu.to(at::kCUDA);
+            const Tensor q = at::randn({sessions, heads, d}, Cuda());
+            Tensor k_cache, v_cache;
+            std::vector<Tensor> k_list, v_list;
+            if (pointer_mode) {
+              for (int64_t i = 0; i < sessions; ++i) {
+                // Caches of different capacities, as sessions grow them.
+                const int64_t cap = lens_cpu[i].item<int>() + 64 * (i % 3);
+                k_list.push_back(at::randn({heads, cap, d}, Cuda()));
+                v_list.push_back(at::randn({heads, cap, d}, Cuda()));
+              }
+            } else {
+              k_cache = at::randn({sessions, heads, capacity, d}, Cuda());
+              v_cache = at::randn({sessions, heads, capacity, d}, Cuda());
+            }
+            Tensor out = Nan({sessions, heads, d}, at::kFloat);
+            auto run = [&] {
+              if (pointer_mode) {
+                attnserve::kernels::standard::FlashDecodeCuda(q, k_list, v_list, lens, capacity,
+                                                              0.0, out);
+              } else {
+                attnserve::kernels::standard::FlashDecodeCuda(q, k_cache, v_cache, lens, capacity,
+                                                              0.0, out);
+              }
+            };
+            run();
+            Tensor ref = at::empty({sessions, heads, d}, Cuda(at::kDouble));
+            double keys = 0;
+            for (int64_t i = 0; i < sessions; ++i) {
+              const int64_t len = lens_cpu[i].item<int>();
+              keys += len;
+              const Tensor kk = (pointer_mode ? k_list[i] : k_cache[i]).narrow(1, 0, len);
+              const Tensor vv = (pointer_mode ? v_list[i] : v_cache[i]).narrow(1, 0, len);
+              const Tensor s =
+                  at::bmm(q[i].to(at::kDouble).unsqueeze(1), kk.to(at::kDouble).transpose(1, 2)) /
+                  std::sqrt(static_cast<double>(d));
+              ref[i].copy_(at::bmm(at::softmax(s, -1), vv.to(at::kDouble)).squeeze(1));
+            }
+            row.err = RelErr(out, ref);
+            row.budget = kFloat32Budget;
+            Finish(row, run, 8.0 * heads * d * keys, 4.0 * heads * d * keys, false);
+          });
+}
+
+// ---------------------------------------------------------------- linformer
+
+void CheckLinformer(int64_t batch, int64_t len, int64_t d, int64_t proj) {
+  const int64_t heads = 16;
+  RunCase(
+      "linformer (cuBLAS)", Shape({{"B", batch}, {"H", heads}, {"L", len}, {"d", d}, {"k", proj}}),
+      "fp32", [&](Row& row) {
+        const Tensor q = at::randn({batch, heads, len, d}, Cuda());
+        const Tensor k = at::randn({batch, heads, len, d}, Cuda());
+        const Tensor v = at::randn({batch, heads, len, d}, Cuda());
+        const int64_t max_len = len + 128;  // sliced to E[:L]
+        const Tensor e = at::randn({max_len, proj}, Cuda()) / std::sqrt(double(proj));
+        const Tensor f = at::randn({max_len, proj}, Cuda()) / std::sqrt(double(proj));
+        Tensor out = Nan({batch, heads, len, d}, at::kFloat);
+        attnserve::kernels::linformer::LinformerAttentionCuda(q, k, v, e, f, 0.0, out);
+        auto f64 = [](const Tensor& t) { return t.to(at::kDouble); };
+        const Tensor kp = at::matmul(f64(e).narrow(0, 0, len).t(), f64(k));
+        const Tensor vp = at::matmul(f64(f).narrow(0, 0, len).t(), f64(v));
+        const Tensor s = at::matmul(f64(q), kp.transpose(-1, -2)) / std::sqrt(double(d));
+        const Tensor ref = at::matmul(at::softmax(s, -1), vp);
+        row.err = RelErr(out, ref);
+        row.budget = kFloat32Budget;
+        Finish(
+            row,
+            [&] { attnserve::kernels::linformer::LinformerAttentionCuda(q, k, v, e, f, 0.0, out); },
+            4.0 * 4 * batch * heads * len * d, 8.0 * batch * heads * len * proj * d, false);
+      });
+}
+
+// ---------------------------------------------------------------- main
+
+void PrintTable() {
+  std::printf("\n%-22s %-34s %-5s %9s %9s %10s %9s %8s %7s  %s\n", "kernel", "shape", "dtype",
+              "error", "budget", "time ms", "GB/s", "TFLOP/s", "floor%", "result");
+  std::printf("%s\n", std::string(130, '-').c_str());
+  for (const Row& r : g_rows) {
+    std::printf("%-22s %-34s %-5s %9.2e %9.2e %10.3f %9.1f %8.2f %6.1f%%  %s%s%s\n",
+                r.kernel.c_str(), r.shape.c_str(), r.dtype.c_str(), r.err, r.budget, r.ms, r.gbps,
+                r.tflops, 100 * r.floor_frac, r.ok ? "ok" : "FAIL", r.note.empty() ? "" : "  ",
+                r.note.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      g_options.quick = true;
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      g_options.only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--only SUBSTRING]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (!at::hasCUDA() || at::cuda::getNumGPUs() == 0) {
+    std::printf("gpu_check: SKIPPED: no CUDA device visible to LibTorch\n");
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  at::manual_seed(0);
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  std::printf("gpu_check: %s (sm_%d%d, %d SMs), built with CUDA %d, %d CPU threads\n", prop->name,
+              prop->major, prop->minor, prop->multiProcessorCount, CUDART_VERSION,
+              at::get_num_threads());
+  try {
+    MeasureFloors();
+  } catch (const std::exception& e) {
+    std::printf("gpu_check: FAILED to measure the floors: %s\n", e.what());
+    return 1;
+  }
+
+  const bool quick = g_options.quick;
+  const at::ScalarType f32 = at::kFloat, bf16 = at::kBFloat16;
+  // Mamba: d_model 768 (d_inner 1536) and 2048 (d_inner 4096).
+  CheckSelectiveScan(768, 4, quick ? 512 : 2048, f32);
+  CheckSelectiveScan(768, 1, quick ? 2048 : 32768, f32);
+  CheckSelectiveScan(2048, 1, quick ? 1024 : 8192, f32);
+  CheckSelectiveScan(768, 1, quick ? 256 : 1024, bf16);
+  CheckSelectiveScan(2048, 2, quick ? 256 : 1024, bf16);
+  CheckSelectiveStateUpdate(768, 64, /*pointer_mode=*/true);
+  CheckSelectiveStateUpdate(2048, 64, /*pointer_mode=*/false);
+  CheckConv(768, 1, quick ? 2048 : 32768, f32);
+  CheckConv(2048, 4, quick ? 512 : 2048, f32);
+  CheckConv(2048, 1, quick ? 1024 : 8192, bf16);
+  CheckConvUpdate(2048, 64);
+  // Linear attention: H 16, d 64 and 128.
+  CheckLinear(4, 512, 64, f32);
+  CheckLinear(1, quick ? 4096 : 32768, 64, f32);
+  CheckLinear(1, quick ? 2048 : 8192, 128, f32);
+  CheckLinear(1, quick ? 1024 : 4096, 64, bf16);
+  CheckLinear(1, quick ? 1024 : 4096, 128, bf16);
+  CheckLinearStep(64, 64);
+  CheckLinearStep(64, 128);
+  // Standard attention: H 16, d 64 and 128, causal (also after a KV prefix) and bidirectional.
+  CheckFlash(4, 512, 512, 64, true, f32);
+  CheckFlash(1, 4096, 4096, 64, true, f32);
+  CheckFlash(1, 4096, 4096, 128, true, f32);
+  CheckFlash(1, 4096, 4096, 64, false, f32);
+  CheckFlash(1, 1024, quick ? 4096 : 8192, 128, true, f32);
+  CheckFlash(1, quick ? 8192 : 32768, quick ? 8192 : 32768, 64, true, f32);
+  CheckFlash(1, quick ? 8192 : 32768, quick ? 8192 : 32768, 128, true, f32);
+  CheckFlash(1, 4096, 4096, 64, true, bf16);
+  CheckFlash(1, 2048, 2048, 128, false, bf16);
+  CheckFlashDecode(16, quick ? 4096 : 32768, 128, /*pointer_mode=*/false);
+  CheckFlashDecode(8, quick ? 2048 : 8192, 64, /*pointer_mode=*/true);
+  // Linformer through cuBLAS: H 16, d 64, k 256.
+  CheckLinformer(2, 4096, 64, 256);
+  CheckLinformer(1, quick ? 8192 : 32768, 64, 256);
+
+  PrintTable();
+  const int failed = static_cast<int>(
+      std::count_if(g_rows.begin(), g_rows.end(), [](const Row& r) { return !r.ok; }));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("\ngpu_check: %zu cases, %d failed, %.0f s\n", g_rows.size(), failed, seconds);
+  return failed == 0 ? 0 : 1;
+}
