@@ -92,7 +92,7 @@ inline cudaStream_t CurrentStream() { return at::cuda::getCurrentCUDAStream().st
 inline at::Tensor OutputOrNew(const at::Tensor& out, const char* name, at::IntArrayRef shape,
                               const at::TensorOptions& options) {
   if (!out.defined()) return at::empty(shape, options);
-  TORCH_CHECK(out.device() == options.device() && out.scalar_type() == options.dtype() &&
+  TORCH_CHECK(out.device() == options.device() && out.dtype() == options.dtype() &&
                   out.sizes() == shape && out.is_contiguous(),
               name, ": expected a contiguous ", options.dtype(), " tensor of shape ", shape, " on ",
               options.device(), ", got ", out.scalar_type(), " ", ShapeOf(out), " on ",

@@ -27,6 +27,38 @@ uint64_t Fnv(uint64_t h, const void* data, size_t n) {
   return h;
 }
 
+// The fields of a config that change what the model computes: a state stays valid across a
+// rewrite of config.json (ours to Hugging Face's, a new max_sequence_length, defaults of
+// mixers the model does not use).
+v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
+  v1::ModelConfig a = config;
+  a.clear_model_type();
+  a.clear_max_sequence_length();
+  bool attention = false, linformer = false, mamba = false;
+  for (const std::string& layer : a.layers()) {
+    attention = attention || layer != "mamba";
+    linformer = linformer || layer == "linformer";
+    mamba = mamba || layer == "mamba";
+  }
+  if (!attention) {
+    a.clear_num_heads();
+    a.clear_bidirectional();
+  }
+  if (!linformer) {
+    a.clear_linformer_k();
+    a.clear_linformer_max_len();
+  }
+  if (!mamba) {
+    a.clear_state_size();
+    a.clear_conv_kernel();
+    a.clear_expand();
+    a.clear_time_step_rank();
+  } else if (a.time_step_rank() == 0) {
+    a.set_time_step_rank((a.hidden_size() + 15) / 16);
+  }
+  return a;
+}
+
 }  // namespace
 
 int64_t ModelState::Bytes() const {
@@ -162,7 +194,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   }
 
   std::string config_bytes;
-  c.SerializeToString(&config_bytes);
+  ArchitectureOf(c).SerializeToString(&config_bytes);
   uint64_t h = Fnv(1469598103934665603ull, config_bytes.data(), config_bytes.size());
   for (const WeightSpec& spec : specs) {
     const at::Tensor& t = weights.at(spec.name);

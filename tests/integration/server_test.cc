@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -361,6 +362,8 @@ struct PolicyCase {
   std::string reason;
 };
 
+void PrintTo(const PolicyCase& c, std::ostream* os) { *os << c.length << " tokens -> " << c.model; }
+
 class PolicyTest : public ::testing::TestWithParam<PolicyCase> {};
 
 TEST_P(PolicyTest, AutoChoosesByLength) {
@@ -456,6 +459,10 @@ struct ResumeCase {
   std::string model;
   Drop drop;
 };
+
+void PrintTo(const ResumeCase& c, std::ostream* os) {
+  *os << c.model << (c.drop == Drop::kCancel ? ", cancelled" : ", abandoned");
+}
 
 class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
 
@@ -582,6 +589,35 @@ TEST(RetryTest, RetriedAppendIsReplayedAndGapIsAborted) {
   EXPECT_FALSE(r3.replayed());
   EXPECT_EQ(r3.position(), 12);
   EXPECT_TRUE(third->Close(id).ok());
+}
+
+TEST(RetryTest, StreamDroppedDuringAnAppendIsRetriedExactlyOnce) {
+  TestServer server;
+  Client& client = server.client();
+  const std::vector<int64_t> tokens = RandomTokens(1500, 32);
+  v1::InferResponse reference;
+  ASSERT_TRUE(client.Infer(MakeInfer("standard", tokens), &reference).ok());
+
+  std::unique_ptr<StreamClient> first = client.Stream();
+  const std::string id = first->Open(OpenRequest("standard")).session_id();
+  ASSERT_TRUE(first->Send(AppendRequest(1, tokens)));
+  first->Cancel();  // while the append is queued or running
+  first->Finish();
+  ASSERT_TRUE(client.WaitDetached(id, absl::Seconds(60)));
+
+  // Whether or not the append was applied, resending it gives its result once.
+  std::unique_ptr<StreamClient> second = client.Stream();
+  const v1::StreamOpened opened = second->Open(ResumeRequest(id));
+  ASSERT_TRUE(opened.last_sequence_number() == 0 || opened.last_sequence_number() == 1);
+  EXPECT_EQ(opened.position(), opened.last_sequence_number() == 1 ? 1500 : 0);
+  const v1::AppendResult result = second->Append(AppendRequest(1, tokens));
+  EXPECT_EQ(result.replayed(), opened.last_sequence_number() == 1);
+  EXPECT_EQ(result.position(), 1500);
+  EXPECT_LE(
+      MaxRelativeError(Floats(result.outputs().tensor()), Floats(reference.outputs().tensor())),
+      1e-4);
+  EXPECT_EQ(second->Append(AppendRequest(2, {5})).position(), 1501);
+  EXPECT_TRUE(second->Close(id).ok());
 }
 
 // ---------------------------------------------------------------------------------------
@@ -716,6 +752,38 @@ TEST(LimitsTest, RefusedAppendLeavesTheStateAccountingUnchanged) {
     EXPECT_EQ(server.sessions().state_bytes(), first.state_bytes());
     ASSERT_TRUE(client.CloseSession(id).ok());
   }
+}
+
+TEST(LimitsTest, FullWorkerQueueRefusesWithResourceExhausted) {
+  TestServerOptions options;
+  options.workers = 1;
+  options.max_queue = 1;
+  TestServer server(options);
+  constexpr int kCalls = 8;
+  std::vector<grpc::Status> statuses(kCalls);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      v1::InferResponse response;
+      statuses[i] = server.client().Infer(MakeInfer("standard", RandomTokens(2500, i)), &response);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int ok = 0, refused = 0;
+  for (const grpc::Status& status : statuses) {
+    if (status.ok()) {
+      ++ok;
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_THAT(status.error_message(), HasSubstr("request queue is full"));
+      ++refused;
+    }
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_GE(refused, 1);
+  EXPECT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
+  v1::InferResponse response;
+  EXPECT_TRUE(server.client().Infer(MakeInfer("mamba", {1, 2}), &response).ok());
 }
 
 // ---------------------------------------------------------------------------------------

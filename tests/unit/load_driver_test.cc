@@ -34,9 +34,9 @@ class FakeService final : public v1::AttnServe::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Stream(grpc::ServerContext*,
-                      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream)
-      override {
+  grpc::Status Stream(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::StreamResponse, v1::StreamRequest>* stream) override {
     v1::StreamRequest req;
     int64_t position = 0;
     while (stream->Read(&req)) {

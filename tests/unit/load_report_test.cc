@@ -72,12 +72,12 @@ TEST(SvgPlotTest, OnePolylinePerSeriesWithData) {
   PlotSpec spec;
   spec.title = "p50 <latency>";
   spec.log_x = spec.log_y = true;
-  const std::string svg = RenderSvgPlot(
-      spec, {{"standard", {{256, 1.0}, {1024, 4.0}, {4096, 30.0}}},
-             {"mamba", {{256, 2.0}, {1024, 3.0}}},
-             {"single", {{512, 2.0}}},
-             {"empty", {}},
-             {"bad", {{0, 1.0}, {100, -1.0}}}});  // nothing usable on log axes
+  const std::string svg =
+      RenderSvgPlot(spec, {{"standard", {{256, 1.0}, {1024, 4.0}, {4096, 30.0}}},
+                           {"mamba", {{256, 2.0}, {1024, 3.0}}},
+                           {"single", {{512, 2.0}}},
+                           {"empty", {}},
+                           {"bad", {{0, 1.0}, {100, -1.0}}}});  // nothing usable on log axes
   EXPECT_EQ(Count(svg, "<polyline"), 3u);
   EXPECT_EQ(Count(svg, "<polyline class=\"series\" data-series=\"standard\""), 1u);
   EXPECT_EQ(Count(svg, "<polyline class=\"series\" data-series=\"mamba\""), 1u);
