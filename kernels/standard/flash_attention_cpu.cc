@@ -34,6 +34,10 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
   // Causal: query i of the chunk is at absolute position offset + i.
   const int64_t offset = lk - lq;
   const double neg_inf = -std::numeric_limits<double>::infinity();
+  // One score buffer for every tile pair: a fresh multi-megabyte allocation per pair would
+  // page-fault its memory in again each time. A ragged tile uses a contiguous prefix of it.
+  const at::Tensor score_buffer =
+      at::empty({bh * std::min(tiles.query, lq) * std::min(tiles.key, lk)}, q.options());
 
   for (int64_t q0 = 0; q0 < lq; q0 += tiles.query) {
     const int64_t nq = std::min(tiles.query, lq - q0);
@@ -46,7 +50,8 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
     for (int64_t k0 = 0; k0 < key_end; k0 += tiles.key) {
       const int64_t nk = std::min(tiles.key, key_end - k0);
       const at::Tensor vt = vf.narrow(1, k0, nk);
-      at::Tensor s = at::bmm(qt, kf.narrow(1, k0, nk).transpose(1, 2));  // (B·H, nq, nk)
+      at::Tensor s = score_buffer.narrow(0, 0, bh * nq * nk).view({bh, nq, nk});
+      at::bmm_out(s, qt, kf.narrow(1, k0, nk).transpose(1, 2));
       // Only a tile crossing the diagonal is masked: key k0 + j is hidden from query q0 + i
       // when k0 + j > offset + q0 + i. Tiles wholly below it need no mask.
       if (causal && k0 + nk - 1 > offset + q0) {
@@ -54,17 +59,18 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
             at::ones({nq, nk}, q.options().dtype(at::kBool)).triu_(offset + q0 - k0 + 1);
         s.masked_fill_(hidden, neg_inf);
       }
+      const at::Tensor tile_max = at::amax(s, 2, /*keepdim=*/true);
       // Key 0 is in the first tile and visible to every query, so every row max is finite
       // from the first tile on, and exp(-inf - max) = 0 handles rows a later tile hides.
       if (k0 == 0) {
-        row_max = std::get<0>(s.max(2, /*keepdim=*/true));
+        row_max = tile_max;
         s.sub_(row_max).exp_();
         row_sum = s.sum(2, /*keepdim=*/true);
         at::bmm_out(acc, s, vt);
       } else {
-        at::Tensor new_max = at::maximum(row_max, std::get<0>(s.max(2, /*keepdim=*/true)));
+        at::Tensor new_max = at::maximum(row_max, tile_max);
         // Rescales what was accumulated under the old max to the new one.
-        at::Tensor correction = row_max.sub_(new_max).exp_();
+        const at::Tensor correction = row_max.sub_(new_max).exp_();
         s.sub_(new_max).exp_();
         row_sum.mul_(correction).add_(s.sum(2, /*keepdim=*/true));
         acc.mul_(correction).baddbmm_(s, vt);

@@ -89,8 +89,12 @@ TEST(RpcTest, InferReturnsEveryOutputKind) {
       EXPECT_GE(p.token(), 0);
       EXPECT_LT(p.token(), kVocab);
       EXPECT_LE(p.logprob(), 0);
-      if (i > 0) EXPECT_LE(p.logprob(), top7.outputs().top_k(i - 1).logprob());
-      if (i < 5) EXPECT_EQ(p.token(), top.outputs().top_k(i).token());
+      if (i > 0) {
+        EXPECT_LE(p.logprob(), top7.outputs().top_k(i - 1).logprob());
+      }
+      if (i < 5) {
+        EXPECT_EQ(p.token(), top.outputs().top_k(i).token());
+      }
     }
     EXPECT_FALSE(none.outputs().has_tensor());
     EXPECT_EQ(none.outputs().top_k_size(), 0);
