@@ -3,7 +3,6 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/numbers.h"
