@@ -86,6 +86,13 @@ def parse_args():
                    help="timed runs of a case are cut (to at least one) to fit in about "
                         "this; a baseline whose warm-up exceeds it is skipped; a subprocess "
                         "is killed after 3x this + 60 s")
+    p.add_argument("--wait-idle-s", type=float, default=0,
+                   help="before each case wait (at most this long) until the CPUs are >= 85%% "
+                        "idle, so that other jobs skew the timings less; 0: do not wait")
+    p.add_argument("--omp-wait-policy", default="PASSIVE",
+                   help="OMP_WAIT_POLICY for both sides (empty: inherit). PASSIVE by default: "
+                        "with libgomp's spinning default, 2 threads on 2 shared cores run "
+                        "up to 20x slower whenever another process wants a core")
     p.add_argument("--json", metavar="FILE", help="write every result and target here")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny sizes, one repeat; checks for errors, not speed")
@@ -109,11 +116,38 @@ def find_binary(build_dir):
              f"  cmake --build {build} --target attnserve_kernel_bench")
 
 
-def run_json(cmd, timeout_s, threads, label):
+def cpu_idle_fraction(window_s=2.0):
+    """Fraction of all CPUs' time spent idle over the next window_s seconds (/proc/stat)."""
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+    idle0, total0 = sample()
+    time.sleep(window_s)
+    idle1, total1 = sample()
+    return (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_for_idle(max_wait_s, threshold=0.85):
+    """Waits until the CPUs are mostly idle (others' builds would skew timings), at most
+    max_wait_s; returns the idle fraction seen last."""
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        idle = cpu_idle_fraction()
+        if idle >= threshold or time.monotonic() >= deadline:
+            return idle
+        time.sleep(5)
+
+
+def run_json(cmd, timeout_s, threads, label, wait_idle_s=0, omp_wait_policy=""):
     """Runs one case; returns its JSON result, or an error/skip record, never raises."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    if omp_wait_policy:
+        env["OMP_WAIT_POLICY"] = omp_wait_policy
+    idle = wait_for_idle(wait_idle_s) if wait_idle_s > 0 else None
     print(f"  {label} ...", end="", flush=True, file=sys.stderr)
     start = time.monotonic()
+    load = os.getloadavg()[0]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired:
@@ -135,6 +169,9 @@ def run_json(cmd, timeout_s, threads, label):
     elif proc.returncode != 0 and result.get("status") == "ok":
         result = dict(result, status="error", reason=f"exit {proc.returncode}")
     result["wall_s"] = round(wall, 2)
+    result["loadavg_at_start"] = load
+    if idle is not None:
+        result["cpu_idle_before"] = round(idle, 3)
     result["command"] = " ".join(shlex.quote(str(c)) for c in cmd)
     print(f" {result['status']} ({wall:.1f} s)", file=sys.stderr)
     return result
@@ -197,7 +234,8 @@ def main():
             else:
                 cmd += ["--seq-len", str(length), "--repeats", str(args.repeats),
                         "--time-cap-s", str(int(args.time_cap_s))]
-            results[key] = run_json(cmd, timeout_s, args.threads, f"attnserve {case} {length}")
+            results[key] = run_json(cmd, timeout_s, args.threads, f"attnserve {case} {length}",
+                                    args.wait_idle_s, args.omp_wait_policy)
         return results[key]
 
     def baseline(case, length):
@@ -206,10 +244,12 @@ def main():
             cmd = [args.python, str(BASELINE_SCRIPT), "--case", case, "--seq-len", str(length),
                    "--threads", str(args.threads), "--repeats", str(args.baseline_repeats),
                    "--mem-cap-gib", str(args.mem_cap_gib), "--time-cap-s", str(args.time_cap_s)]
-            results[key] = run_json(cmd, timeout_s, args.threads, f"baseline {case} {length}")
+            results[key] = run_json(cmd, timeout_s, args.threads, f"baseline {case} {length}",
+                                    args.wait_idle_s, args.omp_wait_policy)
         return results[key]
 
     print(f"kernel bench: {binary}, {args.threads} threads, "
+          f"OMP_WAIT_POLICY={args.omp_wait_policy or '(inherited)'}, "
           f"load average {load_start[0]:.2f} at start", file=sys.stderr)
 
     # --- prefill ---------------------------------------------------------------------
@@ -270,7 +310,8 @@ def main():
     # --- report ----------------------------------------------------------------------
     print()
     print(f"Prefill: whole mixer incl. projections on both sides (*_core rows: attention core "
-          f"only, q/k/v precomputed); batch 1, float32, {args.threads} threads; "
+          f"only, q/k/v precomputed); batch 1, float32, {args.threads} threads "
+          f"(OMP_WAIT_POLICY={args.omp_wait_policy or 'inherited'}); "
           f"tok/s = L / median time; MiB = peak RSS increase during the runs")
     print_table(
         ["case", "L", "attnserve tok/s", "baseline", "baseline tok/s", "speedup",
@@ -325,6 +366,7 @@ def main():
             "command": " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv),
             "machine": machine_info(),
             "threads": args.threads,
+            "omp_wait_policy": args.omp_wait_policy,
             "loadavg_start": load_start,
             "loadavg_end": load_end,
             "results": [dict(v, impl=k[0], case=k[1], key_length=k[2])

@@ -137,6 +137,9 @@ int main(int argc, char** argv) {
   sources.inflight = [&service] { return service.inflight(); };
   sources.queue_depth = [&pool] { return pool.queue_depth(); };
   metrics.SetSources(std::move(sources));
+  // Before the server starts: a SIGTERM from then on drains rather than kills.
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -153,8 +156,6 @@ int main(int argc, char** argv) {
             << " with " << workers << " workers (" << kernels::DescribeCudaDevices() << ")"
             << std::endl;
 
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
   while (!g_stop.load()) absl::SleepFor(absl::Milliseconds(100));
 
   std::cout << "attnserve-server: draining (" << service.inflight() << " calls in flight)"

@@ -79,6 +79,10 @@ absl::StatusOr<at::Tensor> AttnServeService::ContinueSession(Session& session,
   }
   RETURN_IF_ERROR(sessions_.Reserve(session, m.StateBytesPerSequence(length)));
   absl::StatusOr<at::Tensor> result = m.Forward(tokens, &session.state, output);
+  if (!result.ok()) {
+    // Give back what was reserved for tokens that were refused (shrinking always succeeds).
+    sessions_.Reserve(session, m.StateBytesPerSequence(session.state.position)).IgnoreError();
+  }
   session.Publish();
   return result;
 }

@@ -115,7 +115,8 @@ class SessionUse {
 
 class SessionTable {
  public:
-  // Called after a session leaves the table (closed, expired or evicted), outside any lock.
+  // Called after a session leaves the table (closed, expired or evicted), outside the shard
+  // locks but possibly under the admission lock: it must not call back into the table.
   using EvictionListener = std::function<void(const Session&, EvictionReason)>;
 
   explicit SessionTable(SessionLimits limits, EvictionListener listener = nullptr);

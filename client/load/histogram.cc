@@ -68,6 +68,9 @@ double LogHistogram::Percentile(double q) const {
   // Rank of the wanted sample, 1-based: the smallest value with at least `rank` values <= it.
   const uint64_t rank =
       std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(count_))));
+  // The extreme ranks are known exactly.
+  if (rank >= count_) return static_cast<double>(max_);
+  if (rank == 1) return static_cast<double>(min_);
   uint64_t seen = 0;
   for (int b = 0; b < kNumBuckets; ++b) {
     seen += counts_[b];

@@ -44,7 +44,7 @@ class LogHistogram {
 
   // The value at quantile q in [0, 1] (q = 0.5: the median): the smallest recorded value v with
   // at least ceil(q * count) values <= v, reported to within MaxRelativeError() and clamped to
-  // [min, max]. 0 when empty.
+  // [min, max]; exact for the first and last rank (q = 0 gives min, q = 1 max). 0 when empty.
   double Percentile(double q) const;
 
   // Bucket arithmetic, public for tests: the bucket index of a value, and the bounds

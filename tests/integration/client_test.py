@@ -26,6 +26,9 @@ import unittest
 
 ARGS = None
 SERVER = None
+# A sequence above a model's max_sequence_length is refused as a limit (inference.proto:
+# RESOURCE_EXHAUSTED for limits).
+TOO_LONG_CODE = "RESOURCE_EXHAUSTED"
 
 
 class Server:
@@ -217,11 +220,12 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("model: mamba", p.stdout)
         self.assertIn("tokens: 4", p.stdout)
-        # Above linformer's maximum: INVALID_ARGUMENT, by name, exit 1.
+        # Above linformer's maximum: refused, the code printed by name, exit 1.
         too_long = int(self.models["linformer"]["max_sequence_length"]) + 1
         p = cli("infer", "--json", "--model=linformer", "--random_tokens=%d" % too_long)
         self.assertEqual(p.returncode, 1)
-        self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "INVALID_ARGUMENT")
+        self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], TOO_LONG_CODE)
+        self.assertIn(TOO_LONG_CODE + ": ", p.stderr)
         p = cli("infer", "--tokens=1,x")
         self.assertEqual(p.returncode, 2)
 
@@ -335,13 +339,13 @@ class ClientTest(unittest.TestCase):
             self.assertEqual((ln["sent"], ln["succeeded"], ln["tokens_in"]), (4, 4, 4 * 130))
             self.assertGreater(ln["state_bytes"]["max"], 0)
             self.assertLessEqual(ln["first_result_s"]["p50"], ln["latency_s"]["p50"])
-            # A length above linformer's maximum: INVALID_ARGUMENT.
+            # A length above linformer's maximum: refused with TOO_LONG_CODE.
             p = load("--variants=linformer", "--mode=unary", "--lengths=%d" % too_long,
                      "--requests=3", "--duration=10", "--warmup=0", "--timeout=20",
                      "--json=" + js)
             self.assertEqual(p.returncode, 0, p.stderr)
             [r] = self.check_report(js)["results"]
-            self.assertEqual((r["sent"], r["errors"]), (3, {"INVALID_ARGUMENT": 3}))
+            self.assertEqual((r["sent"], r["errors"]), (3, {TOO_LONG_CODE: 3}))
             # Generation on every model that streams; linformer is skipped.
             p = load("--variants=all", "--mode=generate", "--lengths=16", "--max_new_tokens=4",
                      "--requests=2", "--duration=10", "--warmup=0", "--timeout=30",

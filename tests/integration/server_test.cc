@@ -420,39 +420,37 @@ TEST(PolicyStreamTest, StreamTakesTheFirstCausalVariantThatFits) {
 // ---------------------------------------------------------------------------------------
 // Chunked appends equal one whole pass.
 
-class ChunkedStreamTest : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ChunkedStreamTest, ChunksEqualOneInfer) {
+// One process per test under CTest, each building the models: the streaming models are
+// looped over inside one test rather than parameterized.
+TEST(ChunkedStreamTest, ChunksEqualOneInferForEveryStreamingModel) {
   TestServer server;
   Client& client = server.client();
-  const std::string& model = GetParam();
   const std::vector<int64_t> sizes = {1, 7, 64, 100};
   const std::vector<int64_t> tokens = RandomTokens(172, 12);
+  for (const std::string& model : StreamingModels()) {
+    SCOPED_TRACE(model);
+    std::unique_ptr<StreamClient> stream = client.Stream();
+    const std::string id = stream->Open(OpenRequest(model)).session_id();
+    std::vector<float> chunked;
+    int64_t begin = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<int64_t> chunk(tokens.begin() + begin, tokens.begin() + begin + sizes[i]);
+      begin += sizes[i];
+      const v1::AppendResult r = stream->Append(
+          AppendRequest(static_cast<int64_t>(i + 1), chunk, v1::OUTPUT_KIND_ALL_LOGITS));
+      EXPECT_EQ(r.position(), begin);
+      EXPECT_THAT(Shape(r.outputs().tensor()), ElementsAre(sizes[i], kVocab));
+      chunked.insert(chunked.end(), r.outputs().tensor().float_data().begin(),
+                     r.outputs().tensor().float_data().end());
+    }
+    EXPECT_TRUE(stream->Close(id).ok());
 
-  std::unique_ptr<StreamClient> stream = client.Stream();
-  const std::string id = stream->Open(OpenRequest(model)).session_id();
-  std::vector<float> chunked;
-  int64_t begin = 0;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const std::vector<int64_t> chunk(tokens.begin() + begin, tokens.begin() + begin + sizes[i]);
-    begin += sizes[i];
-    const v1::AppendResult r = stream->Append(
-        AppendRequest(static_cast<int64_t>(i + 1), chunk, v1::OUTPUT_KIND_ALL_LOGITS));
-    EXPECT_EQ(r.position(), begin);
-    EXPECT_THAT(Shape(r.outputs().tensor()), ElementsAre(sizes[i], kVocab));
-    chunked.insert(chunked.end(), r.outputs().tensor().float_data().begin(),
-                   r.outputs().tensor().float_data().end());
+    v1::InferResponse whole;
+    ASSERT_TRUE(client.Infer(MakeInfer(model, tokens, v1::OUTPUT_KIND_ALL_LOGITS), &whole).ok());
+    ASSERT_THAT(Shape(whole.outputs().tensor()), ElementsAre(172, kVocab));
+    EXPECT_LE(MaxRelativeError(chunked, Floats(whole.outputs().tensor())), 1e-4);
   }
-  EXPECT_TRUE(stream->Close(id).ok());
-
-  v1::InferResponse whole;
-  ASSERT_TRUE(client.Infer(MakeInfer(model, tokens, v1::OUTPUT_KIND_ALL_LOGITS), &whole).ok());
-  ASSERT_THAT(Shape(whole.outputs().tensor()), ElementsAre(172, kVocab));
-  EXPECT_LE(MaxRelativeError(chunked, Floats(whole.outputs().tensor())), 1e-4);
 }
-
-INSTANTIATE_TEST_SUITE_P(StreamingModels, ChunkedStreamTest,
-                         ::testing::Values("standard", "linear", "mamba", "hybrid"));
 
 // ---------------------------------------------------------------------------------------
 // Dropped streams resume by id; retries replay; gaps abort.
@@ -464,16 +462,9 @@ struct ResumeCase {
   Drop drop;
 };
 
-void PrintTo(const ResumeCase& c, std::ostream* os) {
-  *os << c.model << (c.drop == Drop::kCancel ? ", cancelled" : ", abandoned");
-}
-
-class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
-
-TEST_P(ResumeTest, ResumedStreamGivesTheUnbrokenOutputs) {
-  TestServer server;
+void CheckResume(TestServer& server, const ResumeCase& c) {
   Client& client = server.client();
-  const std::string& model = GetParam().model;
+  const std::string& model = c.model;
   const std::vector<std::vector<int64_t>> chunks = {RandomTokens(5, 20), RandomTokens(3, 21),
                                                     RandomTokens(1, 22), RandomTokens(9, 23)};
 
@@ -503,7 +494,7 @@ TEST_P(ResumeTest, ResumedStreamGivesTheUnbrokenOutputs) {
                   expected[i]),
               0);
   }
-  if (GetParam().drop == Drop::kCancel) {
+  if (c.drop == Drop::kCancel) {
     first->Cancel();
     EXPECT_EQ(first->Finish().error_code(), grpc::StatusCode::CANCELLED);
   } else {
@@ -532,14 +523,15 @@ TEST_P(ResumeTest, ResumedStreamGivesTheUnbrokenOutputs) {
   EXPECT_TRUE(second->Close(id).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    DropKinds, ResumeTest,
-    ::testing::Values(ResumeCase{"standard", Drop::kCancel}, ResumeCase{"mamba", Drop::kCancel},
-                      ResumeCase{"hybrid", Drop::kAbandon}, ResumeCase{"linear", Drop::kAbandon}),
-    [](const ::testing::TestParamInfo<ResumeCase>& info) {
-      return absl::StrCat(info.param.model,
-                          info.param.drop == Drop::kCancel ? "Cancelled" : "Abandoned");
-    });
+TEST(ResumeTest, DroppedStreamResumesWithTheUnbrokenOutputs) {
+  TestServer server;
+  for (const ResumeCase& c :
+       {ResumeCase{"standard", Drop::kCancel}, ResumeCase{"mamba", Drop::kCancel},
+        ResumeCase{"hybrid", Drop::kAbandon}, ResumeCase{"linear", Drop::kAbandon}}) {
+    SCOPED_TRACE(c.model + (c.drop == Drop::kCancel ? ", cancelled" : ", abandoned"));
+    CheckResume(server, c);
+  }
+}
 
 TEST(RetryTest, RetriedAppendIsReplayedAndGapIsAborted) {
   TestServer server;
