@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   service.StartDraining();
   const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_deadline_s));
   while (service.inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  server->Shutdown(absl::ToChronoTime(deadline));
+  // Nothing left in flight: shut down now rather than wait for idle client connections.
+  server->Shutdown(absl::ToChronoTime(service.inflight() == 0 ? absl::Now() : deadline));
   pool.Stop();
   std::cout << "attnserve-server: stopped" << std::endl;
   return 0;
