@@ -36,9 +36,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/linear/causal_linear_attention_cpu.h"
+#include "kernels/mamba/selective_scan_cpu.h"
 #include "kernels/standard/flash_attention_cpu.h"
 
 namespace attnserve::bench {
@@ -91,6 +93,7 @@ constexpr CaseInfo kCases[] = {
     {"linear_causal_core", MixerKind::kLinear, true, Scope::kCore},
     {"mamba_prefill", MixerKind::kMamba, true, Scope::kPrefill},
     {"mamba_step", MixerKind::kMamba, true, Scope::kStep},
+    {"mamba_scan_core", MixerKind::kMamba, true, Scope::kCore},
 };
 
 struct Result {
@@ -107,7 +110,7 @@ const char* kUsage =
     "         [--warmup W] [--context C] [--steps S] [--seed X]\n"
     "         [--time-cap-s S]\n"
     "cases: standard_causal standard_step standard_causal_core linformer linear_causal\n"
-    "       linear_step linear_causal_core mamba_prefill mamba_step\n";
+    "       linear_step linear_causal_core mamba_prefill mamba_step mamba_scan_core\n";
 
 absl::StatusOr<Options> ParseArgs(int argc, char** argv) {
   Options o;
@@ -242,9 +245,48 @@ absl::StatusOr<Result> RunPrefill(const Mixer& mixer, const Options& o) {
   return TimeRepeated(o, [&] { return mixer.Prefill(x, nullptr).status(); });
 }
 
+// The fused selective scan under the mamba mixer (discretisation, state update, read-out, D
+// skip, silu(z) gate) on precomputed u, delta, z (1, L, d_inner) and B, C (1, L, d_state),
+// as the baseline's mamba_loop_core times the seed's scan loop with the same skip and gate.
+absl::StatusOr<Result> RunMambaScanCore(const MixerConfig& config, const Options& o) {
+  const int64_t len = o.seq_len, dim = config.d_inner(), n = config.d_state;
+  const at::Tensor u = at::randn({1, len, dim});
+  const at::Tensor delta = at::softplus(at::randn({1, len, dim}));
+  const at::Tensor z = at::randn({1, len, dim});
+  const at::Tensor bc = at::randn({1, len, 2 * n});  // B then C, as slices of x_proj's output
+  const at::Tensor a_t =
+      -at::arange(1, n + 1, at::kFloat).unsqueeze(1).expand({n, dim}).contiguous();
+  const at::Tensor d_skip = at::ones({dim});
+  return TimeRepeated(o, [&] {
+    at::Tensor out = at::empty({1, len, dim});
+    at::Tensor state = at::zeros({1, dim, n});
+    kernels::mamba::SelectiveScanParams p;
+    p.batch = 1;
+    p.seqlen = len;
+    p.dim = dim;
+    p.dstate = n;
+    p.u = u.data_ptr<float>();
+    p.delta = delta.data_ptr<float>();
+    p.z = z.data_ptr<float>();
+    p.B = bc.data_ptr<float>();
+    p.C = bc.data_ptr<float>() + n;
+    p.A_t = a_t.data_ptr<float>();
+    p.D = d_skip.data_ptr<float>();
+    p.out = out.data_ptr<float>();
+    p.state = state.data_ptr<float>();
+    p.u_batch_stride = p.delta_batch_stride = p.z_batch_stride = len * dim;
+    p.u_seq_stride = p.delta_seq_stride = p.z_seq_stride = dim;
+    p.bc_batch_stride = len * 2 * n;
+    p.bc_seq_stride = 2 * n;
+    kernels::mamba::SelectiveScanCpu(p);
+    return absl::OkStatus();
+  });
+}
+
 // The attention core under the standard or linear mixer on q, k, v (1, H, L, d), as the
-// baselines' *_core cases time the seeds' attention without projections.
+// baselines' *_core cases time the seeds' attention without projections; for mamba, the scan.
 absl::StatusOr<Result> RunCore(const CaseInfo& c, const Options& o) {
+  if (c.kind == MixerKind::kMamba) return RunMambaScanCore(ConfigFor(c, o), o);
   const at::Tensor q = at::randn({1, kHeads, o.seq_len, kHeadDim});
   const at::Tensor k = at::randn({1, kHeads, o.seq_len, kHeadDim});
   const at::Tensor v = at::randn({1, kHeads, o.seq_len, kHeadDim});
@@ -316,6 +358,8 @@ std::string JsonDouble(double v) {
 }
 
 int Main(int argc, char** argv) {
+  // As the server does (server/main.cc): the timings are the server's.
+  kernels::KeepFreedMemoryForReuse();
   absl::StatusOr<Options> options = ParseArgs(argc, argv);
   if (!options.ok()) {
     std::fputs(std::string(options.status().message()).c_str(), stderr);

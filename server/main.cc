@@ -23,10 +23,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "kernels/common/cuda_device.h"
+#include "kernels/common/device.h"
+#include "kernels/common/memory_reuse.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
+#include "server/server_identity.h"
 #include "server/service.h"
 #include "server/session_table.h"
 #include "server/worker_pool.h"
@@ -56,7 +59,18 @@ ABSL_FLAG(int64_t, max_queue, 1024, "Requests waiting for a worker before RESOUR
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message received or sent.");
 ABSL_FLAG(int64_t, max_tokens_per_request, 65536, "Most tokens in one Infer or append.");
 ABSL_FLAG(int, max_new_tokens, 1024, "Most tokens one generate may ask for.");
+ABSL_FLAG(std::string, device, "auto",
+          "Where the models run: cpu, cuda, cuda:N, or auto (the first GPU when this build has "
+          "CUDA kernels, a CUDA LibTorch and a visible device, else cpu; the log says which and "
+          "why).");
 ABSL_FLAG(int, drain_deadline_s, 10, "Seconds calls in flight get to finish on shutdown.");
+ABSL_FLAG(std::string, instance_name, "",
+          "This instance's name, returned with its sessions and named in NOT_FOUND for a session "
+          "it does not hold (empty: the hostname, which is the pod name in Kubernetes).");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port at which clients reach this instance, returned with its sessions so that "
+          "clients send a session's later calls here (in Kubernetes: $(POD_IP):50051 from the "
+          "downward API). Empty: unknown; clients use the address they connected to.");
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -73,6 +87,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "attnserve-server [--port=50051] [--model_repository=DIR] [--policy=RULES] ...");
   absl::ParseCommandLine(argc, argv);
+  // Before any thread starts: big per-call buffers are reused rather than page-faulted in again.
+  kernels::KeepFreedMemoryForReuse();
   // The metrics endpoint first: it is useful while models load.
   server::ServerMetrics metrics;
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
@@ -87,10 +103,17 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(std::max(1, absl::GetFlag(FLAGS_intra_op_threads)));
 
+  absl::StatusOr<kernels::Device> device = kernels::ResolveDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(std::string(device.status().message()));
+  std::cout << "device " << device->description << std::endl;
+  const at::Device torch_device =
+      device->is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device->index))
+                        : at::Device(at::kCPU);
+
   const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);
   absl::StatusOr<std::unique_ptr<model::ModelRepository>> repository =
-      repo_dir.empty() ? model::ModelRepository::BuildDefault()
-                       : model::ModelRepository::LoadFolder(repo_dir);
+      repo_dir.empty() ? model::ModelRepository::BuildDefault(torch_device)
+                       : model::ModelRepository::LoadFolder(repo_dir, torch_device);
   if (!repository.ok()) return Fail(std::string(repository.status().message()));
   for (const model::Model* m : (*repository)->models()) {
     std::cout << "model " << m->name() << ": " << m->config().layers_size() << " layers, width "
@@ -129,6 +152,10 @@ int main(int argc, char** argv) {
   options.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
   options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   options.metrics = &metrics;
+  absl::StatusOr<v1::ServerIdentity> identity = server::MakeServerIdentity(
+      absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));
+  if (!identity.ok()) return Fail(std::string(identity.status().message()));
+  options.identity = *identity;
   server::AttnServeService service(**repository, *policy, sessions, pool, options);
 
   server::ServerMetrics::Sources sources;
@@ -154,6 +181,9 @@ int main(int argc, char** argv) {
   if (!server || bound_port == 0) return Fail("cannot listen on " + address);
   std::cout << "attnserve-server listening on " << absl::GetFlag(FLAGS_host) << ":" << bound_port
             << " with " << workers << " workers (" << kernels::DescribeCudaDevices() << ")"
+            << std::endl;
+  std::cout << "instance " << identity->instance_name() << ", advertised as "
+            << (identity->advertise_address().empty() ? "(none)" : identity->advertise_address())
             << std::endl;
 
   while (!g_stop.load()) absl::SleepFor(absl::Milliseconds(100));

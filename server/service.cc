@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
@@ -40,6 +41,19 @@ absl::Status AttnServeService::CheckServing() const {
     return absl::UnavailableError("the server is draining; retry on another replica");
   }
   return absl::OkStatus();
+}
+
+absl::Status AttnServeService::OnThisInstance(absl::Status status) const {
+  const v1::ServerIdentity& id = options_.identity;
+  if (status.code() != absl::StatusCode::kNotFound ||
+      (id.instance_name().empty() && id.advertise_address().empty())) {
+    return status;
+  }
+  std::string where = id.instance_name().empty()
+                          ? std::string("the instance")
+                          : absl::StrCat("instance '", id.instance_name(), "'");
+  if (!id.advertise_address().empty()) absl::StrAppend(&where, " at ", id.advertise_address());
+  return absl::NotFoundError(absl::StrCat(status.message(), " (asked ", where, ")"));
 }
 
 void AttnServeService::Record(const char* rpc, const std::string& variant,
@@ -94,8 +108,11 @@ absl::Status AttnServeService::RunInfer(const v1::InferRequest& request,
                    TokensTensor(request.tokens(), options_.max_tokens_per_request));
   const model::OutputKind kind = ModelOutputKind(request.output());
   at::Tensor result;
+  *response->mutable_server() = options_.identity;
   if (!request.session_id().empty()) {
-    ASSIGN_OR_RETURN(SessionUse session, sessions_.Get(request.session_id()));
+    absl::StatusOr<SessionUse> found = sessions_.Get(request.session_id());
+    if (!found.ok()) return OnThisInstance(found.status());
+    SessionUse session = *std::move(found);
     const std::string& name = session->model()->name();
     if (!request.model().empty() && request.model() != "auto" && request.model() != name) {
       return absl::InvalidArgumentError(absl::StrCat("session '", session->id(),
@@ -159,16 +176,19 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
                                                        v1::SessionInfo* response) {
   const auto arrival = std::chrono::steady_clock::now();
   absl::StatusOr<std::shared_ptr<const Session>> session = sessions_.Peek(request->session_id());
-  if (session.ok()) *response = (*session)->Info();
+  if (session.ok()) {
+    *response = (*session)->Info();
+    *response->mutable_server() = options_.identity;
+  }
   Record("GetSession", "", session.status(), SecondsSince(arrival));
-  return FinishNow(context, session.status());
+  return FinishNow(context, OnThisInstance(session.status()));
 }
 
 grpc::ServerUnaryReactor* AttnServeService::CloseSession(grpc::CallbackServerContext* context,
                                                          const v1::CloseSessionRequest* request,
                                                          v1::CloseSessionResponse*) {
   const auto arrival = std::chrono::steady_clock::now();
-  absl::Status status = sessions_.Close(request->session_id());
+  absl::Status status = OnThisInstance(sessions_.Close(request->session_id()));
   Record("CloseSession", "", status, SecondsSince(arrival));
   return FinishNow(context, status);
 }
@@ -181,6 +201,7 @@ grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerCon
   }
   for (v1::SessionInfo& info :
        sessions_.List(request->model(), request->limit() > 0 ? request->limit() : 1000)) {
+    *info.mutable_server() = options_.identity;
     *response->add_sessions() = std::move(info);
   }
   response->set_total(sessions_.size());

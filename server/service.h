@@ -19,6 +19,10 @@ struct ServiceOptions {
   int64_t max_tokens_per_request = 65536;
   int max_new_tokens = 1024;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
+  // Returned with every session (StreamOpened, SessionInfo) and Infer response, and named in
+  // NOT_FOUND for a session this instance does not hold, so that clients route a session's
+  // calls to the instance holding it and a misrouted call says where it went.
+  v1::ServerIdentity identity;
 };
 
 class AttnServeService final : public v1::AttnServe::CallbackService {
@@ -57,6 +61,9 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   class StreamReactor;
 
   absl::Status CheckServing() const;
+  // A session lookup's NOT_FOUND with the instance that answered appended (other statuses
+  // unchanged): with several instances, "no session" alone does not say where it was asked.
+  absl::Status OnThisInstance(absl::Status status) const;
   // Runs `tokens` on a session whose run_mu the caller holds: reserves the state memory for
   // the session's new length plus `extra_tokens` to come, continues the state, publishes
   // the new position.

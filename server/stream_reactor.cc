@@ -115,7 +115,9 @@ class AttnServeService::StreamReactor final
     }
     std::string reason;
     if (!open.session_id().empty()) {
-      ASSIGN_OR_RETURN(SessionUse use, service_->sessions_.Get(open.session_id()));
+      absl::StatusOr<SessionUse> found = service_->sessions_.Get(open.session_id());
+      if (!found.ok()) return service_->OnThisInstance(found.status());
+      SessionUse use = *std::move(found);
       const std::string& name = use->model()->name();
       if (!open.model().empty() && open.model() != "auto" && open.model() != name) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -143,6 +145,7 @@ class AttnServeService::StreamReactor final
     opened->set_state_bytes(s.state_bytes());
     opened->set_position(s.position());
     opened->set_last_sequence_number(s.last_sequence());
+    *opened->mutable_server() = service_->options_.identity;
     Send(std::move(response));
     return absl::OkStatus();
   }
@@ -247,7 +250,7 @@ class AttnServeService::StreamReactor final
       return absl::FailedPreconditionError("close before open: nothing to close");
     }
     const std::string id = (*session_)->id();
-    RETURN_IF_ERROR(service_->sessions_.Close(id));
+    RETURN_IF_ERROR(service_->OnThisInstance(service_->sessions_.Close(id)));
     v1::StreamResponse response;
     response.mutable_closed()->set_session_id(id);
     Send(std::move(response));

@@ -28,6 +28,9 @@ the *_core ones times the whole mixer, projections included, as attnserve_kernel
   causal_linear_step_core, causal_linear_step_batched_core, standard_full_core
                        the attention core alone: q, k, v (1, 8, L, 64) made before timing,
                        no projections (attnserve_kernel_bench's *_core cases).
+  mamba_loop_core      SelectiveSSM's scan loop with the D skip and the silu(z) gate, on
+                       x_conv, dt, z (1, L, 512) and B, C (1, L, 16) made before timing
+                       (attnserve_kernel_bench's mamba_scan_core).
 
 Memory: peak RSS increase during warm-up and timed runs (weights and inputs, made before,
 are excluded): VmHWM is reset through /proc/self/clear_refs, then VmHWM - VmRSS(before).
@@ -69,6 +72,9 @@ CASES = (
     "causal_linear_step_core",
     "causal_linear_step_batched_core",
     "standard_full_core",
+    # The selective scan alone, with the D skip and the silu(z) gate (what attnserve's fused
+    # scan kernel does), on precomputed x_conv, dt, z (1, L, 512) and B, C (1, L, 16).
+    "mamba_loop_core",
 )
 
 
@@ -275,6 +281,13 @@ class SelectiveSSM(nn.Module):
         y = y * F.silu(z)
         return self.out_proj(y)
 
+    def core(self, x_conv, dt, B_param, C_param, z):
+        """The scan with the skip and the gate: forward() between x_proj and out_proj."""
+        A = -torch.exp(self.A_log)
+        y = self._ssm_scan(x_conv, A, B_param, C_param, dt)
+        y = y + self.D * x_conv
+        return y * F.silu(z)
+
     def _ssm_scan(self, x, A, B, C, dt):
         B_batch, L, D_inner = x.shape
         N = self.d_state
@@ -307,12 +320,17 @@ def build_case(case, L):
     elif base == "linformer" and not core:
         model = LinformerAttention(ATTN_DIM, seq_len=L, k=LINFORMER_K, num_heads=HEADS)
         d_model = ATTN_DIM
-    elif base == "mamba_loop" and not core:
+    elif base == "mamba_loop":
         model = SelectiveSSM(MAMBA_D_MODEL, MAMBA_D_STATE, MAMBA_D_CONV, MAMBA_EXPAND)
         d_model = MAMBA_D_MODEL
     else:
         raise ValueError(f"unknown case {case}")
     model.eval()
+    if core and base == "mamba_loop":
+        d_inner, n = model.d_inner, model.d_state
+        inputs = (torch.randn(1, L, d_inner), F.softplus(torch.randn(1, L, d_inner)),
+                  torch.randn(1, L, n), torch.randn(1, L, n), torch.randn(1, L, d_inner))
+        return model.core, inputs
     if core:
         return model.core, tuple(torch.randn(1, HEADS, L, HEAD_DIM) for _ in range(3))
     return model, (torch.randn(1, L, d_model),)

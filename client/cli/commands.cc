@@ -16,6 +16,8 @@
 #include "client/cli/flags.h"
 #include "client/cli/token_reader.h"
 #include "client/common/channel.h"
+#include "client/common/grpc_status.h"
+#include "client/common/session_router.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
 namespace attnserve::cli {
@@ -23,6 +25,7 @@ namespace {
 
 namespace v1 = attnserve::v1;
 using Stub = v1::AttnServe::Stub;
+using Route = client::SessionRouter::Route;
 
 std::unique_ptr<Stub> NewStub() {
   return v1::AttnServe::NewStub(client::MakeChannel(absl::GetFlag(FLAGS_target)));
@@ -32,6 +35,84 @@ void SetDeadline(grpc::ClientContext& ctx) {
   if (absl::GetFlag(FLAGS_timeout) > 0) {
     ctx.set_deadline(client::DeadlineAfter(absl::GetFlag(FLAGS_timeout)));
   }
+}
+
+// Where a session-bearing subcommand's calls go: straight to --target, or, with
+// --route_sessions (or a --target list), through a SessionRouter to the instance that holds
+// the session.
+class Calls {
+ public:
+  // False (after printing why) when the target cannot be routed.
+  bool Init(Printer& out, const std::string& sub) {
+    const std::string target = absl::GetFlag(FLAGS_target);
+    if (!absl::GetFlag(FLAGS_route_sessions) && !client::SessionRouter::IsList(target)) {
+      direct_ = NewStub();
+      return true;
+    }
+    client::SessionRouter::Options options;
+    if (absl::GetFlag(FLAGS_timeout) > 0) options.lookup_timeout_s = absl::GetFlag(FLAGS_timeout);
+    absl::StatusOr<std::unique_ptr<client::SessionRouter>> router =
+        client::SessionRouter::Create(target, options);
+    if (!router.ok()) {
+      out.Error(sub, client::ToGrpcStatus(router.status()));
+      return false;
+    }
+    router_ = *std::move(router);
+    return true;
+  }
+
+  client::SessionRouter* router() { return router_.get(); }
+
+  // New sessions (and calls without one) go to the next instance in turn.
+  Route NewSession() {
+    return router_ ? router_->ForNewSession() : Route{absl::GetFlag(FLAGS_target), direct_.get()};
+  }
+  // How many instances a new session may try (each answering UNAVAILABLE sends it to the next).
+  int NewSessionAttempts() {
+    return router_ ? static_cast<int>(router_->AllEndpoints().size()) : 1;
+  }
+  // Some instance, for questions every instance answers alike (the models' vocabularies).
+  Route AnyInstance() { return router_ ? router_->AllEndpoints().front() : NewSession(); }
+
+  // The instance that holds `session_id`; false (after printing why) when none does.
+  bool ForSession(Printer& out, const std::string& sub, const std::string& session_id,
+                  Route* route) {
+    if (!router_) {
+      *route = NewSession();
+      return true;
+    }
+    absl::StatusOr<Route> found = router_->ForSession(session_id);
+    if (!found.ok()) {
+      out.Error(sub, client::ToGrpcStatus(found.status()));
+      return false;
+    }
+    *route = *found;
+    return true;
+  }
+
+  void Remember(const std::string& session_id, const v1::ServerIdentity& server,
+                const Route& route) {
+    if (router_) router_->Remember(session_id, server, route.endpoint);
+  }
+
+  // A failed call, with the instance named when routing.
+  grpc::Status Failed(const Route& route, const std::string& session_id,
+                      const grpc::Status& status) {
+    return router_ ? router_->CallFailed(route, session_id, status) : status;
+  }
+
+ private:
+  std::unique_ptr<Stub> direct_;
+  std::unique_ptr<client::SessionRouter> router_;
+};
+
+// " on instance NAME (ADDRESS)", or "" when the server did not say.
+std::string FormatServer(const v1::ServerIdentity& server) {
+  if (server.instance_name().empty() && server.advertise_address().empty()) return "";
+  std::string out = absl::StrCat(" on instance ", server.instance_name());
+  if (!server.advertise_address().empty())
+    absl::StrAppend(&out, " (", server.advertise_address(), ")");
+  return out;
 }
 
 bool ParseOutputKind(const std::string& s, v1::OutputKind* kind) {
@@ -144,10 +225,14 @@ std::string FormatModel(const v1::ModelInfo& m) {
 }
 
 std::string FormatSession(const v1::SessionInfo& s) {
-  return absl::StrFormat(
+  std::string out = absl::StrFormat(
       "%s model=%s position=%d state_bytes=%d last_seq=%d idle=%.1fs ttl=%ds attached=%s",
       s.session_id(), s.model(), s.position(), s.state_bytes(), s.last_sequence_number(),
       s.idle_seconds(), s.ttl_seconds(), s.attached() ? "yes" : "no");
+  if (!s.server().instance_name().empty()) {
+    absl::StrAppend(&out, " instance=", s.server().instance_name());
+  }
+  return out;
 }
 
 std::string FormatStreamResponse(const v1::StreamResponse& r) {
@@ -155,9 +240,9 @@ std::string FormatStreamResponse(const v1::StreamResponse& r) {
     case v1::StreamResponse::kOpened: {
       const v1::StreamOpened& o = r.opened();
       return absl::StrFormat(
-          "opened session %s on %s (%s); position %d, last append %d, state %d bytes",
-          o.session_id(), o.model(), o.policy_reason(), o.position(), o.last_sequence_number(),
-          o.state_bytes());
+          "opened session %s on %s (%s)%s; position %d, last append %d, state %d bytes",
+          o.session_id(), o.model(), o.policy_reason(), FormatServer(o.server()), o.position(),
+          o.last_sequence_number(), o.state_bytes());
     }
     case v1::StreamResponse::kResult: {
       const v1::AppendResult& a = r.result();
@@ -177,24 +262,51 @@ std::string FormatStreamResponse(const v1::StreamResponse& r) {
   }
 }
 
-// Opens a stream: writes the open message and reads the StreamOpened answer. Returns false
-// (after printing the error) when the server refuses; `opened` then holds nothing.
-bool OpenStream(Printer& out, const std::string& sub,
-                grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>& stream,
-                int64_t expected_length, v1::StreamResponse* opened) {
+// A stream after its open was answered.
+struct OpenedStream {
+  Route route;
+  std::unique_ptr<grpc::ClientContext> context;  // outlives the stream (declared first)
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>> stream;
+  v1::StreamResponse opened;
+};
+
+// Opens a stream on --session's instance, or for a new session on the next instance, and
+// reads the StreamOpened answer. A new session that meets UNAVAILABLE (an instance gone or
+// draining) tries the next instance, since it is bound to none yet. Returns false (after
+// printing the error) when the server refuses.
+bool OpenStream(Printer& out, const std::string& sub, Calls& calls, int64_t expected_length,
+                OpenedStream* s) {
+  const std::string session = absl::GetFlag(FLAGS_session);
   v1::StreamRequest open;
   open.mutable_open()->set_model(absl::GetFlag(FLAGS_model));
-  open.mutable_open()->set_session_id(absl::GetFlag(FLAGS_session));
+  open.mutable_open()->set_session_id(session);
   open.mutable_open()->set_expected_length(expected_length);
   open.mutable_open()->set_ttl_seconds(absl::GetFlag(FLAGS_ttl));
-  if (stream.Write(open) && stream.Read(opened) && opened->has_opened()) return true;
-  stream.WritesDone();
-  grpc::Status status = stream.Finish();
-  if (status.ok()) {
-    status = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended before it was opened");
+  const int attempts = session.empty() ? calls.NewSessionAttempts() : 1;
+  for (int attempt = 1;; ++attempt) {
+    if (session.empty()) {
+      s->route = calls.NewSession();
+    } else if (!calls.ForSession(out, sub, session, &s->route)) {
+      return false;
+    }
+    s->stream.reset();
+    s->context = std::make_unique<grpc::ClientContext>();
+    SetDeadline(*s->context);
+    s->stream = s->route.stub->Stream(s->context.get());
+    if (s->stream->Write(open) && s->stream->Read(&s->opened) && s->opened.has_opened()) {
+      calls.Remember(s->opened.opened().session_id(), s->opened.opened().server(), s->route);
+      return true;
+    }
+    s->stream->WritesDone();
+    grpc::Status status = s->stream->Finish();
+    if (status.ok()) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended before it was opened");
+    }
+    status = calls.Failed(s->route, session, status);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < attempts) continue;
+    out.Error(sub, status);
+    return false;
   }
-  out.Error(sub, status);
-  return false;
 }
 
 }  // namespace
@@ -230,27 +342,44 @@ int RunModels(Printer& out) {
 }
 
 int RunInfer(Printer& out) {
-  auto stub = NewStub();
   v1::InferRequest req;
   if (!OutputSpecFromFlags(out, "infer", req.mutable_output())) return kExitUsage;
+  Calls calls;
+  if (!calls.Init(out, "infer")) return kExitCallFailed;
+  const std::string session = absl::GetFlag(FLAGS_session);
+  Route route;
+  if (session.empty()) {
+    route = calls.NewSession();
+  } else if (!calls.ForSession(out, "infer", session, &route)) {
+    return kExitCallFailed;
+  }
   TokenSource source;
   std::vector<int64_t> tokens;
-  if (!source.Open(out, "infer", *stub) || !source.ReadAll(out, "infer", &tokens)) {
+  if (!source.Open(out, "infer", *route.stub) || !source.ReadAll(out, "infer", &tokens)) {
     return kExitUsage;
   }
   req.set_model(absl::GetFlag(FLAGS_model));
-  req.set_session_id(absl::GetFlag(FLAGS_session));
+  req.set_session_id(session);
   req.mutable_tokens()->Add(tokens.begin(), tokens.end());
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
+  // Without a session any instance serves; one that answers UNAVAILABLE passes to the next.
+  const int attempts = session.empty() ? calls.NewSessionAttempts() : 1;
   v1::InferResponse resp;
-  grpc::Status status = stub->Infer(&ctx, req, &resp);
-  if (!status.ok()) {
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    grpc::Status status = route.stub->Infer(&ctx, req, &resp);
+    if (status.ok()) break;
+    status = calls.Failed(route, session, status);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < attempts) {
+      route = calls.NewSession();
+      continue;
+    }
     out.Error("infer", status);
     return kExitCallFailed;
   }
-  std::string text = absl::StrFormat("model: %s (%s)\ntokens: %d", resp.model(),
-                                     resp.policy_reason(), tokens.size());
+  std::string text =
+      absl::StrFormat("model: %s (%s)%s\ntokens: %d", resp.model(), resp.policy_reason(),
+                      FormatServer(resp.server()), tokens.size());
   if (!req.session_id().empty()) {
     absl::StrAppend(&text, "\nsession position: ", resp.session_position());
   }
@@ -268,17 +397,17 @@ int RunStream(Printer& out) {
   }
   v1::OutputSpec output;
   if (!OutputSpecFromFlags(out, "stream", &output)) return kExitUsage;
-  auto stub = NewStub();
-  TokenSource source;
-  if (!source.Open(out, "stream", *stub)) return kExitUsage;
-
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
-  auto stream = stub->Stream(&ctx);
-  v1::StreamResponse opened;
-  if (!OpenStream(out, "stream", *stream, absl::GetFlag(FLAGS_expected_length), &opened)) {
+  Calls calls;
+  if (!calls.Init(out, "stream")) return kExitCallFailed;
+  OpenedStream s;
+  if (!OpenStream(out, "stream", calls, absl::GetFlag(FLAGS_expected_length), &s)) {
     return kExitCallFailed;
   }
+  // The token source after the open: --random_tokens asks the instance for its vocabulary.
+  TokenSource source;
+  if (!source.Open(out, "stream", *s.route.stub)) return kExitUsage;
+  const v1::StreamResponse& opened = s.opened;
+  auto& stream = s.stream;
   out.Message(opened, FormatStreamResponse(opened));
 
   // Responses are printed by this thread as they arrive, while the main thread reads input.
@@ -314,7 +443,7 @@ int RunStream(Printer& out) {
   reader.join();
   grpc::Status status = stream->Finish();
   if (!status.ok()) {
-    out.Error("stream", status);
+    out.Error("stream", calls.Failed(s.route, opened.opened().session_id(), status));
     return kExitCallFailed;
   }
   return input_ok ? kExitOk : kExitUsage;
@@ -322,20 +451,22 @@ int RunStream(Printer& out) {
 
 int RunGenerate(Printer& out) {
   const int32_t max_new = absl::GetFlag(FLAGS_max_new_tokens);
-  auto stub = NewStub();
+  Calls calls;
+  if (!calls.Init(out, "generate")) return kExitCallFailed;
+  // The prompt first (its length is the open's expected length); --random_tokens asks an
+  // instance for the vocabulary: every instance serves the same models.
   TokenSource source;
   std::vector<int64_t> prompt;
-  if (!source.Open(out, "generate", *stub) || !source.ReadAll(out, "generate", &prompt)) {
+  if (!source.Open(out, "generate", *calls.AnyInstance().stub) ||
+      !source.ReadAll(out, "generate", &prompt)) {
     return kExitUsage;
   }
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
-  auto stream = stub->Stream(&ctx);
-  v1::StreamResponse opened;
-  if (!OpenStream(out, "generate", *stream, static_cast<int64_t>(prompt.size()) + max_new,
-                  &opened)) {
+  OpenedStream s;
+  if (!OpenStream(out, "generate", calls, static_cast<int64_t>(prompt.size()) + max_new, &s)) {
     return kExitCallFailed;
   }
+  const v1::StreamResponse& opened = s.opened;
+  auto& stream = s.stream;
   if (out.json()) {
     out.Message(opened, "");
   } else {
@@ -379,49 +510,75 @@ int RunGenerate(Printer& out) {
   if (line_open) std::cout << "\n" << std::flush;
   grpc::Status status = stream->Finish();
   if (!status.ok()) {
-    out.Error("generate", status);
+    out.Error("generate", calls.Failed(s.route, opened.opened().session_id(), status));
     return kExitCallFailed;
   }
   return kExitOk;
 }
 
 int RunSessions(Printer& out) {
-  auto stub = NewStub();
-  grpc::ClientContext ctx;
-  SetDeadline(ctx);
   const std::string id = absl::GetFlag(FLAGS_id);
   const std::string close = absl::GetFlag(FLAGS_close);
   if (!id.empty() && !close.empty()) {
     out.Problem("sessions", "give --id or --close, not both");
     return kExitUsage;
   }
+  Calls calls;
+  if (!calls.Init(out, "sessions")) return kExitCallFailed;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
   grpc::Status status;
   if (!close.empty()) {
+    Route route;
+    if (!calls.ForSession(out, "sessions", close, &route)) return kExitCallFailed;
     v1::CloseSessionRequest req;
     req.set_session_id(close);
     v1::CloseSessionResponse resp;
-    status = stub->CloseSession(&ctx, req, &resp);
+    status = calls.Failed(route, close, route.stub->CloseSession(&ctx, req, &resp));
     if (status.ok()) out.Message(resp, absl::StrCat("closed session ", close));
   } else if (!id.empty()) {
+    Route route;
+    if (!calls.ForSession(out, "sessions", id, &route)) return kExitCallFailed;
     v1::GetSessionRequest req;
     req.set_session_id(id);
     v1::SessionInfo info;
-    status = stub->GetSession(&ctx, req, &info);
+    status = calls.Failed(route, id, route.stub->GetSession(&ctx, req, &info));
     if (status.ok()) out.Message(info, FormatSession(info));
   } else {
     v1::ListSessionsRequest req;
     req.set_model(absl::GetFlag(FLAGS_model) == "auto" ? "" : absl::GetFlag(FLAGS_model));
     req.set_limit(absl::GetFlag(FLAGS_limit));
-    v1::ListSessionsResponse resp;
-    status = stub->ListSessions(&ctx, req, &resp);
-    if (status.ok()) {
-      std::string text;
-      for (const v1::SessionInfo& s : resp.sessions())
-        absl::StrAppend(&text, FormatSession(s), "\n");
-      absl::StrAppendFormat(&text, "%d session(s), %d bytes of state", resp.total(),
-                            resp.state_bytes());
-      out.Message(resp, text);
+    // Routed: every instance's sessions, one listing (each entry names its instance).
+    std::vector<Route> routes;
+    if (calls.router() != nullptr) {
+      routes = calls.router()->AllEndpoints();
+    } else {
+      routes.push_back(calls.NewSession());
     }
+    v1::ListSessionsResponse all;
+    bool any_listed = false;
+    for (const Route& route : routes) {
+      grpc::ClientContext one;
+      SetDeadline(one);
+      v1::ListSessionsResponse resp;
+      grpc::Status listed = route.stub->ListSessions(&one, req, &resp);
+      if (!listed.ok()) {
+        status = calls.Failed(route, "", listed);
+        out.Error("sessions", status);
+        continue;
+      }
+      any_listed = true;
+      for (v1::SessionInfo& info : *resp.mutable_sessions()) *all.add_sessions() = std::move(info);
+      all.set_total(all.total() + resp.total());
+      all.set_state_bytes(all.state_bytes() + resp.state_bytes());
+    }
+    std::string text;
+    for (const v1::SessionInfo& s : all.sessions()) absl::StrAppend(&text, FormatSession(s), "\n");
+    absl::StrAppendFormat(&text, "%d session(s), %d bytes of state", all.total(),
+                          all.state_bytes());
+    // Some instances failed (said above): the others' sessions still show.
+    if (any_listed) out.Message(all, text);
+    return status.ok() ? kExitOk : kExitCallFailed;
   }
   if (!status.ok()) {
     out.Error("sessions", status);

@@ -8,6 +8,11 @@ ABSL_FLAG(double, timeout, 30,
 ABSL_FLAG(bool, json, false,
           "Machine-readable output: one JSON object per line (protobuf JSON mapping with the "
           "proto field names; 64-bit integers are strings). Errors too, as {\"error\": ...}.");
+ABSL_FLAG(bool, route_sessions, false,
+          "Several server instances: resolve --target (dns:///name:port: every address of the "
+          "name, e.g. a headless Service; host:port; or a comma list of them) to every "
+          "instance, open new sessions round-robin, and send a session's calls to the instance "
+          "that holds it (found by asking every instance). Always on for a comma list.");
 
 ABSL_FLAG(std::string, model, "auto", "Model name, or 'auto' to let the server's policy choose.");
 ABSL_FLAG(std::string, tokens, "",

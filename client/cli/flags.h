@@ -12,6 +12,8 @@
 ABSL_DECLARE_FLAG(std::string, target);
 ABSL_DECLARE_FLAG(double, timeout);
 ABSL_DECLARE_FLAG(bool, json);
+// Sessions over several instances.
+ABSL_DECLARE_FLAG(bool, route_sessions);
 // Inputs.
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, tokens);

@@ -21,24 +21,26 @@ const std::vector<Subcommand>& Subcommands() {
       {"infer",
        "[--model=M] (--tokens=1,2,3 | --random_tokens=N | --tokens_file=F|-)",
        "Run one Infer call on a whole sequence, or on a chunk continuing --session.",
-       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k"}},
+       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k",
+        "route_sessions"}},
       {"stream",
        "[--model=M] [--chunk=64] [--tokens_file=F|-]",
        "Open a Stream and append the token ids in chunks of --chunk as they are read (stdin by "
        "default), printing each response as it arrives; then close the session (or keep it "
        "with --keep_session).",
        {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k",
-        "chunk", "expected_length", "ttl", "keep_session"}},
+        "chunk", "expected_length", "ttl", "keep_session", "route_sessions"}},
       {"generate",
        "[--model=M] (--tokens=... | --random_tokens=N | --tokens_file=F|-)",
        "Open a Stream, append the prompt with a GenerateSpec and print the generated token ids "
        "as they stream.",
        {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "max_new_tokens",
-        "temperature", "sample_top_k", "ttl", "keep_session"}},
+        "temperature", "sample_top_k", "ttl", "keep_session", "route_sessions"}},
       {"sessions",
        "[--id=ID | --close=ID] [--model=M] [--limit=N]",
-       "List the sessions (ListSessions), show one (GetSession) or close one (CloseSession).",
-       {"id", "close", "model", "limit"}},
+       "List the sessions (ListSessions; of every instance with --route_sessions), show one "
+       "(GetSession) or close one (CloseSession).",
+       {"id", "close", "model", "limit", "route_sessions"}},
       {"health",
        "[--service=NAME]",
        "Check the server's health (grpc.health.v1); exit status 0 only when SERVING.",
@@ -68,6 +70,9 @@ std::string ToolUsage() {
   }
   out +=
       "\nCommon flags: --target=host:port (localhost:50051), --timeout=SECONDS, --json.\n"
+      "Several instances (infer, stream, generate, sessions): --route_sessions with\n"
+      "--target=dns:///name:port or a comma list host:port,host:port sends each session's\n"
+      "calls to the instance that holds it.\n"
       "Exit status: 0 on success, 1 when a call fails (the gRPC code and message are "
       "printed) or the server is not serving, 2 for a usage error.\n";
   return out;

@@ -51,4 +51,9 @@ std::string FormatStatus(const grpc::Status& status) {
   return out;
 }
 
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
 }  // namespace attnserve::client

@@ -1,10 +1,13 @@
-// gRPC status codes by name, for messages and reports ("NOT_FOUND", as in the gRPC spec).
+// gRPC status codes by name, for messages and reports ("NOT_FOUND", as in the gRPC spec), and
+// absl::Status to grpc::Status.
 #ifndef ATTNSERVE_CLIENT_COMMON_GRPC_STATUS_H_
 #define ATTNSERVE_CLIENT_COMMON_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
 #include <string>
+
+#include "absl/status/status.h"
 
 namespace attnserve::client {
 
@@ -13,6 +16,9 @@ std::string StatusCodeName(grpc::StatusCode code);
 
 // "NOT_FOUND: no model named 'x'" (the name alone when the message is empty).
 std::string FormatStatus(const grpc::Status& status);
+
+// The same code and message as a grpc::Status (both use the canonical codes).
+grpc::Status ToGrpcStatus(const absl::Status& status);
 
 }  // namespace attnserve::client
 

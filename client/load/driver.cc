@@ -29,6 +29,12 @@ struct Shared {
 PhaseRun RunPhase(const std::vector<std::unique_ptr<attnserve::v1::AttnServe::Stub>>& stubs,
                   const std::vector<RequestPlan>& plans, const PhaseSettings& settings,
                   PhaseStats& stats) {
+  return RunPhase([&stubs](uint64_t i) { return stubs[i % stubs.size()].get(); }, plans, settings,
+                  stats);
+}
+
+PhaseRun RunPhase(const StubPicker& pick, const std::vector<RequestPlan>& plans,
+                  const PhaseSettings& settings, PhaseStats& stats) {
   Shared shared;
   const Clock::time_point start = Clock::now();
   const Clock::time_point measure_start = start + Seconds(settings.warmup_s);
@@ -41,7 +47,7 @@ PhaseRun RunPhase(const std::vector<std::unique_ptr<attnserve::v1::AttnServe::St
     const bool measure = intended >= measure_start;
     if (measure) ++measured;
     const RequestPlan& plan = plans[issued % plans.size()];
-    auto* stub = stubs[issued % stubs.size()].get();
+    auto* stub = pick(issued);
     ++issued;
     StartRequest(stub, plan, intended, [&shared, &stats, measure](RequestOutcome outcome) {
       if (measure) stats.Record(outcome);

@@ -16,6 +16,7 @@
 #define ATTNSERVE_CLIENT_LOAD_DRIVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,8 +42,15 @@ struct PhaseRun {
   double window_s = 0;
 };
 
-// `stubs` are used in turn (several channels spread the load over connections). `plans` are
-// used in turn too; they differ only in their tokens. Blocks until the phase is over.
+// Where request `i` (0-based, in the order issued) goes; called on the driver's thread. The
+// stub must outlive the phase.
+using StubPicker = std::function<attnserve::v1::AttnServe::Stub*(uint64_t i)>;
+
+// `plans` are used in turn; they differ only in their tokens. Blocks until the phase is over.
+PhaseRun RunPhase(const StubPicker& pick, const std::vector<RequestPlan>& plans,
+                  const PhaseSettings& settings, PhaseStats& stats);
+
+// `stubs` are used in turn (several channels spread the load over connections).
 PhaseRun RunPhase(const std::vector<std::unique_ptr<attnserve::v1::AttnServe::Stub>>& stubs,
                   const std::vector<RequestPlan>& plans, const PhaseSettings& settings,
                   PhaseStats& stats);

@@ -24,6 +24,7 @@
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "client/common/channel.h"
 #include "client/common/grpc_status.h"
+#include "client/common/session_router.h"
 #include "client/load/driver.h"
 #include "client/load/metrics_scrape.h"
 #include "client/load/report.h"
@@ -52,7 +53,14 @@ ABSL_FLAG(int, max_new_tokens, 16, "Generate mode: tokens to generate per reques
 ABSL_FLAG(std::string, output, "last_logits",
           "What each request (a stream's last append) asks for: last_logits, top_k, none, "
           "hidden, all_logits.");
-ABSL_FLAG(int, channels, 1, "gRPC channels (connections) the requests are spread over.");
+ABSL_FLAG(int, channels, 1,
+          "gRPC channels (connections) the requests are spread over (per instance with "
+          "--route_sessions).");
+ABSL_FLAG(bool, route_sessions, false,
+          "Several server instances: resolve --target (dns:///name:port: every address of the "
+          "name, e.g. a headless Service; host:port; or a comma list of them) and send each "
+          "request (a unary call, or a stream with its session) to the next instance in turn. "
+          "Always on for a comma list.");
 ABSL_FLAG(int, max_inflight, 1000, "Open loop: most requests in flight at once.");
 ABSL_FLAG(std::string, metrics_url, "",
           "Prometheus text endpoint of the server (http://host:port/metrics): its "
@@ -198,11 +206,33 @@ int main(int argc, char** argv) {
     metrics_url = *url;
   }
 
+  // Requests go to --target's channels in turn, or, routed, to its instances in turn: a
+  // stream's session then lives where the stream was opened.
   std::vector<std::unique_ptr<v1::AttnServe::Stub>> stubs;
-  for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_channels)); ++i) {
-    stubs.push_back(v1::AttnServe::NewStub(attnserve::client::MakeChannel(cfg.target, i)));
+  std::unique_ptr<attnserve::client::SessionRouter> router;
+  load::StubPicker pick;
+  v1::AttnServe::Stub* stub = nullptr;
+  if (absl::GetFlag(FLAGS_route_sessions) || attnserve::client::SessionRouter::IsList(cfg.target)) {
+    attnserve::client::SessionRouter::Options options;
+    options.channels_per_endpoint = std::max(1, absl::GetFlag(FLAGS_channels));
+    options.lookup_timeout_s = cfg.timeout_s;
+    absl::StatusOr<std::unique_ptr<attnserve::client::SessionRouter>> created =
+        attnserve::client::SessionRouter::Create(cfg.target, options);
+    if (!created.ok()) Die(std::string(created.status().message()));
+    router = *std::move(created);
+    std::vector<std::string> endpoints;
+    for (const auto& route : router->AllEndpoints()) endpoints.push_back(route.endpoint);
+    std::cerr << "attnserve-load: " << endpoints.size()
+              << " instance(s): " << absl::StrJoin(endpoints, ", ") << "\n";
+    stub = router->AllEndpoints().front().stub;
+    pick = [&router](uint64_t) { return router->ForNewSession().stub; };
+  } else {
+    for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_channels)); ++i) {
+      stubs.push_back(v1::AttnServe::NewStub(attnserve::client::MakeChannel(cfg.target, i)));
+    }
+    stub = stubs[0].get();
+    pick = [&stubs](uint64_t i) { return stubs[i % stubs.size()].get(); };
   }
-  v1::AttnServe::Stub* stub = stubs[0].get();
 
   // The models, for --variants=all, vocabulary sizes and streaming capability.
   std::map<std::string, VariantInfo> infos;
@@ -325,7 +355,7 @@ int main(int argc, char** argv) {
 
     const std::optional<double> cpu_before = scrape();
     load::PhaseStats stats;
-    const load::PhaseRun run = load::RunPhase(stubs, plans, settings, stats);
+    const load::PhaseRun run = load::RunPhase(pick, plans, settings, stats);
     const std::optional<double> cpu_after = cpu_before ? scrape() : std::nullopt;
 
     load::PhaseResult result;

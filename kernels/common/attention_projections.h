@@ -23,6 +23,8 @@ struct AttentionProjections {
   at::Tensor o;    // (d_model, d_model)
 
   static AttentionProjections FromWeights(const WeightMap& weights);
+  // Where the weights live; the mixer runs there.
+  at::Device device() const { return o.device(); }
 
   // x (B, L, D) -> q, k, v as (B, H, L, d), contiguous.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ProjectQkv(const at::Tensor& x,

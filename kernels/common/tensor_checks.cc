@@ -30,7 +30,7 @@ std::string DTypeName(at::ScalarType dtype) {
 }
 
 absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
-                              std::initializer_list<int64_t> shape) {
+                              std::initializer_list<int64_t> shape, const at::Device& device) {
   std::string expected = absl::StrCat(
       "(",
       absl::StrJoin(shape, ", ",
@@ -39,10 +39,10 @@ absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
                     }),
       ")");
   if (!t.defined()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": expected float32 CPU tensor of shape ", expected, ", got none"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expected float32 ", device.str(),
+                                                   " tensor of shape ", expected, ", got none"));
   }
-  bool ok = t.scalar_type() == at::kFloat && t.device().is_cpu() &&
+  bool ok = t.scalar_type() == at::kFloat && t.device() == device &&
             t.dim() == static_cast<int64_t>(shape.size());
   if (ok) {
     int64_t i = 0;
@@ -53,8 +53,8 @@ absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
   }
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      what, ": expected float32 CPU tensor of shape ", expected, ", got ",
-      DTypeName(t.scalar_type()), t.device().is_cpu() ? " " : " non-CPU ", ShapeString(t.sizes())));
+      what, ": expected float32 ", device.str(), " tensor of shape ", expected, ", got ",
+      DTypeName(t.scalar_type()), " ", t.device().str(), " ", ShapeString(t.sizes())));
 }
 
 }  // namespace attnserve::kernels

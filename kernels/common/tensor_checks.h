@@ -21,11 +21,13 @@ std::string ShapeString(at::IntArrayRef shape);
 // "float32", "float64", "int64", ... (numpy's names, which users know).
 std::string DTypeName(at::ScalarType dtype);
 
-// Checks that `t` is a defined float32 CPU tensor with shape `shape`, where -1 matches any
-// size. The message says what was expected and what came, e.g.
-// "x: expected float32 CPU tensor of shape (?, ?, 256), got float32 (2, 7, 128)".
+// Checks that `t` is a defined float32 tensor on `device` (a mixer passes the device its
+// weights live on) with shape `shape`, where -1 matches any size. The message says what was
+// expected and what came, e.g.
+// "x: expected float32 cpu tensor of shape (?, ?, 256), got float32 cpu (2, 7, 128)".
 absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
-                              std::initializer_list<int64_t> shape);
+                              std::initializer_list<int64_t> shape,
+                              const at::Device& device = at::Device(at::kCPU));
 
 // Runs `fn`, turning any exception thrown by torch into an Internal status, so that no
 // exception escapes a kernel.

@@ -1,6 +1,10 @@
 #include "kernels/linear/causal_linear_attention_cpu.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
@@ -19,6 +23,37 @@ at::Tensor PadRows(const at::Tensor& t, int64_t padded) {
   return at::constant_pad_nd(t, {0, 0, 0, padded - t.size(1)});
 }
 
+// Exclusive prefix sums over blocks, in place, starting from an initial value:
+//   delta[i][c] <- initial[i] + Σ_{c' < c} delta[i][c'], and returns
+//   final[i] = initial[i] + Σ_c delta[i][c] (a new (N, E) tensor),
+// for delta (N, n, E) and initial (N, E), float32 contiguous. A plain loop rather than
+// at::cumsum, which on a middle dimension walks memory with a stride of E floats (a page for
+// E = 64·64) and took tens of milliseconds at N·n·E = 2M; in place, because every fresh
+// multi-megabyte buffer costs its page faults again.
+at::Tensor ExclusivePrefixSumInPlace(at::Tensor& delta, const at::Tensor& initial) {
+  const int64_t rows = delta.size(0), blocks = delta.size(1), width = delta.size(2);
+  at::Tensor final_value = initial.clone(at::MemoryFormat::Contiguous);
+  float* data = delta.data_ptr<float>();
+  float* running = final_value.data_ptr<float>();
+  // Rows are independent; small problems stay on the calling thread.
+  const int64_t grain =
+      std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, blocks * width));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* run = running + i * width;
+      for (int64_t c = 0; c < blocks; ++c) {
+        float* block = data + (i * blocks + c) * width;
+        for (int64_t j = 0; j < width; ++j) {
+          const float increment = block[j];
+          block[j] = run[j];
+          run[j] += increment;
+        }
+      }
+    }
+  });
+  return final_value;
+}
+
 LinearAttentionResult CausalImpl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const at::Tensor& s, const at::Tensor& z, int64_t chunk) {
   const int64_t b = q.size(0), h = q.size(1), l = q.size(2), d = q.size(3);
@@ -27,40 +62,40 @@ LinearAttentionResult CausalImpl(const at::Tensor& q, const at::Tensor& k, const
   const int64_t n = (l + chunk - 1) / chunk;  // blocks
   const int64_t padded = n * chunk;
 
-  // Blocks as a batch: (B·H·n, chunk, d).
+  // Blocks as a batch: (B·H·n, chunk, d). φ(Q) and φ(K) are new buffers owned here.
   const at::Tensor fq = PadRows(FeatureMap(q).reshape({bh, l, d}), padded).view({-1, chunk, d});
-  const at::Tensor fk = PadRows(FeatureMap(k).reshape({bh, l, d}), padded).view({-1, chunk, d});
+  at::Tensor fk = PadRows(FeatureMap(k).reshape({bh, l, d}), padded).view({-1, chunk, d});
   const at::Tensor vb = PadRows(v.reshape({bh, l, d}), padded).view({-1, chunk, d});
 
-  // What each block adds to the state: ΔS = φ(K_c)ᵀ V_c, Δz = Σ_rows φ(K_c).
-  const at::Tensor delta_s = at::bmm(fk.transpose(1, 2), vb).view({bh, n, d, d});
-  const at::Tensor delta_z = fk.sum(1).view({bh, n, d});
-  const at::Tensor s0 = s.reshape({bh, 1, d, d});
-  const at::Tensor z0 = z.reshape({bh, 1, d});
-  // State after each block (inclusive prefix sums), and before each block (exclusive: the
-  // incoming state, then the inclusive sums shifted by one block).
-  const at::Tensor s_after = delta_s.cumsum(1).add_(s0);
-  const at::Tensor z_after = delta_z.cumsum(1).add_(z0);
-  const at::Tensor s_before = at::cat({s0, s_after.narrow(1, 0, n - 1)}, 1).view({-1, d, d});
-  const at::Tensor z_before = at::cat({z0, z_after.narrow(1, 0, n - 1)}, 1).view({-1, d, 1});
+  // What each block adds to the state: ΔS = φ(K_c)ᵀ V_c, Δz = Σ_rows φ(K_c); turned in place
+  // into the state before each block (the incoming state plus the blocks before it), and the
+  // state after the last block.
+  at::Tensor s_before = at::bmm(fk.transpose(1, 2), vb).view({bh, n, d * d});
+  at::Tensor z_before = fk.sum(1).view({bh, n, d});
+  at::Tensor s_final = ExclusivePrefixSumInPlace(s_before, s.reshape({bh, d * d}));
+  at::Tensor z_final = ExclusivePrefixSumInPlace(z_before, z.reshape({bh, d}));
+  s_before = s_before.view({-1, d, d});
+  z_before = z_before.view({-1, d, 1});
 
   // Within a block: scores φ(q_i)·φ(k_j) for j <= i (the diagonal included).
   const at::Tensor scores = at::bmm(fq, fk.transpose(1, 2)).tril_();  // (B·H·n, chunk, chunk)
-  at::Tensor numerator = at::bmm(fq, s_before).baddbmm_(scores, vb);
+  // φ(K) is not read after this point: its buffer takes the numerator (saves a buffer of the
+  // size of q and its page faults).
+  at::Tensor numerator = std::move(fk);
+  at::bmm_out(numerator, fq, s_before);
+  numerator.baddbmm_(scores, vb);
   const at::Tensor denominator =
       at::bmm(fq, z_before).add_(scores.sum(2, /*keepdim=*/true)).add_(kLinearAttentionEps);
   at::Tensor out =
       numerator.div_(denominator).view({bh, padded, d}).narrow(1, 0, l).reshape({b, h, l, d});
-  // contiguous() copies the last block's state out, so the result does not keep every
-  // block's (d, d) state alive.
-  return {std::move(out), s_after.select(1, n - 1).reshape({b, h, d, d}).contiguous(),
-          z_after.select(1, n - 1).reshape({b, h, d}).contiguous()};
+  return {std::move(out), s_final.view({b, h, d, d}), z_final.view({b, h, d})};
 }
 
-absl::Status CheckQkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
-  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {q.size(0), q.size(1), q.size(2), q.size(3)}));
-  return CheckFloatTensor(v, "v", {q.size(0), q.size(1), q.size(2), q.size(3)});
+absl::Status CheckQkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const at::Device& device = at::Device(at::kCPU)) {
+  RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}, device));
+  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {q.size(0), q.size(1), q.size(2), q.size(3)}, device));
+  return CheckFloatTensor(v, "v", {q.size(0), q.size(1), q.size(2), q.size(3)}, device);
 }
 
 }  // namespace
@@ -106,7 +141,8 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepCpu(const at::Ten
 
 absl::StatusOr<at::Tensor> LinearAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v) {
-  RETURN_IF_ERROR(CheckQkv(q, k, v));
+  // Plain ATen products: the same code serves CUDA tensors (through cuBLAS).
+  RETURN_IF_ERROR(CheckQkv(q, k, v, q.defined() ? q.device() : at::Device(at::kCPU)));
   return GuardTorch("linear attention", [&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = q.size(0), h = q.size(1), l = q.size(2), d = q.size(3);
     const at::Tensor fq = FeatureMap(q).reshape({b * h, l, d});

@@ -29,7 +29,8 @@ struct LinearAttentionResult {
 // Causal prefill of a chunk of L >= 0 tokens continuing from (s, z) ((B, H, d, d), (B, H, d);
 // zeros for a fresh sequence). The chunk is cut into blocks of `chunk` tokens; every block is
 // handled at once by batched ATen calls (a fixed number of them, whatever L is): the blocks'
-// state increments ΔS, Δz come from one bmm and their exclusive prefix sums from one cumsum.
+// state increments ΔS, Δz come from one bmm and their exclusive prefix sums (the state
+// before each block) from one pass over them.
 // The inputs are never modified (the result's s, z are new tensors, or for L = 0 the
 // inputs themselves).
 absl::StatusOr<LinearAttentionResult> CausalLinearAttentionCpu(
@@ -44,7 +45,8 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepCpu(const at::Ten
                                                                    const at::Tensor& s,
                                                                    const at::Tensor& z);
 
-// Bidirectional form over a whole sequence: q, k, v (B, H, L, d) -> (B, H, L, d).
+// Bidirectional form over a whole sequence: q, k, v (B, H, L, d) -> (B, H, L, d). Three
+// batched products, nothing CPU-specific: it also takes CUDA tensors (all on one device).
 absl::StatusOr<at::Tensor> LinearAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v);
 

@@ -9,9 +9,45 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/linear/causal_linear_attention_cpu.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/linear/linear_attention_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
 namespace {
+
+// The causal kernels where the tensors are: CUDA (linear_attention_cuda_torch.h) for CUDA
+// tensors when this build has those kernels, CPU (causal_linear_attention_cpu.h) otherwise.
+absl::StatusOr<LinearAttentionResult> CausalPrefill(const at::Tensor& q, const at::Tensor& k,
+                                                    const at::Tensor& v, const at::Tensor& s,
+                                                    const at::Tensor& z) {
+  if (q.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+    linear::LinearAttentionCudaResult r = linear::CausalLinearAttentionCuda(q, k, v, s, z);
+    return LinearAttentionResult{std::move(r.out), std::move(r.s), std::move(r.z)};
+#else
+    return absl::FailedPreconditionError("linear: CUDA tensors in a build without CUDA kernels");
+#endif
+  }
+  return CausalLinearAttentionCpu(q, k, v, s, z);
+}
+
+// One token per sequence: q, k, v (B, H, d). The CUDA kernel updates s and z in place; the
+// CPU one returns new ones. Either way the result holds the state after the token.
+absl::StatusOr<LinearAttentionResult> CausalStep(const at::Tensor& q, const at::Tensor& k,
+                                                 const at::Tensor& v, const at::Tensor& s,
+                                                 const at::Tensor& z) {
+  if (q.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+    const at::Tensor s_c = s.contiguous(), z_c = z.contiguous();
+    at::Tensor out = linear::CausalLinearAttentionStepCuda(q, k, v, s_c, z_c);
+    return LinearAttentionResult{std::move(out), s_c, z_c};
+#else
+    return absl::FailedPreconditionError("linear: CUDA tensors in a build without CUDA kernels");
+#endif
+  }
+  return CausalLinearAttentionStepCpu(q, k, v, s, z);
+}
 
 class LinearAttentionMixer final : public Mixer {
  public:
@@ -29,15 +65,15 @@ class LinearAttentionMixer final : public Mixer {
     return GuardTorch("linear InitialState", [&]() -> absl::StatusOr<MixerState> {
       const int64_t h = config_.num_heads, d = config_.head_dim();
       MixerState state;
-      state.tensors = {at::zeros({batch, h, d, d}, at::kFloat),
-                       at::zeros({batch, h, d}, at::kFloat)};
+      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
+      state.tensors = {at::zeros({batch, h, d, d}, options), at::zeros({batch, h, d}, options)};
       return state;
     });
   }
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
     if (state != nullptr) RETURN_IF_ERROR(CheckCanStream("Prefill with a state"));
-    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}, device()));
     if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
     return GuardTorch("linear Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);  // (B, H, L, d)
@@ -54,7 +90,7 @@ class LinearAttentionMixer final : public Mixer {
         s = at::zeros({b, h, d, d}, x.options());
         z = at::zeros({b, h, d}, x.options());
       }
-      ASSIGN_OR_RETURN(LinearAttentionResult result, CausalLinearAttentionCpu(q, k, v, s, z));
+      ASSIGN_OR_RETURN(LinearAttentionResult result, CausalPrefill(q, k, v, s, z));
       if (state != nullptr) {
         state->tensors = {std::move(result.s), std::move(result.z)};
         state->position += x.size(1);
@@ -65,15 +101,15 @@ class LinearAttentionMixer final : public Mixer {
 
   absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
     RETURN_IF_ERROR(CheckCanStream("Step"));
-    RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}, device()));
     if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
     RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
     return GuardTorch("linear Step", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0);
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
       ASSIGN_OR_RETURN(LinearAttentionResult result,
-                       CausalLinearAttentionStepCpu(q.squeeze(2), k.squeeze(2), v.squeeze(2),
-                                                    state->tensors[0], state->tensors[1]));
+                       CausalStep(q.squeeze(2), k.squeeze(2), v.squeeze(2), state->tensors[0],
+                                  state->tensors[1]));
       state->tensors = {std::move(result.s), std::move(result.z)};
       state->position += 1;
       return projections_.ProjectOutput(result.out.unsqueeze(2)).view({b, config_.d_model});
@@ -87,6 +123,8 @@ class LinearAttentionMixer final : public Mixer {
   }
 
  private:
+  at::Device device() const { return projections_.device(); }
+
   absl::Status CheckCanStream(const char* operation) const {
     if (config_.causal) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
@@ -101,13 +139,13 @@ class LinearAttentionMixer final : public Mixer {
       return absl::InvalidArgumentError(
           absl::StrCat("linear state: expected 2 tensors (S, z), got ", state.tensors.size()));
     }
-    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "linear state S", {-1, h, d, d}));
+    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "linear state S", {-1, h, d, d}, device()));
     if (state.tensors[0].size(0) != batch) {
       return absl::InvalidArgumentError(absl::StrCat("linear state holds a batch of ",
                                                      state.tensors[0].size(0),
                                                      " sequences, but x has ", batch));
     }
-    return CheckFloatTensor(state.tensors[1], "linear state z", {batch, h, d});
+    return CheckFloatTensor(state.tensors[1], "linear state z", {batch, h, d}, device());
   }
 
   const MixerConfig config_;

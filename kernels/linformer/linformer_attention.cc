@@ -9,10 +9,16 @@
 #include "kernels/common/attention_projections.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/linformer/linformer_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
 namespace {
 
+// Matrix products: through ATen on the CPU (the BLAS LibTorch links); on CUDA weights, when
+// this build has the CUDA kernels, through linformer_cuda_torch.h (cuBLAS batched products and
+// a fused row softmax).
 class LinformerMixer final : public Mixer {
  public:
   LinformerMixer(const MixerConfig& config, AttentionProjections projections, at::Tensor e,
@@ -28,7 +34,7 @@ class LinformerMixer final : public Mixer {
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
     if (state != nullptr) return CannotStream("Prefill with a state");
-    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}, projections_.device()));
     const int64_t length = x.size(1);
     if (length > config_.max_len) {
       return absl::InvalidArgumentError(
@@ -38,6 +44,11 @@ class LinformerMixer final : public Mixer {
     }
     return GuardTorch("linformer Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);  // (B, H, L, d)
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+      if (q.is_cuda()) {
+        return projections_.ProjectOutput(linformer::LinformerAttentionCuda(q, k, v, e_, f_));
+      }
+#endif
       // (k, L) @ (B, H, L, d) -> (B, H, k, d): the sequence projected to k rows per head.
       const at::Tensor k_projected = at::matmul(e_.narrow(0, 0, length).t(), k);
       const at::Tensor v_projected = at::matmul(f_.narrow(0, 0, length).t(), v);

@@ -9,10 +9,16 @@
 #include "kernels/common/tensor_checks.h"
 #include "kernels/mamba/causal_conv1d_cpu.h"
 #include "kernels/mamba/selective_scan_cpu.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/mamba/mamba_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
 namespace {
 
+// Runs where its weights are: on the CPU kernels (causal_conv1d_cpu, selective_scan_cpu), or,
+// for weights on a CUDA device, on the CUDA kernels (mamba_cuda_torch.h) when this build has
+// them. Inputs and states must be on the weights' device.
 class MambaMixer final : public Mixer {
  public:
   MambaMixer(const MixerConfig& config, const WeightMap& w)
@@ -20,12 +26,14 @@ class MambaMixer final : public Mixer {
         d_inner_(config.d_inner()),
         dt_rank_(config.resolved_dt_rank()),
         in_proj_(w.at("in_proj.weight")),
-        conv_weight_t_(w.at("conv1d.weight").view({d_inner_, config.d_conv}).t().contiguous()),
+        conv_weight_(w.at("conv1d.weight").view({d_inner_, config.d_conv}).contiguous()),
+        conv_weight_t_(conv_weight_.t().contiguous()),
         conv_bias_(w.at("conv1d.bias")),
         x_proj_(w.at("x_proj.weight")),
         dt_proj_weight_(w.at("dt_proj.weight")),
         dt_proj_bias_(w.at("dt_proj.bias")),
-        a_t_((-at::exp(w.at("A_log"))).t().contiguous()),
+        a_((-at::exp(w.at("A_log"))).contiguous()),
+        a_t_(a_.t().contiguous()),
         d_skip_(w.at("D")),
         out_proj_(w.at("out_proj.weight")) {}
 
@@ -38,14 +46,15 @@ class MambaMixer final : public Mixer {
     }
     return GuardTorch("mamba InitialState", [&]() -> absl::StatusOr<MixerState> {
       MixerState state;
-      state.tensors = {at::zeros({batch, d_inner_, config_.d_conv}, at::kFloat),
-                       at::zeros({batch, d_inner_, config_.d_state}, at::kFloat)};
+      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
+      state.tensors = {at::zeros({batch, d_inner_, config_.d_conv}, options),
+                       at::zeros({batch, d_inner_, config_.d_state}, options)};
       return state;
     });
   }
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
-    RETURN_IF_ERROR(CheckFloatTensor(x, "mamba input x", {-1, -1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x, "mamba input x", {-1, -1, config_.d_model}, device()));
     if (x.size(1) == 0) return absl::InvalidArgumentError("mamba input x: sequence is empty");
     RETURN_IF_ERROR(CheckState(state, x.size(0)));
     return GuardTorch("mamba Prefill", [&]() -> absl::StatusOr<at::Tensor> {
@@ -56,7 +65,7 @@ class MambaMixer final : public Mixer {
   }
 
   absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
-    RETURN_IF_ERROR(CheckFloatTensor(x_t, "mamba step input x_t", {-1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "mamba step input x_t", {-1, config_.d_model}, device()));
     if (state == nullptr) return absl::InvalidArgumentError("mamba Step needs a state");
     RETURN_IF_ERROR(CheckState(state, x_t.size(0)));
     return GuardTorch("mamba Step", [&]() -> absl::StatusOr<at::Tensor> {
@@ -75,27 +84,48 @@ class MambaMixer final : public Mixer {
       return absl::InvalidArgumentError(absl::StrCat(
           "mamba state: expected 2 tensors (conv_state, ssm_state), got ", state->tensors.size()));
     }
-    RETURN_IF_ERROR(
-        CheckFloatTensor(state->tensors[0], "mamba conv_state", {batch, d_inner_, config_.d_conv}));
-    RETURN_IF_ERROR(
-        CheckFloatTensor(state->tensors[1], "mamba ssm_state", {batch, d_inner_, config_.d_state}));
+    RETURN_IF_ERROR(CheckFloatTensor(state->tensors[0], "mamba conv_state",
+                                     {batch, d_inner_, config_.d_conv}, device()));
+    RETURN_IF_ERROR(CheckFloatTensor(state->tensors[1], "mamba ssm_state",
+                                     {batch, d_inner_, config_.d_state}, device()));
     if (!state->tensors[0].is_contiguous() || !state->tensors[1].is_contiguous()) {
       return absl::InvalidArgumentError("mamba state tensors must be contiguous");
     }
     return absl::OkStatus();
   }
 
+  at::Device device() const { return in_proj_.device(); }
+
   // x (B, L, d_model) -> (B, L, d_model); state is continued in place.
   at::Tensor Forward(const at::Tensor& x, MixerState* state) const {
-    const int64_t batch = x.size(0), len = x.size(1), n_state = config_.d_state;
+    const int64_t n_state = config_.d_state;
     at::Tensor xz = at::linear(x, in_proj_);  // (B, L, 2·d_inner): x half, then z half
     at::Tensor x_in = xz.narrow(2, 0, d_inner_);
     at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
+    at::Tensor u = ConvSilu(x_in, state->tensors[0]);
+    at::Tensor x_dbl = at::linear(u, x_proj_);  // (B, L, dt_rank + 2·d_state)
+    // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
+    at::Tensor delta = at::linear(x_dbl.narrow(2, 0, dt_rank_), dt_proj_weight_);
+    at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
+    at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
+    at::Tensor y = Scan(u, delta, z, b_mat, c_mat, state->tensors[1]);
+    state->position += x.size(1);
+    return at::linear(y, out_proj_);
+  }
 
-    at::Tensor u = at::empty({batch, len, d_inner_}, x.options());
+  // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.
+  at::Tensor ConvSilu(const at::Tensor& x_in, const at::Tensor& conv_state) const {
+    if (x_in.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+      return mamba::CausalConv1dCuda(x_in, conv_weight_, conv_bias_, conv_state, /*silu=*/true);
+#else
+      TORCH_CHECK(false, "mamba: a CUDA tensor reached a build without CUDA kernels");
+#endif
+    }
+    at::Tensor u = at::empty({x_in.size(0), x_in.size(1), d_inner_}, x_in.options());
     mamba::CausalConv1dParams conv;
-    conv.batch = batch;
-    conv.seqlen = len;
+    conv.batch = x_in.size(0);
+    conv.seqlen = x_in.size(1);
     conv.dim = d_inner_;
     conv.width = config_.d_conv;
     conv.in = x_in.data_ptr<float>();
@@ -103,22 +133,31 @@ class MambaMixer final : public Mixer {
     conv.in_seq_stride = x_in.stride(1);
     conv.weight_t = conv_weight_t_.data_ptr<float>();
     conv.bias = conv_bias_.data_ptr<float>();
-    conv.state = state->tensors[0].data_ptr<float>();
+    conv.state = conv_state.data_ptr<float>();
     conv.out = u.data_ptr<float>();
     mamba::CausalConv1dSiluCpu(conv);
+    return u;
+  }
 
-    at::Tensor x_dbl = at::linear(u, x_proj_);  // (B, L, dt_rank + 2·d_state)
-    // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
-    at::Tensor delta = at::linear(x_dbl.narrow(2, 0, dt_rank_), dt_proj_weight_);
-    at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
-    at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
-
-    at::Tensor y = at::empty({batch, len, d_inner_}, x.options());
+  // The selective scan with softplus(delta + bias), the D skip and the silu(z) gate, continuing
+  // from ssm_state, which is updated in place. b_mat and c_mat are views into one x_dbl row.
+  at::Tensor Scan(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& z,
+                  const at::Tensor& b_mat, const at::Tensor& c_mat,
+                  const at::Tensor& ssm_state) const {
+    if (u.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+      return mamba::SelectiveScanCuda(u, delta, dt_proj_bias_, /*delta_softplus=*/true, z, b_mat,
+                                      c_mat, a_, d_skip_, ssm_state);
+#else
+      TORCH_CHECK(false, "mamba: a CUDA tensor reached a build without CUDA kernels");
+#endif
+    }
+    at::Tensor y = at::empty({u.size(0), u.size(1), d_inner_}, u.options());
     mamba::SelectiveScanParams scan;
-    scan.batch = batch;
-    scan.seqlen = len;
+    scan.batch = u.size(0);
+    scan.seqlen = u.size(1);
     scan.dim = d_inner_;
-    scan.dstate = n_state;
+    scan.dstate = config_.d_state;
     scan.u = u.data_ptr<float>();
     scan.u_batch_stride = u.stride(0);
     scan.u_seq_stride = u.stride(1);
@@ -132,22 +171,23 @@ class MambaMixer final : public Mixer {
     scan.z_seq_stride = z.stride(1);
     scan.B = b_mat.data_ptr<float>();
     scan.C = c_mat.data_ptr<float>();
-    scan.bc_batch_stride = x_dbl.stride(0);
-    scan.bc_seq_stride = x_dbl.stride(1);
+    // B and C are narrowed from the same rows, so they share the row strides.
+    scan.bc_batch_stride = b_mat.stride(0);
+    scan.bc_seq_stride = b_mat.stride(1);
     scan.A_t = a_t_.data_ptr<float>();
     scan.D = d_skip_.data_ptr<float>();
     scan.out = y.data_ptr<float>();
-    scan.state = state->tensors[1].data_ptr<float>();
+    scan.state = ssm_state.data_ptr<float>();
     mamba::SelectiveScanCpu(scan);
-
-    state->position += len;
-    return at::linear(y, out_proj_);
+    return y;
   }
 
   const MixerConfig config_;
   const int64_t d_inner_, dt_rank_;
-  const at::Tensor in_proj_, conv_weight_t_, conv_bias_, x_proj_, dt_proj_weight_, dt_proj_bias_,
-      a_t_, d_skip_, out_proj_;
+  // conv_weight_ (d_inner, d_conv) for the CUDA kernel, conv_weight_t_ (d_conv, d_inner) for
+  // the CPU one; a_ = -exp(A_log) (d_inner, d_state) and its transpose likewise.
+  const at::Tensor in_proj_, conv_weight_, conv_weight_t_, conv_bias_, x_proj_, dt_proj_weight_,
+      dt_proj_bias_, a_, a_t_, d_skip_, out_proj_;
 };
 
 }  // namespace

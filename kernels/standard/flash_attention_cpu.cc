@@ -24,9 +24,9 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
   at::Tensor out = at::empty({b, h, lq, d}, q.options());
   if (lq == 0) return out;
 
-  // The scale is folded into q once rather than into every score tile.
+  // The scale rides on the score GEMM's alpha: no scaled copy of q, no extra pass per tile.
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const at::Tensor qf = q.reshape({bh, lq, d}).mul(scale);
+  const at::Tensor qf = q.reshape({bh, lq, d});
   // reshape keeps a view when it can: merging B and H of a narrowed KV cache needs no copy.
   const at::Tensor kf = k.reshape({bh, lk, d});
   const at::Tensor vf = v.reshape({bh, lk, d});
@@ -36,8 +36,9 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
   const double neg_inf = -std::numeric_limits<double>::infinity();
   // One score buffer for every tile pair: a fresh multi-megabyte allocation per pair would
   // page-fault its memory in again each time. A ragged tile uses a contiguous prefix of it.
+  // Zeroed once so that the beta = 0 GEMM below never meets NaN garbage, whatever the BLAS.
   const at::Tensor score_buffer =
-      at::empty({bh * std::min(tiles.query, lq) * std::min(tiles.key, lk)}, q.options());
+      at::zeros({bh * std::min(tiles.query, lq) * std::min(tiles.key, lk)}, q.options());
 
   for (int64_t q0 = 0; q0 < lq; q0 += tiles.query) {
     const int64_t nq = std::min(tiles.query, lq - q0);
@@ -51,7 +52,9 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
       const int64_t nk = std::min(tiles.key, key_end - k0);
       const at::Tensor vt = vf.narrow(1, k0, nk);
       at::Tensor s = score_buffer.narrow(0, 0, bh * nq * nk).view({bh, nq, nk});
-      at::bmm_out(s, qt, kf.narrow(1, k0, nk).transpose(1, 2));
+      // s = scale · q kᵀ (beta = 0: the buffer's old content is not used).
+      at::baddbmm_out(s, s, qt, kf.narrow(1, k0, nk).transpose(1, 2), /*beta=*/0.0,
+                      /*alpha=*/scale);
       // Only a tile crossing the diagonal is masked: key k0 + j is hidden from query q0 + i
       // when k0 + j > offset + q0 + i. Tiles wholly below it need no mask.
       if (causal && k0 + nk - 1 > offset + q0) {

@@ -11,6 +11,9 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/standard/flash_attention_cpu.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/standard/flash_attention_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
 namespace {
@@ -18,6 +21,20 @@ namespace {
 // Smallest capacity a cache grows to, so that decoding from an empty state does not
 // reallocate on each of its first tokens.
 constexpr int64_t kMinCacheCapacity = 64;
+
+// Tiled attention where the tensors are: the CUDA kernel (flash_attention_cuda_torch.h) for
+// CUDA tensors when this build has it, the CPU one (flash_attention_cpu.h) otherwise.
+absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, bool causal) {
+  if (q.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+    return standard::FlashAttentionCuda(q, k, v, causal);
+#else
+    return absl::FailedPreconditionError("standard: CUDA tensors in a build without CUDA kernels");
+#endif
+  }
+  return FlashAttentionCpu(q, k, v, causal);
+}
 
 class StandardAttentionMixer final : public Mixer {
  public:
@@ -35,8 +52,8 @@ class StandardAttentionMixer final : public Mixer {
     return GuardTorch("standard InitialState", [&]() -> absl::StatusOr<MixerState> {
       MixerState state;
       // Capacity 0: a fresh state holds no memory; the first Prefill or Step allocates.
-      const at::Tensor empty =
-          at::zeros({batch, config_.num_heads, 0, config_.head_dim()}, at::kFloat);
+      const at::Tensor empty = at::zeros({batch, config_.num_heads, 0, config_.head_dim()},
+                                         at::TensorOptions(at::kFloat).device(device()));
       state.tensors = {empty, empty.clone()};
       return state;
     });
@@ -44,20 +61,20 @@ class StandardAttentionMixer final : public Mixer {
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
     if (state != nullptr) RETURN_IF_ERROR(CheckCanStream("Prefill with a state"));
-    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}, device()));
     if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
     return GuardTorch("standard Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
       at::Tensor heads;
       if (state == nullptr) {
-        ASSIGN_OR_RETURN(heads, FlashAttentionCpu(q, k, v, config_.causal));
+        ASSIGN_OR_RETURN(heads, FlashAttention(q, k, v, config_.causal));
       } else {
         auto [k_cache, v_cache] = Append(*state, k, v);
         const int64_t length = state->position + x.size(1);
         // The chunk's queries are the last x.size(1) of `length` positions.
         ASSIGN_OR_RETURN(
-            heads, FlashAttentionCpu(q, k_cache.narrow(2, 0, length), v_cache.narrow(2, 0, length),
-                                     /*causal=*/true));
+            heads, FlashAttention(q, k_cache.narrow(2, 0, length), v_cache.narrow(2, 0, length),
+                                  /*causal=*/true));
         state->tensors = {std::move(k_cache), std::move(v_cache)};
         state->position = length;
       }
@@ -67,7 +84,7 @@ class StandardAttentionMixer final : public Mixer {
 
   absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
     RETURN_IF_ERROR(CheckCanStream("Step"));
-    RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}, device()));
     if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
     RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
     return GuardTorch("standard Step", [&]() -> absl::StatusOr<at::Tensor> {
@@ -75,6 +92,16 @@ class StandardAttentionMixer final : public Mixer {
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), h);  // (B, H, 1, d)
       auto [k_cache, v_cache] = Append(*state, k, v);
       const int64_t length = state->position + 1;
+      state->position = length;
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+      if (q.is_cuda()) {
+        // The decode kernel reads the first `length` rows of each cache in place.
+        at::Tensor heads = standard::FlashDecodeCuda(q.squeeze(2), k_cache, v_cache,
+                                                     /*seqlens=*/{}, length);
+        state->tensors = {std::move(k_cache), std::move(v_cache)};
+        return projections_.ProjectOutput(heads.unsqueeze(2)).view({b, config_.d_model});
+      }
+#endif
       // One query sees every cached key: no mask and no tiling, one row of `length` scores.
       // Merging B and H of the narrowed caches is a view (no copy of the cache).
       const at::Tensor keys = k_cache.narrow(2, 0, length).reshape({b * h, length, d});
@@ -84,7 +111,6 @@ class StandardAttentionMixer final : public Mixer {
                   keys.transpose(1, 2));  // (B·H, 1, length)
       const at::Tensor heads = at::bmm(at::softmax(scores, -1), values).view({b, h, 1, d});
       state->tensors = {std::move(k_cache), std::move(v_cache)};
-      state->position = length;
       return projections_.ProjectOutput(heads).view({b, config_.d_model});
     });
   }
@@ -96,6 +122,8 @@ class StandardAttentionMixer final : public Mixer {
   }
 
  private:
+  at::Device device() const { return projections_.device(); }
+
   absl::Status CheckCanStream(const char* operation) const {
     if (config_.causal) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(
@@ -111,14 +139,15 @@ class StandardAttentionMixer final : public Mixer {
       return absl::InvalidArgumentError(absl::StrCat(
           "standard state: expected 2 tensors (k_cache, v_cache), got ", state.tensors.size()));
     }
-    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "standard state k_cache", {-1, h, -1, d}));
+    RETURN_IF_ERROR(
+        CheckFloatTensor(state.tensors[0], "standard state k_cache", {-1, h, -1, d}, device()));
     const at::Tensor& k_cache = state.tensors[0];
     if (k_cache.size(0) != batch) {
       return absl::InvalidArgumentError(absl::StrCat(
           "standard state holds a batch of ", k_cache.size(0), " sequences, but x has ", batch));
     }
     RETURN_IF_ERROR(CheckFloatTensor(state.tensors[1], "standard state v_cache",
-                                     {batch, h, k_cache.size(2), d}));
+                                     {batch, h, k_cache.size(2), d}, device()));
     if (state.position < 0 || state.position > k_cache.size(2)) {
       return absl::InvalidArgumentError(absl::StrCat("standard state: position ", state.position,
                                                      " is outside the KV cache capacity [0, ",

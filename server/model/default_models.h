@@ -18,6 +18,7 @@ std::vector<std::string> DefaultModelNames();
 absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name);
 
 // The same weights on every call and every machine.
-absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name);
+absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name,
+                                                         const at::Device& device = at::kCPU);
 
 }  // namespace attnserve::model

@@ -129,8 +129,32 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
   return w;
 }
 
+namespace {
+
+// Config architecture and a strided sample of every weight, FNV-1a hashed.
+uint64_t Fingerprint(const v1::ModelConfig& config, const std::vector<WeightSpec>& specs,
+                     const std::map<std::string, at::Tensor>& weights) {
+  std::string config_bytes;
+  ArchitectureOf(config).SerializeToString(&config_bytes);
+  uint64_t h = Fnv(1469598103934665603ull, config_bytes.data(), config_bytes.size());
+  for (const WeightSpec& spec : specs) {
+    const at::Tensor& t = weights.at(spec.name);
+    h = Fnv(h, spec.name.data(), spec.name.size());
+    // A strided sample of each tensor: cheap for large checkpoints, and any retraining or
+    // reinitialisation changes it.
+    const at::Tensor flat = t.contiguous().view(-1);
+    const int64_t step = std::max<int64_t>(1, flat.numel() / 1024);
+    const float* data = flat.data_ptr<float>();
+    for (int64_t j = 0; j < flat.numel(); j += step) h = Fnv(h, data + j, sizeof(float));
+  }
+  return h;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::ModelConfig config,
-                                                     std::map<std::string, at::Tensor> weights) {
+                                                     std::map<std::string, at::Tensor> weights,
+                                                     const at::Device& device) {
   RETURN_IF_ERROR(ValidateModelConfig(config));
   const std::vector<WeightSpec> specs = ExpectedTensors(config);
   std::set<std::string> expected;
@@ -155,6 +179,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
       return absl::InvalidArgumentError(absl::StrCat("model '", name, "': unexpected tensor '",
                                                      tensor_name, "' ", ShapeString(t.sizes())));
     }
+  }
+
+  // Identifies the weights as loaded (on the CPU, whatever the serving device).
+  const uint64_t fingerprint = Fingerprint(config, specs, weights);
+  if (!device.is_cpu()) {
+    RETURN_IF_ERROR(kernels::GuardTorch("moving the weights to the device", [&]() -> absl::Status {
+      for (auto& [tensor_name, t] : weights) t = t.to(device);
+      return absl::OkStatus();
+    }));
   }
 
   std::unique_ptr<Model> m(new Model());
@@ -193,20 +226,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     m->layers_.push_back(std::move(layer));
   }
 
-  std::string config_bytes;
-  ArchitectureOf(c).SerializeToString(&config_bytes);
-  uint64_t h = Fnv(1469598103934665603ull, config_bytes.data(), config_bytes.size());
-  for (const WeightSpec& spec : specs) {
-    const at::Tensor& t = weights.at(spec.name);
-    h = Fnv(h, spec.name.data(), spec.name.size());
-    // A strided sample of each tensor: cheap for large checkpoints, and any retraining or
-    // reinitialisation changes it.
-    const at::Tensor flat = t.contiguous().view(-1);
-    const int64_t step = std::max<int64_t>(1, flat.numel() / 1024);
-    const float* data = flat.data_ptr<float>();
-    for (int64_t j = 0; j < flat.numel(); j += step) h = Fnv(h, data + j, sizeof(float));
-  }
-  m->fingerprint_ = h;
+  m->fingerprint_ = fingerprint;
   m->weights_ = std::move(weights);
   return m;
 }
@@ -294,16 +314,18 @@ absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* 
                                           OutputKind output) const {
   RETURN_IF_ERROR(CheckTokens(tokens, state));
   return kernels::GuardTorch("Model::Forward", [&]() -> absl::StatusOr<at::Tensor> {
-    ASSIGN_OR_RETURN(at::Tensor x, RunLayers(at::embedding(embedding_, tokens), state));
+    // .to(): the model's device; a no-op on the CPU.
+    ASSIGN_OR_RETURN(at::Tensor x,
+                     RunLayers(at::embedding(embedding_, tokens.to(device())), state));
     x = Norm(x, norm_f_);
     if (state != nullptr) state->position += tokens.size(1);
     switch (output) {
       case OutputKind::kHidden:
-        return x;
+        return x.cpu();
       case OutputKind::kAllLogits:
-        return at::linear(x, lm_head_);
+        return at::linear(x, lm_head_).cpu();
       case OutputKind::kLastLogits:
-        return at::linear(x.select(1, x.size(1) - 1), lm_head_);
+        return at::linear(x.select(1, x.size(1) - 1), lm_head_).cpu();
     }
     return absl::InvalidArgumentError("unknown output kind");
   });

@@ -45,8 +45,11 @@ class Model {
  public:
   // Checks `weights` against ExpectedTensors(config): a missing, extra or misshapen tensor is
   // an error naming it and both shapes. `config` must pass ValidateModelConfig.
+  // The weights move to `device` (CUDA: the mixers then run their CUDA kernels; states live
+  // there too). Forward takes and returns CPU tensors whatever the device.
   static absl::StatusOr<std::unique_ptr<Model>> Create(std::string name, v1::ModelConfig config,
-                                                       std::map<std::string, at::Tensor> weights);
+                                                       std::map<std::string, at::Tensor> weights,
+                                                       const at::Device& device = at::kCPU);
 
   // The tensors a model with `config` is made of, in checkpoint order, with their shapes.
   static std::vector<kernels::WeightSpec> ExpectedTensors(const v1::ModelConfig& config);
@@ -57,6 +60,7 @@ class Model {
 
   const std::string& name() const { return name_; }
   const v1::ModelConfig& config() const { return config_; }
+  at::Device device() const { return embedding_.device(); }
   int64_t vocab_size() const { return config_.vocab_size(); }
   int64_t max_sequence_length() const { return config_.max_sequence_length(); }
   // Whether every layer can stream (a session can continue from a state and step).
@@ -69,10 +73,11 @@ class Model {
   // A fresh state for `batch` sequences; FailedPrecondition when the model cannot stream.
   absl::StatusOr<ModelState> NewState(int64_t batch = 1) const;
 
-  // tokens: (B, L) int64 ids in [0, vocab_size). With a state, continues it (a chunk of a
-  // stream) and updates it; without, runs the whole sequence (the only form a non-streaming
-  // model takes). A single token with a state takes the mixers' Step path. Input errors are
-  // found before any state changes; after an internal error the state must be discarded.
+  // tokens: (B, L) int64 ids in [0, vocab_size), on the CPU; the result is on the CPU. With a
+  // state, continues it (a chunk of a stream) and updates it; without, runs the whole sequence (the
+  // only form a non-streaming model takes). A single token with a state takes the mixers' Step
+  // path. Input errors are found before any state changes; after an internal error the state must
+  // be discarded.
   absl::StatusOr<at::Tensor> Forward(const at::Tensor& tokens, ModelState* state,
                                      OutputKind output) const;
 

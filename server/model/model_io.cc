@@ -32,7 +32,8 @@ std::string CanonicalName(const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name) {
+absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name,
+                                                       const at::Device& device) {
   const fs::path folder(dir);
   ASSIGN_OR_RETURN(std::string json, ReadFile(folder / "config.json"));
   absl::StatusOr<v1::ModelConfig> config = ParseModelConfigJson(json);
@@ -76,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
                                                      "' of shape ", kernels::ShapeString(shape)));
     }
   }
-  return Model::Create(std::move(name), *std::move(config), std::move(weights));
+  return Model::Create(std::move(name), *std::move(config), std::move(weights), device);
 }
 
 absl::Status WriteModelFolder(const Model& model, const std::string& dir) {

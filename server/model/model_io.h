@@ -13,7 +13,8 @@ namespace attnserve::model {
 // Loads `dir`/config.json and `dir`/model.safetensors (F32, F16 or BF16) as model `name`.
 // Every tensor is checked against the shape the config implies before its data is read;
 // errors name the folder, the tensor and both shapes.
-absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name);
+absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name,
+                                                       const at::Device& device = at::kCPU);
 
 // Writes `model` to `dir` (created if missing): config.json and model.safetensors (F32).
 absl::Status WriteModelFolder(const Model& model, const std::string& dir);

@@ -21,7 +21,7 @@ auto Timed(double* seconds, Fn&& fn) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::LoadFolder(
-    const std::string& dir) {
+    const std::string& dir, const at::Device& device) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::LoadFolder(
     if (!entry.is_directory() || !fs::exists(entry.path() / "config.json")) continue;
     const std::string name = entry.path().filename().string();
     Entry e;
-    absl::StatusOr<std::unique_ptr<Model>> model =
-        Timed(&e.load_seconds, [&] { return LoadModelFolder(entry.path().string(), name); });
+    absl::StatusOr<std::unique_ptr<Model>> model = Timed(
+        &e.load_seconds, [&] { return LoadModelFolder(entry.path().string(), name, device); });
     if (!model.ok()) {
       return absl::Status(model.status().code(),
                           absl::StrCat("model '", name, "': ", model.status().message()));
@@ -49,12 +49,13 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::LoadFolder(
   return repo;
 }
 
-absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::BuildDefault() {
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::BuildDefault(
+    const at::Device& device) {
   auto repo = std::unique_ptr<ModelRepository>(new ModelRepository());
   for (const std::string& name : DefaultModelNames()) {
     Entry e;
     absl::StatusOr<std::unique_ptr<Model>> model =
-        Timed(&e.load_seconds, [&] { return BuildDefaultModel(name); });
+        Timed(&e.load_seconds, [&] { return BuildDefaultModel(name, device); });
     if (!model.ok()) return model.status();
     e.model = *std::move(model);
     repo->models_[name] = std::move(e);

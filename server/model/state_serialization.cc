@@ -83,7 +83,8 @@ std::string SerializeState(const Model& model, const ModelState& state) {
     Put<uint32_t>(&out, static_cast<uint32_t>(layer.tensors.size()));
     for (size_t k = 0; k < layer.tensors.size(); ++k) {
       const at::Tensor& t = layer.tensors[k];
-      at::Tensor c = (growing(i, k) ? t.narrow(2, 0, layer.position) : t).contiguous();
+      // .cpu(): a state on a GPU is copied to host memory (a no-op for CPU states).
+      at::Tensor c = (growing(i, k) ? t.narrow(2, 0, layer.position) : t).cpu().contiguous();
       Put<uint32_t>(&out, static_cast<uint32_t>(c.dim()));
       for (int64_t s : c.sizes()) Put<int64_t>(&out, s);
       out.append(reinterpret_cast<const char*>(c.data_ptr<float>()), c.numel() * sizeof(float));
@@ -161,7 +162,8 @@ absl::StatusOr<ModelState> DeserializeState(const Model& model, std::string_view
       }
       at::Tensor t = at::empty(sizes, at::kFloat);
       if (!r.GetBytes(t.data_ptr<float>(), numel * sizeof(float))) return Truncated();
-      layer.tensors.push_back(std::move(t));
+      // The model's device (a copy for a GPU model; the same tensor on the CPU).
+      layer.tensors.push_back(t.to(like.device()));
     }
     state.layers.push_back(std::move(layer));
   }

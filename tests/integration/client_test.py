@@ -9,6 +9,10 @@ gRPC code sum to failed), the JSON report validates against client/load/report.s
 and the HTML report has one plot line per variant. Every subprocess has a timeout; the server
 is stopped at the end.
 
+RoutedSessionsTest starts two more servers with --instance_name and --advertise_address and
+drives both tools with --route_sessions over "127.0.0.1:p1,127.0.0.1:p2": sessions resume,
+show and close on the instance that holds them, whichever process opened them.
+
 Usage: client_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
 
@@ -17,12 +21,14 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 ARGS = None
 SERVER = None
@@ -34,13 +40,13 @@ TOO_LONG_CODE = "RESOURCE_EXHAUSTED"
 class Server:
     """attnserve-server on 127.0.0.1, gRPC and metrics on ports of its choosing."""
 
-    def __init__(self, binary):
+    def __init__(self, binary, port=0, extra=()):
         self.lines = []
         self.port = None
         self.metrics_url = None
         self.proc = subprocess.Popen(
-            [binary, "--host=127.0.0.1", "--port=0", "--metrics_port=0", "--workers=2",
-             "--max_new_tokens=64", "--drain_deadline_s=3"],
+            [binary, "--host=127.0.0.1", "--port=%d" % port, "--metrics_port=0", "--workers=2",
+             "--max_new_tokens=64", "--drain_deadline_s=3"] + list(extra),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         listening = threading.Event()
 
@@ -377,6 +383,125 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         p = load("--mode=sideways")
         self.assertEqual(p.returncode, 2)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stream_opens(metrics_url):
+    """attnserve_requests_total{rpc="StreamOpen"} summed over its other labels."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("attnserve_requests_total{") and 'rpc="StreamOpen"' in line)
+
+
+class RoutedSessionsTest(unittest.TestCase):
+    """Two instances; both tools route sessions over them with --route_sessions."""
+
+    @classmethod
+    def setUpClass(cls):
+        for name in (("server", "attnserve-server"), ("client", "attnserve-cli"),
+                     ("client", "attnserve-load")):
+            if not os.access(binary(*name), os.X_OK):
+                raise unittest.SkipTest("not built: " + binary(*name))
+        cls.servers = {}
+        try:
+            for name in ("routed-a", "routed-b"):
+                port = free_port()
+                cls.servers[name] = Server(
+                    binary("server", "attnserve-server"), port,
+                    ["--instance_name=" + name, "--advertise_address=127.0.0.1:%d" % port])
+        except Exception:
+            cls.tearDownClass()
+            raise
+        cls.address = {n: s.target for n, s in cls.servers.items()}
+        cls.target = ",".join(s.target for s in cls.servers.values())
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in cls.servers.values():
+            s.stop()
+
+    def cli(self, *args, target=None):
+        return subprocess.run([binary("client", "attnserve-cli"), args[0],
+                               "--target=" + (target or self.target)] + list(args[1:]),
+                              capture_output=True, text=True, timeout=60)
+
+    def test_sessions_follow_their_instance(self):
+        # New sessions from separate processes, until both instances hold one (each process
+        # starts its round-robin at a random instance).
+        held = {}  # session id -> instance name
+        for _ in range(16):
+            p = self.cli("stream", "--json", "--route_sessions", "--model=linear",
+                         "--keep_session", "--tokens=1,2,3,4,5", "--chunk=2")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            opened = json_lines(p.stdout)[0]["opened"]
+            self.assertEqual(opened["server"]["advertise_address"],
+                             self.address[opened["server"]["instance_name"]])
+            held[opened["session_id"]] = opened["server"]["instance_name"]
+            if len(set(held.values())) == 2:
+                break
+        self.assertEqual(set(held.values()), set(self.servers), held)
+
+        for sid, instance in held.items():
+            # Resumed by a new process: found on its instance, state intact.
+            p = self.cli("stream", "--json", "--session=" + sid, "--tokens=6,7", "--chunk=2",
+                         "--keep_session", "--route_sessions")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            lines = json_lines(p.stdout)
+            self.assertEqual(lines[0]["opened"]["server"]["instance_name"], instance)
+            self.assertEqual(int(lines[0]["opened"]["position"]), 5)
+            self.assertEqual([int(l["result"]["position"]) for l in lines if "result" in l], [7])
+            p = self.cli("infer", "--json", "--session=" + sid, "--tokens=8", "--route_sessions")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            [resp] = json_lines(p.stdout)
+            self.assertEqual((resp["server"]["instance_name"], int(resp["session_position"])),
+                             (instance, 8))
+            p = self.cli("sessions", "--json", "--id=" + sid, "--route_sessions")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(json_lines(p.stdout)[0]["server"]["instance_name"], instance)
+            # Asked of the other instance alone (no routing): NOT_FOUND naming that instance.
+            [other] = [n for n in self.servers if n != instance]
+            p = self.cli("sessions", "--json", "--id=" + sid, target=self.address[other])
+            self.assertEqual(p.returncode, 1)
+            error = json_lines(p.stdout)[0]["error"]
+            self.assertEqual(error["code"], "NOT_FOUND")
+            self.assertIn("instance '%s' at %s" % (other, self.address[other]), error["message"])
+
+        # One listing of every instance's sessions, each naming its instance.
+        p = self.cli("sessions", "--json", "--route_sessions")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        listed = {s["session_id"]: s["server"]["instance_name"]
+                  for s in json_lines(p.stdout)[0]["sessions"]}
+        self.assertEqual({k: listed.get(k) for k in held}, held)
+
+        for sid in held:
+            p = self.cli("sessions", "--json", "--close=" + sid, "--route_sessions")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            p = self.cli("sessions", "--json", "--id=" + sid, "--route_sessions")
+            self.assertEqual(p.returncode, 1)
+            error = json_lines(p.stdout)[0]["error"]
+            self.assertEqual(error["code"], "NOT_FOUND")
+            for address in self.address.values():
+                self.assertIn(address, error["message"])
+
+    def test_load_spreads_streams_over_instances(self):
+        before = {n: stream_opens(s.metrics_url) for n, s in self.servers.items()}
+        p = subprocess.run([binary("client", "attnserve-load"), "--target=" + self.target,
+                            "--route_sessions", "--variants=linear", "--mode=stream",
+                            "--lengths=32", "--chunk=16", "--requests=4", "--duration=10",
+                            "--warmup=0", "--timeout=20"],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("2 instance(s)", p.stderr)
+        self.assertIn("4 ok, 0 failed", p.stderr)
+        after = {n: stream_opens(s.metrics_url) for n, s in self.servers.items()}
+        # One at a time, in turn: two streams on each instance.
+        self.assertEqual({n: after[n] - before[n] for n in after}, {n: 2 for n in after})
 
 
 def main():

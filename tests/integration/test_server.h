@@ -9,8 +9,12 @@
 #pragma once
 
 #include <ATen/Parallel.h>
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -390,7 +394,27 @@ struct TestServerOptions {
   int64_t max_queue = 1024;
   int max_receive_message_bytes = 0;  // 0: gRPC's default (4 MiB)
   std::string policy = Policy::kDefaultSpec;
+  // Not empty: the server's identity is this name and its own address (127.0.0.1:port),
+  // as an instance started with --instance_name and --advertise_address.
+  std::string instance_name;
 };
+
+// A port on 127.0.0.1 that nothing listens on now (the kernel's pick for an ephemeral bind),
+// for a server that must know its address before it starts.
+inline int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::cerr << "cannot find a free port on 127.0.0.1" << std::endl;
+    std::abort();
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
 
 class TestServer {
  public:
@@ -398,9 +422,11 @@ class TestServer {
       : policy_(ParsePolicy(options.policy)),
         sessions_(options.limits),
         workers_(options.workers, options.max_queue),
-        service_(Repository(), policy_, sessions_, workers_, options.service) {
+        fixed_port_(options.instance_name.empty() ? 0 : FreeLoopbackPort()),
+        service_(Repository(), policy_, sessions_, workers_, WithIdentity(options, fixed_port_)) {
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(fixed_port_),
+                             grpc::InsecureServerCredentials(), &port_);
     if (options.max_receive_message_bytes > 0) {
       builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
     }
@@ -431,6 +457,15 @@ class TestServer {
   SessionTable& sessions() { return sessions_; }
 
  private:
+  static ServiceOptions WithIdentity(const TestServerOptions& options, int port) {
+    ServiceOptions service = options.service;
+    if (!options.instance_name.empty()) {
+      service.identity.set_instance_name(options.instance_name);
+      service.identity.set_advertise_address("127.0.0.1:" + std::to_string(port));
+    }
+    return service;
+  }
+
   static Policy ParsePolicy(const std::string& spec) {
     absl::StatusOr<Policy> policy = Policy::Parse(spec, Repository());
     if (!policy.ok()) {
@@ -443,6 +478,7 @@ class TestServer {
   Policy policy_;
   SessionTable sessions_;
   WorkerPool workers_;
+  const int fixed_port_;  // 0: any
   AttnServeService service_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;

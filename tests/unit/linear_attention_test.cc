@@ -118,6 +118,23 @@ TEST(LinearAttentionTest, ChunkedKernelContinuesFromAStateLikeTheRecurrence) {
   EXPECT_TRUE(at::equal(s0, at::matmul(fk0.transpose(-1, -2), RandomTensor({b, h, 50, d}, 5))));
 }
 
+// q, k, v may be strided views, such as the heads of one (B, L, 3, H, d) projection.
+TEST(LinearAttentionTest, KernelsAcceptStridedInputs) {
+  const int64_t b = 2, h = 2, l = 70, d = 16;
+  const at::Tensor qkv = RandomTensor({b, l, 3, h, d}, 11).permute({2, 0, 3, 1, 4});
+  const at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];
+  ASSERT_FALSE(q.is_contiguous());
+  const at::Tensor s0 = at::zeros({b, h, d, d}), z0 = at::zeros({b, h, d});
+  auto strided = CausalLinearAttentionCpu(q, k, v, s0, z0);
+  auto dense = CausalLinearAttentionCpu(q.contiguous(), k.contiguous(), v.contiguous(), s0, z0);
+  ASSERT_TRUE(strided.ok() && dense.ok());
+  EXPECT_LE(MaxRelativeError(strided->out, dense->out), 1e-6);
+  auto strided_full = LinearAttentionCpu(q, k, v);
+  auto dense_full = LinearAttentionCpu(q.contiguous(), k.contiguous(), v.contiguous());
+  ASSERT_TRUE(strided_full.ok() && dense_full.ok());
+  EXPECT_LE(MaxRelativeError(*strided_full, *dense_full), 1e-6);
+}
+
 TEST(LinearAttentionTest, RandomChunkSplitsEqualOneWholePass) {
   const MixerConfig config = LinearConfig(4, 16, true);
   const WeightMap weights = RandomWeights(config, 3);
@@ -176,11 +193,11 @@ TEST(LinearAttentionTest, RejectsBadInputs) {
   ASSERT_NE(mixer, nullptr);
   ExpectError(mixer->Prefill(at::zeros({1, 4, 32}, at::kDouble), nullptr),
               absl::StatusCode::kInvalidArgument,
-              "x: expected float32 CPU tensor of shape (?, ?, 32), got float64");
+              "x: expected float32 cpu tensor of shape (?, ?, 32), got float64");
   ExpectError(mixer->Prefill(at::zeros({4, 32}), nullptr), absl::StatusCode::kInvalidArgument,
-              "got float32 (4, 32)");
+              "got float32 cpu (4, 32)");
   ExpectError(mixer->Prefill(at::zeros({1, 4, 64}), nullptr), absl::StatusCode::kInvalidArgument,
-              "got float32 (1, 4, 64)");
+              "got float32 cpu (1, 4, 64)");
   auto state = mixer->InitialState(2);
   ASSERT_TRUE(state.ok());
   ExpectError(mixer->Step(at::zeros({1, 32}), &*state), absl::StatusCode::kInvalidArgument,
@@ -191,7 +208,7 @@ TEST(LinearAttentionTest, RejectsBadInputs) {
   wrong.tensors[1] = at::zeros({2, 2, 8});
   ExpectError(
       mixer->Step(at::zeros({2, 32}), &wrong), absl::StatusCode::kInvalidArgument,
-      "linear state z: expected float32 CPU tensor of shape (2, 2, 16), got float32 (2, 2, 8)");
+      "linear state z: expected float32 cpu tensor of shape (2, 2, 16), got float32 cpu (2, 2, 8)");
   ExpectError(CausalLinearAttentionCpu(at::zeros({1, 2, 3, 16}), at::zeros({1, 2, 3, 16}),
                                        at::zeros({1, 2, 3, 16}, at::kDouble),
                                        at::zeros({1, 2, 16, 16}), at::zeros({1, 2, 16})),

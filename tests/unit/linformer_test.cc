@@ -113,11 +113,11 @@ TEST(LinformerTest, RejectsBadInputs) {
   ASSERT_NE(mixer, nullptr);
   ExpectError(mixer->Prefill(at::zeros({1, 4, 32}, at::kDouble), nullptr),
               absl::StatusCode::kInvalidArgument,
-              "x: expected float32 CPU tensor of shape (?, ?, 32), got float64");
+              "x: expected float32 cpu tensor of shape (?, ?, 32), got float64");
   ExpectError(mixer->Prefill(at::zeros({1, 2, 4, 32}), nullptr), absl::StatusCode::kInvalidArgument,
-              "got float32 (1, 2, 4, 32)");
+              "got float32 cpu (1, 2, 4, 32)");
   ExpectError(mixer->Prefill(at::zeros({1, 4, 31}), nullptr), absl::StatusCode::kInvalidArgument,
-              "got float32 (1, 4, 31)");
+              "got float32 cpu (1, 4, 31)");
 }
 
 TEST(LinformerTest, CreateMixerRejectsMissingAndMisshapenWeights) {

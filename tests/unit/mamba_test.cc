@@ -84,8 +84,8 @@ TEST(MambaTest, RejectsBadInputWithMessages) {
 
   auto wrong_width = m.Prefill(at::zeros({1, 4, 16}), nullptr);
   EXPECT_EQ(wrong_width.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(wrong_width.status().message().find("expected float32 CPU tensor of shape (?, ?, 32), "
-                                                "got float32 (1, 4, 16)"),
+  EXPECT_NE(wrong_width.status().message().find("expected float32 cpu tensor of shape (?, ?, 32), "
+                                                "got float32 cpu (1, 4, 16)"),
             std::string::npos)
       << wrong_width.status();
 

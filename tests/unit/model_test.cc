@@ -228,6 +228,33 @@ TEST(ModelTest, RejectsBadTokensWithMessages) {
   EXPECT_EQ(m.NewState().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A model asked for a device this LibTorch cannot reach is a status, never a crash (the
+// server resolves --device first; this is the backstop behind it).
+TEST(ModelTest, AnUnreachableCudaDeviceIsAnErrorNotACrash) {
+  if (at::hasCUDA()) GTEST_SKIP() << "this LibTorch reaches a CUDA device";
+  auto model = BuildDefaultModel("mamba", at::Device(at::kCUDA, 0));
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("moving the weights to the device"), std::string::npos)
+      << model.status();
+  auto repository = ModelRepository::BuildDefault(at::Device(at::kCUDA, 0));
+  EXPECT_FALSE(repository.ok());
+}
+
+// A CPU model takes and gives CPU tensors, and its states live on the CPU.
+TEST(ModelTest, CpuModelStatesAndOutputsAreOnTheCpu) {
+  auto model = BuildDefaultModel("hybrid", at::Device(at::kCPU));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE((*model)->device().is_cpu());
+  auto state = (*model)->NewState();
+  ASSERT_TRUE(state.ok()) << state.status();
+  for (const auto& layer : state->layers) {
+    for (const at::Tensor& t : layer.tensors) EXPECT_TRUE(t.device().is_cpu());
+  }
+  auto logits = (*model)->Forward(Tokens({1, 2, 3}), &*state, OutputKind::kLastLogits);
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_TRUE(logits->device().is_cpu());
+}
+
 TEST(ModelConfigTest, ParsesOursAndHuggingFaceAndRejectsBadConfigs) {
   auto ours = ParseModelConfigJson(
       R"({"vocab_size": 10, "hidden_size": 32, "num_heads": 2, "layers": ["linear", "mamba"],

@@ -140,7 +140,7 @@ TEST(StandardFlashAttentionTest, RejectsBadInputs) {
               absl::StatusCode::kInvalidArgument, "Lq = 8, Lk = 4");
   ExpectError(FlashAttentionCpu(q, RandomTensor({1, 2, 8, 32}, 3), k, false),
               absl::StatusCode::kInvalidArgument,
-              "k: expected float32 CPU tensor of shape (1, 2, ?, 16)");
+              "k: expected float32 cpu tensor of shape (1, 2, ?, 16)");
   ExpectError(FlashAttentionCpu(q, k, k, true, {0, 16}), absl::StatusCode::kInvalidArgument,
               "tiles must be > 0");
 }
@@ -259,13 +259,13 @@ TEST(StandardAttentionTest, RejectsBadInputs) {
   ASSERT_NE(mixer, nullptr);
   ExpectError(mixer->Prefill(at::zeros({1, 4, 32}, at::kDouble), nullptr),
               absl::StatusCode::kInvalidArgument,
-              "x: expected float32 CPU tensor of shape (?, ?, 32), got float64");
+              "x: expected float32 cpu tensor of shape (?, ?, 32), got float64");
   ExpectError(mixer->Prefill(at::zeros({4, 32}), nullptr), absl::StatusCode::kInvalidArgument,
-              "got float32 (4, 32)");
+              "got float32 cpu (4, 32)");
   ExpectError(mixer->Prefill(at::zeros({1, 4, 48}), nullptr), absl::StatusCode::kInvalidArgument,
-              "shape (?, ?, 32), got float32 (1, 4, 48)");
+              "shape (?, ?, 32), got float32 cpu (1, 4, 48)");
   ExpectError(mixer->Step(at::zeros({1, 1, 32}), nullptr), absl::StatusCode::kInvalidArgument,
-              "x_t: expected float32 CPU tensor of shape (?, 32)");
+              "x_t: expected float32 cpu tensor of shape (?, 32)");
   auto state = mixer->InitialState(2);
   ASSERT_TRUE(state.ok());
   ExpectError(mixer->Prefill(at::zeros({3, 4, 32}), &*state), absl::StatusCode::kInvalidArgument,

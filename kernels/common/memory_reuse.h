@@ -1,0 +1,25 @@
+// Keeps freed heap memory in the process for the next allocation instead of handing it back to
+// the kernel at once. A mixer call allocates and frees buffers of several MiB (projections,
+// score tiles, block states); with glibc's defaults, buffers above its dynamic mmap threshold
+// are mmap-ed and munmap-ed every call, so each call page-faults its memory in again, and on
+// these VMs a fault costs ~45 µs under load: that made the linear mixer at L = 16384 take
+// 0.5-1.7 s instead of 0.26 s (docs/benchmarks.md). Called once at the start of the server and
+// the benchmark, before any threads start.
+#pragma once
+
+#include <cstddef>
+
+namespace attnserve::kernels {
+
+struct MemoryReuseOptions {
+  // Allocations at least this large are still mmap-ed (and returned on free). glibc caps the
+  // value at 32 MiB on 64-bit machines.
+  size_t mmap_threshold_bytes = size_t{32} << 20;
+  // Free memory at the top of the heap beyond this is returned to the kernel.
+  size_t trim_threshold_bytes = size_t{512} << 20;
+};
+
+// Returns false when the C library refused a setting (non-glibc: nothing to do).
+bool KeepFreedMemoryForReuse(const MemoryReuseOptions& options = {});
+
+}  // namespace attnserve::kernels
