@@ -9,11 +9,15 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
 )
-TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl)
+# python3-yaml and nodejs (npm below): the deploy tests (tests/deploy).
+TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl python3-yaml nodejs)
 
 packages=("${BUILD_PACKAGES[@]}")
 if [[ "${1:-}" != "--build-only" ]]; then
   packages+=("${TEST_PACKAGES[@]}")
+  # Debian's npm only where there is no npm: a Node.js that bundles its own (NodeSource's
+  # nodejs package) conflicts with it.
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()
