@@ -468,19 +468,7 @@ void CheckResume(TestServer& server, const ResumeCase& c) {
   const std::vector<std::vector<int64_t>> chunks = {RandomTokens(5, 20), RandomTokens(3, 21),
                                                     RandomTokens(1, 22), RandomTokens(9, 23)};
 
-  // Unbroken.
-  std::vector<std::vector<float>> expected;
-  {
-    std::unique_ptr<StreamClient> stream = client.Stream();
-    const std::string id = stream->Open(OpenRequest(model)).session_id();
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      expected.push_back(
-          Floats(stream->Append(AppendRequest(i + 1, chunks[i], v1::OUTPUT_KIND_ALL_LOGITS))
-                     .outputs()
-                     .tensor()));
-    }
-    EXPECT_TRUE(stream->Close(id).ok());
-  }
+  const std::vector<std::vector<float>> expected = client.UnbrokenStreamLogits(model, chunks);
 
   // Broken after two appends, by a client that goes away without saying so.
   std::unique_ptr<Client> first_client = server.NewClient();

@@ -177,18 +177,8 @@ TEST_F(TwoInstancesTest, FreshRouterResumesOnTheHolderWithTheUnbrokenOutputs) {
   for (const std::string model : {"mamba", "standard"}) {
     SCOPED_TRACE(model);
     // Unbroken, on instance a (both serve the same models from the same seeds).
-    std::vector<std::vector<float>> expected;
-    {
-      std::unique_ptr<StreamClient> stream = a_->client().Stream();
-      const std::string id = stream->Open(OpenRequest(model)).session_id();
-      for (size_t i = 0; i < chunks.size(); ++i) {
-        expected.push_back(
-            Floats(stream->Append(AppendRequest(i + 1, chunks[i], v1::OUTPUT_KIND_ALL_LOGITS))
-                       .outputs()
-                       .tensor()));
-      }
-      EXPECT_TRUE(stream->Close(id).ok());
-    }
+    const std::vector<std::vector<float>> expected =
+        a_->client().UnbrokenStreamLogits(model, chunks);
 
     // Opened on b by one process, which goes away after two appends.
     std::string id;

@@ -359,6 +359,23 @@ class Client {
         timeout);
   }
 
+  // The all-position logits of each of `chunks` appended in order to one new session on
+  // `model`, which is closed afterwards: the reference a resumed or rerouted stream must match.
+  std::vector<std::vector<float>> UnbrokenStreamLogits(
+      const std::string& model, const std::vector<std::vector<int64_t>>& chunks) {
+    std::vector<std::vector<float>> logits;
+    std::unique_ptr<StreamClient> stream = Stream();
+    const std::string id = stream->Open(OpenRequest(model)).session_id();
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      logits.push_back(
+          Floats(stream->Append(AppendRequest(i + 1, chunks[i], v1::OUTPUT_KIND_ALL_LOGITS))
+                     .outputs()
+                     .tensor()));
+    }
+    EXPECT_TRUE(stream->Close(id).ok());
+    return logits;
+  }
+
   // Opens a session on `model` with one append of `tokens` (when any), then half-closes the
   // stream, leaving the session detached in the table. Returns its id.
   std::string NewSession(const std::string& model, const std::vector<int64_t>& tokens = {},
