@@ -12,8 +12,12 @@
 namespace attnserve::kernels {
 
 struct MemoryReuseOptions {
-  // Allocations at least this large are still mmap-ed (and returned on free). glibc caps the
-  // value at 32 MiB on 64-bit machines.
+  // No allocation is served by its own mmap (glibc's M_MMAP_MAX = 0): every block comes from
+  // the heap and goes back to it on free. Raising the mmap threshold alone is not enough: glibc
+  // caps it at 32 MiB, and at L = 16384 the mixers' buffers are 32-64 MiB (a run at that length
+  // was 3-5x slower with only the threshold raised: docs/benchmarks.md).
+  bool never_mmap = true;
+  // Without never_mmap: allocations at least this large are mmap-ed (and returned on free).
   size_t mmap_threshold_bytes = size_t{32} << 20;
   // Free memory at the top of the heap beyond this is returned to the kernel.
   size_t trim_threshold_bytes = size_t{512} << 20;
