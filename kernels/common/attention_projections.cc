@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "kernels/common/linear.h"
+
 namespace attnserve::kernels {
 namespace {
 constexpr const char* kNames[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight",
@@ -39,14 +41,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionProjections::ProjectQkv(
   const int64_t b = x.size(0), l = x.size(1), d_model = x.size(2);
   const int64_t head_dim = d_model / num_heads;
   // One matmul for the three projections, then split into heads.
-  at::Tensor y = at::matmul(x, qkv.t());  // (B, L, 3D)
+  at::Tensor y = Linear(x, qkv);  // (B, L, 3D)
   y = y.view({b, l, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
   return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};
 }
 
 at::Tensor AttentionProjections::ProjectOutput(const at::Tensor& heads) const {
   const int64_t b = heads.size(0), h = heads.size(1), l = heads.size(2), d = heads.size(3);
-  return at::matmul(heads.permute({0, 2, 1, 3}).reshape({b, l, h * d}), o.t());
+  return Linear(heads.permute({0, 2, 1, 3}).reshape({b, l, h * d}), o);
 }
 
 }  // namespace attnserve::kernels

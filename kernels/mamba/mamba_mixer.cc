@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/linear.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/mamba/causal_conv1d_cpu.h"
@@ -99,18 +100,18 @@ class MambaMixer final : public Mixer {
   // x (B, L, d_model) -> (B, L, d_model); state is continued in place.
   at::Tensor Forward(const at::Tensor& x, MixerState* state) const {
     const int64_t n_state = config_.d_state;
-    at::Tensor xz = at::linear(x, in_proj_);  // (B, L, 2·d_inner): x half, then z half
+    at::Tensor xz = Linear(x, in_proj_);  // (B, L, 2·d_inner): x half, then z half
     at::Tensor x_in = xz.narrow(2, 0, d_inner_);
     at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
     at::Tensor u = ConvSilu(x_in, state->tensors[0]);
-    at::Tensor x_dbl = at::linear(u, x_proj_);  // (B, L, dt_rank + 2·d_state)
+    at::Tensor x_dbl = Linear(u, x_proj_);  // (B, L, dt_rank + 2·d_state)
     // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
-    at::Tensor delta = at::linear(x_dbl.narrow(2, 0, dt_rank_), dt_proj_weight_);
+    at::Tensor delta = Linear(x_dbl.narrow(2, 0, dt_rank_), dt_proj_weight_);
     at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
     at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
     at::Tensor y = Scan(u, delta, z, b_mat, c_mat, state->tensors[1]);
     state->position += x.size(1);
-    return at::linear(y, out_proj_);
+    return Linear(y, out_proj_);
   }
 
   // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/linear.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "server/model/model_config.h"
@@ -301,10 +302,10 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     }
     x = x + mixed;
     if (layer.gate_up.defined()) {
-      at::Tensor gu = at::linear(Norm(x, layer.mlp_norm), layer.gate_up);
+      at::Tensor gu = kernels::Linear(Norm(x, layer.mlp_norm), layer.gate_up);
       const int64_t width = layer.down.size(1);
       at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-      x = x + at::linear(at::silu(gate) * up, layer.down);
+      x = x + kernels::Linear(at::silu(gate) * up, layer.down);
     }
   }
   return x;
@@ -323,9 +324,9 @@ absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* 
       case OutputKind::kHidden:
         return x.cpu();
       case OutputKind::kAllLogits:
-        return at::linear(x, lm_head_).cpu();
+        return kernels::Linear(x, lm_head_).cpu();
       case OutputKind::kLastLogits:
-        return at::linear(x.select(1, x.size(1) - 1), lm_head_).cpu();
+        return kernels::Linear(x.select(1, x.size(1) - 1), lm_head_).cpu();
     }
     return absl::InvalidArgumentError("unknown output kind");
   });

@@ -167,7 +167,9 @@ TEST_P(ModelStreamingTest, ChunksStepsAndSerializedStatesEqualOneWholePass) {
 
   auto last = m.Forward(tokens, nullptr, OutputKind::kLastLogits);
   ASSERT_EQ(last->sizes(), at::IntArrayRef({1, m.vocab_size()}));
-  EXPECT_TRUE(at::allclose(*last, whole.select(1, 89)));
+  // The last position alone goes through a matrix-vector product (kernels/common/linear.h),
+  // the whole sequence through a matrix product: equal up to the summation order.
+  EXPECT_LE(testing::MaxRelativeError(*last, whole.select(1, 89)), 1e-5);
   auto hidden = m.Forward(tokens, nullptr, OutputKind::kHidden);
   EXPECT_EQ(hidden->sizes(), at::IntArrayRef({1, 90, 256}));
 }
