@@ -52,6 +52,8 @@ def parse_args():
     p.add_argument("--prompt", type=int, default=512, help="prefill length (pp)")
     p.add_argument("--generate", type=int, default=128, help="decode length (tg)")
     p.add_argument("--requests", type=int, default=8, help="measured requests per phase")
+    p.add_argument("--weight-precision", choices=["fp32", "bf16"], default="fp32",
+                   help="the server's --weight_precision")
     p.add_argument("--json", metavar="FILE", help="write the figures here")
     return p.parse_args()
 
@@ -60,12 +62,12 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw)
 
 
-def start_server(build, repo, threads):
+def start_server(build, repo, threads, precision):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
     proc = subprocess.Popen(
         [str(build / "server" / "attnserve-server"), f"--model_repository={repo}",
          f"--policy={MODEL}", "--workers=1", f"--intra_op_threads={threads}", "--port=0",
-         "--metrics_port=-1", "--host=127.0.0.1"],
+         "--metrics_port=-1", "--host=127.0.0.1", f"--weight_precision={precision}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.time() + 300
     for line in proc.stdout:
@@ -97,7 +99,7 @@ def main():
         repo = Path(tmp) / "repo"
         run([str(build / "server" / "model" / "attnserve-export-model"), f"--config={config}",
              f"--name={MODEL}", f"--out={repo}"])
-        server, port = start_server(build, repo, args.threads)
+        server, port = start_server(build, repo, args.threads, args.weight_precision)
         try:
             # One unmeasured request of each kind first: page-faults the weights in.
             load(build, port, Path(tmp) / "w.json", "--mode=unary",
@@ -119,7 +121,7 @@ def main():
         (f"prefill pp{args.prompt}", prefill_tok_s, LLAMA_CPP_PREFILL_TOK_S),
         (f"decode tg{args.generate}", decode_tok_s, LLAMA_CPP_DECODE_TOK_S),
     ]
-    print(f"{MODEL} (random weights), 1 worker x {args.threads} threads, "
+    print(f"{MODEL} (random weights, {args.weight_precision}), 1 worker x {args.threads} threads, "
           f"{args.requests} requests per phase, through gRPC on loopback")
     print(f"{'phase':<14}{'attnserve tok/s':>17}{'llama.cpp tok/s':>17}{'ratio':>8}")
     for name, ours, ref in rows:
@@ -127,6 +129,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": MODEL, "config": MAMBA_130M_CONFIG, "threads": args.threads,
+                       "weight_precision": args.weight_precision,
                        "prompt": args.prompt, "generate": args.generate,
                        "prefill": prefill, "decode": decode,
                        "prefill_tok_s": prefill_tok_s, "decode_tok_s": decode_tok_s,

@@ -63,6 +63,10 @@ ABSL_FLAG(std::string, device, "auto",
           "Where the models run: cpu, cuda, cuda:N, or auto (the first GPU when this build has "
           "CUDA kernels, a CUDA LibTorch and a visible device, else cpu; the log says which and "
           "why).");
+ABSL_FLAG(std::string, weight_precision, "fp32",
+          "fp32, or bf16: round every weight to bfloat16 at load and let decode steps read "
+          "bfloat16 copies of the weight matrices (half the bytes per token; outputs differ from "
+          "fp32 by the rounding of the weights).");
 ABSL_FLAG(int, drain_deadline_s, 10, "Seconds calls in flight get to finish on shutdown.");
 ABSL_FLAG(std::string, instance_name, "",
           "This instance's name, returned with its sessions and named in NOT_FOUND for a session "
@@ -106,14 +110,21 @@ int main(int argc, char** argv) {
   absl::StatusOr<kernels::Device> device = kernels::ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(std::string(device.status().message()));
   std::cout << "device " << device->description << std::endl;
-  const at::Device torch_device =
+  model::ModelOptions model_options;
+  model_options.device =
       device->is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device->index))
                         : at::Device(at::kCPU);
+  const std::string precision = absl::GetFlag(FLAGS_weight_precision);
+  if (precision == "bf16") {
+    model_options.precision = model::WeightPrecision::kBfloat16;
+  } else if (precision != "fp32") {
+    return Fail("--weight_precision=" + precision + ": expected fp32 or bf16");
+  }
 
   const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);
   absl::StatusOr<std::unique_ptr<model::ModelRepository>> repository =
-      repo_dir.empty() ? model::ModelRepository::BuildDefault(torch_device)
-                       : model::ModelRepository::LoadFolder(repo_dir, torch_device);
+      repo_dir.empty() ? model::ModelRepository::BuildDefault(model_options)
+                       : model::ModelRepository::LoadFolder(repo_dir, model_options);
   if (!repository.ok()) return Fail(std::string(repository.status().message()));
   for (const model::Model* m : (*repository)->models()) {
     std::cout << "model " << m->name() << ": " << m->config().layers_size() << " layers, width "

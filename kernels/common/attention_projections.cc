@@ -26,13 +26,14 @@ void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen
   }
 }
 
-AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights) {
+AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
+                                                       bool bf16_copy) {
   AttentionProjections p;
-  p.qkv = at::cat({weights.at("q_proj.weight"), weights.at("k_proj.weight"),
-                   weights.at("v_proj.weight")},
-                  0)
-              .contiguous();
-  p.o = weights.at("o_proj.weight").contiguous();
+  p.qkv = LinearWeight(at::cat({weights.at("q_proj.weight"), weights.at("k_proj.weight"),
+                                weights.at("v_proj.weight")},
+                               0),
+                       bf16_copy);
+  p.o = LinearWeight(weights.at("o_proj.weight"), bf16_copy);
   return p;
 }
 
@@ -41,14 +42,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionProjections::ProjectQkv(
   const int64_t b = x.size(0), l = x.size(1), d_model = x.size(2);
   const int64_t head_dim = d_model / num_heads;
   // One matmul for the three projections, then split into heads.
-  at::Tensor y = Linear(x, qkv);  // (B, L, 3D)
+  at::Tensor y = qkv(x);  // (B, L, 3D)
   y = y.view({b, l, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
   return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};
 }
 
 at::Tensor AttentionProjections::ProjectOutput(const at::Tensor& heads) const {
   const int64_t b = heads.size(0), h = heads.size(1), l = heads.size(2), d = heads.size(3);
-  return Linear(heads.permute({0, 2, 1, 3}).reshape({b, l, h * d}), o);
+  return o(heads.permute({0, 2, 1, 3}).reshape({b, l, h * d}));
 }
 
 }  // namespace attnserve::kernels

@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/common/linear.h"
 #include "kernels/common/mixer.h"
 
 namespace attnserve::kernels {
@@ -19,12 +20,13 @@ void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen
                                    WeightMap* weights);
 
 struct AttentionProjections {
-  at::Tensor qkv;  // (3 * d_model, d_model): q_proj, k_proj, v_proj stacked, contiguous
-  at::Tensor o;    // (d_model, d_model)
+  LinearWeight qkv;  // (3 * d_model, d_model): q_proj, k_proj, v_proj stacked
+  LinearWeight o;    // (d_model, d_model)
 
-  static AttentionProjections FromWeights(const WeightMap& weights);
+  // bf16_copy: see MixerConfig::bf16_weights.
+  static AttentionProjections FromWeights(const WeightMap& weights, bool bf16_copy = false);
   // Where the weights live; the mixer runs there.
-  at::Device device() const { return o.device(); }
+  at::Device device() const { return o.weight().device(); }
 
   // x (B, L, D) -> q, k, v as (B, H, L, d), contiguous.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ProjectQkv(const at::Tensor& x,

@@ -1,24 +1,35 @@
-// y = x Wᵀ (no bias) for x (..., in) and W (out, in): at::linear, except for a single row.
+// y = x Wᵀ (no bias) for x (..., in) and W (out, in), as the mixers and the model apply their
+// weight matrices.
 //
-// A decode step multiplies one token's row by every weight matrix of the model. at::linear
-// sends that to OpenBLAS's sgemm, which first packs all of W into its panel layout
-// (sgemm_incopy: 43% of a mamba-130m decode step's profile) and so moves every weight twice;
-// a matrix-vector product (sgemv) streams W once, which is what a memory-bound step needs.
+// A single row (a decode step) is a matrix-vector product, bound by the bytes of W it reads:
+// - at::linear sends it to OpenBLAS's sgemm, which first packs all of W into its panel layout
+//   (sgemm_incopy: 43% of a mamba-130m decode step's profile), moving every weight twice;
+//   at::mv (sgemv) streams W once;
+// - with a bfloat16 copy (LinearWeight(w, /*bf16_copy=*/true), for weights whose values are
+//   bfloat16-exact: the server's --weight_precision=bf16 rounds them at load), it reads half the
+//   bytes (bf16_gemv.h). Products of several rows always use the float32 W, so every path
+//   computes with the same weight values and differs only in summation order.
 #pragma once
 
-#include <ATen/ATen.h>
-
-#include <vector>
+#include <ATen/core/Tensor.h>
 
 namespace attnserve::kernels {
 
-inline at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
-  if (x.is_cpu() && x.dim() >= 1 && x.numel() == x.size(-1) && weight.is_contiguous()) {
-    std::vector<int64_t> sizes = x.sizes().vec();
-    sizes.back() = weight.size(0);
-    return at::mv(weight, x.reshape({-1})).view(sizes);
-  }
-  return at::linear(x, weight);
-}
+class LinearWeight {
+ public:
+  LinearWeight() = default;
+  // `weight` (out, in) float32; made contiguous.
+  explicit LinearWeight(const at::Tensor& weight, bool bf16_copy = false);
+
+  const at::Tensor& weight() const { return weight_; }
+  at::Tensor operator()(const at::Tensor& x) const;
+
+ private:
+  at::Tensor weight_;
+  at::Tensor bf16_;  // (out, in) bfloat16, or undefined
+};
+
+// For a weight without a LinearWeight of its own.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace attnserve::kernels

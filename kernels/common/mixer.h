@@ -44,6 +44,9 @@ struct MixerConfig {
   int64_t d_conv = 4;
   int64_t expand = 2;
   int64_t dt_rank = 0;
+  // The weights are bfloat16-exact (rounded at load): keep a bfloat16 copy of each matrix for
+  // single-row products (kernels/common/linear.h). A serving option, not part of the model.
+  bool bf16_weights = false;
 
   int64_t head_dim() const { return d_model / num_heads; }
   int64_t d_inner() const { return expand * d_model; }

@@ -26,17 +26,17 @@ class MambaMixer final : public Mixer {
       : config_(config),
         d_inner_(config.d_inner()),
         dt_rank_(config.resolved_dt_rank()),
-        in_proj_(w.at("in_proj.weight")),
+        in_proj_(w.at("in_proj.weight"), config.bf16_weights),
         conv_weight_(w.at("conv1d.weight").view({d_inner_, config.d_conv}).contiguous()),
         conv_weight_t_(conv_weight_.t().contiguous()),
         conv_bias_(w.at("conv1d.bias")),
-        x_proj_(w.at("x_proj.weight")),
-        dt_proj_weight_(w.at("dt_proj.weight")),
+        x_proj_(w.at("x_proj.weight"), config.bf16_weights),
+        dt_proj_weight_(w.at("dt_proj.weight"), config.bf16_weights),
         dt_proj_bias_(w.at("dt_proj.bias")),
         a_((-at::exp(w.at("A_log"))).contiguous()),
         a_t_(a_.t().contiguous()),
         d_skip_(w.at("D")),
-        out_proj_(w.at("out_proj.weight")) {}
+        out_proj_(w.at("out_proj.weight"), config.bf16_weights) {}
 
   const MixerConfig& config() const override { return config_; }
   bool can_stream() const override { return true; }
@@ -95,23 +95,23 @@ class MambaMixer final : public Mixer {
     return absl::OkStatus();
   }
 
-  at::Device device() const { return in_proj_.device(); }
+  at::Device device() const { return in_proj_.weight().device(); }
 
   // x (B, L, d_model) -> (B, L, d_model); state is continued in place.
   at::Tensor Forward(const at::Tensor& x, MixerState* state) const {
     const int64_t n_state = config_.d_state;
-    at::Tensor xz = Linear(x, in_proj_);  // (B, L, 2·d_inner): x half, then z half
+    at::Tensor xz = in_proj_(x);  // (B, L, 2·d_inner): x half, then z half
     at::Tensor x_in = xz.narrow(2, 0, d_inner_);
     at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
     at::Tensor u = ConvSilu(x_in, state->tensors[0]);
-    at::Tensor x_dbl = Linear(u, x_proj_);  // (B, L, dt_rank + 2·d_state)
+    at::Tensor x_dbl = x_proj_(u);  // (B, L, dt_rank + 2·d_state)
     // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
-    at::Tensor delta = Linear(x_dbl.narrow(2, 0, dt_rank_), dt_proj_weight_);
+    at::Tensor delta = dt_proj_weight_(x_dbl.narrow(2, 0, dt_rank_));
     at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
     at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
     at::Tensor y = Scan(u, delta, z, b_mat, c_mat, state->tensors[1]);
     state->position += x.size(1);
-    return Linear(y, out_proj_);
+    return out_proj_(y);
   }
 
   // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.
@@ -187,8 +187,11 @@ class MambaMixer final : public Mixer {
   const int64_t d_inner_, dt_rank_;
   // conv_weight_ (d_inner, d_conv) for the CUDA kernel, conv_weight_t_ (d_conv, d_inner) for
   // the CPU one; a_ = -exp(A_log) (d_inner, d_state) and its transpose likewise.
-  const at::Tensor in_proj_, conv_weight_, conv_weight_t_, conv_bias_, x_proj_, dt_proj_weight_,
-      dt_proj_bias_, a_, a_t_, d_skip_, out_proj_;
+  const LinearWeight in_proj_;
+  const at::Tensor conv_weight_, conv_weight_t_, conv_bias_;
+  const LinearWeight x_proj_, dt_proj_weight_;
+  const at::Tensor dt_proj_bias_, a_, a_t_, d_skip_;
+  const LinearWeight out_proj_;
 };
 
 }  // namespace

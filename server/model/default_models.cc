@@ -46,12 +46,12 @@ absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name,
-                                                         const at::Device& device) {
+                                                         const ModelOptions& options) {
   ASSIGN_OR_RETURN(v1::ModelConfig config, DefaultModelConfig(name));
   uint64_t seed = kSeed;
   for (char ch : name) seed = seed * 131 + static_cast<unsigned char>(ch);
   // Drawn on the CPU, so the same seed gives the same weights on every device.
-  return Model::Create(name, config, Model::RandomWeights(config, seed), device);
+  return Model::Create(name, config, Model::RandomWeights(config, seed), options);
 }
 
 }  // namespace attnserve::model

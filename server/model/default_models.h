@@ -19,6 +19,6 @@ absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name);
 
 // The same weights on every call and every machine.
 absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name,
-                                                         const at::Device& device = at::kCPU);
+                                                         const ModelOptions& options = {});
 
 }  // namespace attnserve::model

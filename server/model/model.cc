@@ -155,7 +155,9 @@ uint64_t Fingerprint(const v1::ModelConfig& config, const std::vector<WeightSpec
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::ModelConfig config,
                                                      std::map<std::string, at::Tensor> weights,
-                                                     const at::Device& device) {
+                                                     const ModelOptions& options) {
+  const at::Device& device = options.device;
+  const bool bf16 = options.precision == WeightPrecision::kBfloat16;
   RETURN_IF_ERROR(ValidateModelConfig(config));
   const std::vector<WeightSpec> specs = ExpectedTensors(config);
   std::set<std::string> expected;
@@ -182,7 +184,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }
   }
 
-  // Identifies the weights as loaded (on the CPU, whatever the serving device).
+  if (bf16) {
+    RETURN_IF_ERROR(kernels::GuardTorch("rounding the weights to bfloat16", [&]() -> absl::Status {
+      for (auto& [tensor_name, t] : weights) t = t.to(at::kBFloat16).to(at::kFloat);
+      return absl::OkStatus();
+    }));
+  }
+  // Identifies the weights as served (rounded or not; on the CPU, whatever the device).
   const uint64_t fingerprint = Fingerprint(config, specs, weights);
   if (!device.is_cpu()) {
     RETURN_IF_ERROR(kernels::GuardTorch("moving the weights to the device", [&]() -> absl::Status {
@@ -198,7 +206,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
   m->embedding_ = w("backbone.embeddings.weight");
   m->norm_f_ = w("backbone.norm_f.weight");
-  m->lm_head_ = c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight");
+  m->lm_head_ = kernels::LinearWeight(
+      c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), bf16);
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
     Layer layer;
@@ -210,8 +219,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
         mixer_weights[tensor_name.substr(mixer_prefix.size())] = t;
       }
     }
+    kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
+    mixer_config.bf16_weights = bf16;
     absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
-        kernels::CreateMixer(LayerMixerConfig(c, i), std::move(mixer_weights));
+        kernels::CreateMixer(mixer_config, std::move(mixer_weights));
     if (!mixer.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("model '", m->name_, "' layer ", i, ": ", mixer.status().message()));
@@ -220,9 +231,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     m->can_stream_ = m->can_stream_ && layer.mixer->can_stream();
     if (c.intermediate_size() > 0) {
       layer.mlp_norm = w(prefix + "mlp_norm.weight");
-      layer.gate_up =
-          at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0);
-      layer.down = w(prefix + "mlp.down_proj.weight");
+      layer.gate_up = kernels::LinearWeight(
+          at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0), bf16);
+      layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), bf16);
     }
     m->layers_.push_back(std::move(layer));
   }
@@ -301,11 +312,11 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
       ASSIGN_OR_RETURN(mixed, layer.mixer->Prefill(normed, s));
     }
     x = x + mixed;
-    if (layer.gate_up.defined()) {
-      at::Tensor gu = kernels::Linear(Norm(x, layer.mlp_norm), layer.gate_up);
-      const int64_t width = layer.down.size(1);
+    if (layer.gate_up.weight().defined()) {
+      at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
+      const int64_t width = layer.down.weight().size(1);
       at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-      x = x + kernels::Linear(at::silu(gate) * up, layer.down);
+      x = x + layer.down(at::silu(gate) * up);
     }
   }
   return x;
@@ -324,9 +335,9 @@ absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* 
       case OutputKind::kHidden:
         return x.cpu();
       case OutputKind::kAllLogits:
-        return kernels::Linear(x, lm_head_).cpu();
+        return lm_head_(x).cpu();
       case OutputKind::kLastLogits:
-        return kernels::Linear(x.select(1, x.size(1) - 1), lm_head_).cpu();
+        return lm_head_(x.select(1, x.size(1) - 1)).cpu();
     }
     return absl::InvalidArgumentError("unknown output kind");
   });

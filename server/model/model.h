@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "attnserve/v1/model_config.pb.h"
+#include "kernels/common/linear.h"
 #include "kernels/common/mixer.h"
 
 namespace attnserve::model {
@@ -30,6 +31,19 @@ enum class OutputKind {
   kLastLogits,  // (B, vocab) at the last position
   kAllLogits,   // (B, L, vocab)
   kHidden,      // (B, L, hidden) after the final norm
+};
+
+enum class WeightPrecision { kFloat32, kBfloat16 };
+
+// How a model is made ready to serve; none of it changes the checkpoint format.
+struct ModelOptions {
+  // CUDA: the weights move there, the mixers run their CUDA kernels, states live there too.
+  at::Device device = at::kCPU;
+  // kBfloat16: every weight is rounded to bfloat16 at load (the values a bf16 checkpoint would
+  // hold) and weight matrices keep a bfloat16 copy, which single-row products (decode steps)
+  // read: half the bytes per token (kernels/common/linear.h). Outputs then differ from the
+  // float32 model by bfloat16 weight rounding (~0.4% relative per weight).
+  WeightPrecision precision = WeightPrecision::kFloat32;
 };
 
 // Every layer's mixer state for a batch of sequences, and how many tokens it has consumed.
@@ -45,11 +59,10 @@ class Model {
  public:
   // Checks `weights` against ExpectedTensors(config): a missing, extra or misshapen tensor is
   // an error naming it and both shapes. `config` must pass ValidateModelConfig.
-  // The weights move to `device` (CUDA: the mixers then run their CUDA kernels; states live
-  // there too). Forward takes and returns CPU tensors whatever the device.
+  // Forward takes and returns CPU tensors whatever options.device.
   static absl::StatusOr<std::unique_ptr<Model>> Create(std::string name, v1::ModelConfig config,
                                                        std::map<std::string, at::Tensor> weights,
-                                                       const at::Device& device = at::kCPU);
+                                                       const ModelOptions& options = {});
 
   // The tensors a model with `config` is made of, in checkpoint order, with their shapes.
   static std::vector<kernels::WeightSpec> ExpectedTensors(const v1::ModelConfig& config);
@@ -88,7 +101,8 @@ class Model {
   struct Layer {
     at::Tensor norm;
     std::unique_ptr<kernels::Mixer> mixer;
-    at::Tensor mlp_norm, gate_up, down;  // gate_up: gate_proj and up_proj stacked
+    at::Tensor mlp_norm;
+    kernels::LinearWeight gate_up, down;  // gate_up: gate_proj and up_proj stacked
   };
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;
@@ -97,7 +111,8 @@ class Model {
 
   std::string name_;
   v1::ModelConfig config_;
-  at::Tensor embedding_, norm_f_, lm_head_;
+  at::Tensor embedding_, norm_f_;
+  kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights
   bool can_stream_ = true;

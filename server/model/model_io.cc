@@ -33,7 +33,7 @@ std::string CanonicalName(const std::string& name) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name,
-                                                       const at::Device& device) {
+                                                       const ModelOptions& options) {
   const fs::path folder(dir);
   ASSIGN_OR_RETURN(std::string json, ReadFile(folder / "config.json"));
   absl::StatusOr<v1::ModelConfig> config = ParseModelConfigJson(json);
@@ -77,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
                                                      "' of shape ", kernels::ShapeString(shape)));
     }
   }
-  return Model::Create(std::move(name), *std::move(config), std::move(weights), device);
+  return Model::Create(std::move(name), *std::move(config), std::move(weights), options);
 }
 
 absl::Status WriteModelFolder(const Model& model, const std::string& dir) {

@@ -14,7 +14,7 @@ namespace attnserve::model {
 // Every tensor is checked against the shape the config implies before its data is read;
 // errors name the folder, the tensor and both shapes.
 absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, std::string name,
-                                                       const at::Device& device = at::kCPU);
+                                                       const ModelOptions& options = {});
 
 // Writes `model` to `dir` (created if missing): config.json and model.safetensors (F32).
 absl::Status WriteModelFolder(const Model& model, const std::string& dir);

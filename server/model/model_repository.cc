@@ -21,7 +21,7 @@ auto Timed(double* seconds, Fn&& fn) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::LoadFolder(
-    const std::string& dir, const at::Device& device) {
+    const std::string& dir, const ModelOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::LoadFolder(
     const std::string name = entry.path().filename().string();
     Entry e;
     absl::StatusOr<std::unique_ptr<Model>> model = Timed(
-        &e.load_seconds, [&] { return LoadModelFolder(entry.path().string(), name, device); });
+        &e.load_seconds, [&] { return LoadModelFolder(entry.path().string(), name, options); });
     if (!model.ok()) {
       return absl::Status(model.status().code(),
                           absl::StrCat("model '", name, "': ", model.status().message()));
@@ -50,12 +50,12 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::LoadFolder(
 }
 
 absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::BuildDefault(
-    const at::Device& device) {
+    const ModelOptions& options) {
   auto repo = std::unique_ptr<ModelRepository>(new ModelRepository());
   for (const std::string& name : DefaultModelNames()) {
     Entry e;
     absl::StatusOr<std::unique_ptr<Model>> model =
-        Timed(&e.load_seconds, [&] { return BuildDefaultModel(name, device); });
+        Timed(&e.load_seconds, [&] { return BuildDefaultModel(name, options); });
     if (!model.ok()) return model.status();
     e.model = *std::move(model);
     repo->models_[name] = std::move(e);

@@ -17,12 +17,12 @@ class ModelRepository {
  public:
   // Loads every subfolder of `dir` that holds a config.json; a folder that fails to load is an
   // error naming it. An empty repository is an error.
-  // The models' weights go to `device` (see Model::Create).
+  // The models are made with `options` (device, weight precision: see Model::Create).
   static absl::StatusOr<std::unique_ptr<ModelRepository>> LoadFolder(
-      const std::string& dir, const at::Device& device = at::kCPU);
+      const std::string& dir, const ModelOptions& options = {});
   // The built-in models of default_models.h.
   static absl::StatusOr<std::unique_ptr<ModelRepository>> BuildDefault(
-      const at::Device& device = at::kCPU);
+      const ModelOptions& options = {});
 
   // Null when there is no such model.
   const Model* Find(const std::string& name) const;

@@ -234,17 +234,17 @@ TEST(ModelTest, RejectsBadTokensWithMessages) {
 // server resolves --device first; this is the backstop behind it).
 TEST(ModelTest, AnUnreachableCudaDeviceIsAnErrorNotACrash) {
   if (at::hasCUDA()) GTEST_SKIP() << "this LibTorch reaches a CUDA device";
-  auto model = BuildDefaultModel("mamba", at::Device(at::kCUDA, 0));
+  auto model = BuildDefaultModel("mamba", {at::Device(at::kCUDA, 0)});
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.status().message().find("moving the weights to the device"), std::string::npos)
       << model.status();
-  auto repository = ModelRepository::BuildDefault(at::Device(at::kCUDA, 0));
+  auto repository = ModelRepository::BuildDefault({at::Device(at::kCUDA, 0)});
   EXPECT_FALSE(repository.ok());
 }
 
 // A CPU model takes and gives CPU tensors, and its states live on the CPU.
 TEST(ModelTest, CpuModelStatesAndOutputsAreOnTheCpu) {
-  auto model = BuildDefaultModel("hybrid", at::Device(at::kCPU));
+  auto model = BuildDefaultModel("hybrid", {at::Device(at::kCPU)});
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_TRUE((*model)->device().is_cpu());
   auto state = (*model)->NewState();
@@ -255,6 +255,37 @@ TEST(ModelTest, CpuModelStatesAndOutputsAreOnTheCpu) {
   auto logits = (*model)->Forward(Tokens({1, 2, 3}), &*state, OutputKind::kLastLogits);
   ASSERT_TRUE(logits.ok()) << logits.status();
   EXPECT_TRUE(logits->device().is_cpu());
+}
+
+// --weight_precision=bf16: the weights are rounded once at load, so prefill (float32 matrix
+// products) and decode steps (bfloat16 matrix-vector products) compute with the same values and
+// still agree; the model differs from the float32 one by that rounding, and says so in its
+// fingerprint (a float32 model's session state is refused).
+TEST(ModelTest, Bfloat16WeightsStreamConsistentlyAndDifferOnlyByRounding) {
+  for (const std::string name : {"mamba", "hybrid", "standard"}) {
+    SCOPED_TRACE(name);
+    auto fp32 = BuildDefaultModel(name);
+    auto bf16 = BuildDefaultModel(name, {at::Device(at::kCPU), WeightPrecision::kBfloat16});
+    ASSERT_TRUE(fp32.ok() && bf16.ok()) << bf16.status();
+    EXPECT_NE((*fp32)->fingerprint(), (*bf16)->fingerprint());
+    const at::Tensor tokens = RandomTokens(40, (*bf16)->vocab_size(), 5);
+    const at::Tensor whole = *(*bf16)->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    const at::Tensor reference = *(*fp32)->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    const double rounding = testing::MaxRelativeError(whole, reference);
+    EXPECT_GT(rounding, 1e-6);  // the weights really were rounded
+    EXPECT_LT(rounding, 5e-2);
+
+    auto state = (*bf16)->NewState();
+    ASSERT_TRUE(state.ok());
+    std::vector<at::Tensor> parts;
+    parts.push_back(*(*bf16)->Forward(tokens.narrow(1, 0, 25), &*state, OutputKind::kAllLogits));
+    for (int64_t t = 25; t < 40; ++t) {  // decode steps: the bfloat16 copies
+      parts.push_back(*(*bf16)->Forward(tokens.narrow(1, t, 1), &*state, OutputKind::kAllLogits));
+    }
+    EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), whole), 1e-5);
+    const std::string bytes = SerializeState(**fp32, *(*fp32)->NewState());
+    EXPECT_FALSE(DeserializeState(**bf16, bytes).ok());
+  }
 }
 
 TEST(ModelConfigTest, ParsesOursAndHuggingFaceAndRejectsBadConfigs) {
