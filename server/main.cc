@@ -111,9 +111,9 @@ int main(int argc, char** argv) {
   if (!device.ok()) return Fail(std::string(device.status().message()));
   std::cout << "device " << device->description << std::endl;
   model::ModelOptions model_options;
-  model_options.device =
-      device->is_cuda() ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device->index))
-                        : at::Device(at::kCPU);
+  model_options.device = device->is_cuda()
+                             ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device->index))
+                             : at::Device(at::kCPU);
   const std::string precision = absl::GetFlag(FLAGS_weight_precision);
   if (precision == "bf16") {
     model_options.precision = model::WeightPrecision::kBfloat16;

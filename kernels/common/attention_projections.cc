@@ -26,8 +26,7 @@ void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen
   }
 }
 
-AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
-                                                       bool bf16_copy) {
+AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights, bool bf16_copy) {
   AttentionProjections p;
   p.qkv = LinearWeight(at::cat({weights.at("q_proj.weight"), weights.at("k_proj.weight"),
                                 weights.at("v_proj.weight")},

@@ -10,8 +10,7 @@ namespace attnserve::kernels {
 namespace {
 
 bool IsOneCpuRow(const at::Tensor& x) {
-  return x.is_cpu() && x.dim() >= 1 && x.numel() == x.size(-1) &&
-         x.scalar_type() == at::kFloat;
+  return x.is_cpu() && x.dim() >= 1 && x.numel() == x.size(-1) && x.scalar_type() == at::kFloat;
 }
 
 std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {

@@ -165,7 +165,8 @@ WeightMap RandomLinearWeights(const MixerConfig& config, at::Generator& gen) {
 }
 
 std::unique_ptr<Mixer> CreateLinearMixer(const MixerConfig& config, const WeightMap& weights) {
-  return std::make_unique<LinearAttentionMixer>(config, AttentionProjections::FromWeights(weights, config.bf16_weights));
+  return std::make_unique<LinearAttentionMixer>(
+      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
 }
 
 }  // namespace attnserve::kernels

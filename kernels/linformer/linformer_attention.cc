@@ -101,9 +101,9 @@ WeightMap RandomLinformerWeights(const MixerConfig& config, at::Generator& gen) 
 }
 
 std::unique_ptr<Mixer> CreateLinformerMixer(const MixerConfig& config, const WeightMap& weights) {
-  return std::make_unique<LinformerMixer>(config, AttentionProjections::FromWeights(weights, config.bf16_weights),
-                                          weights.at(kLinformerE).contiguous(),
-                                          weights.at(kLinformerF).contiguous());
+  return std::make_unique<LinformerMixer>(
+      config, AttentionProjections::FromWeights(weights, config.bf16_weights),
+      weights.at(kLinformerE).contiguous(), weights.at(kLinformerF).contiguous());
 }
 
 }  // namespace attnserve::kernels

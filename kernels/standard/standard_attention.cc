@@ -196,8 +196,8 @@ WeightMap RandomStandardWeights(const MixerConfig& config, at::Generator& gen) {
 }
 
 std::unique_ptr<Mixer> CreateStandardMixer(const MixerConfig& config, const WeightMap& weights) {
-  return std::make_unique<StandardAttentionMixer>(config,
-                                                  AttentionProjections::FromWeights(weights, config.bf16_weights));
+  return std::make_unique<StandardAttentionMixer>(
+      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
 }
 
 }  // namespace attnserve::kernels

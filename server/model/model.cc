@@ -206,8 +206,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
   m->embedding_ = w("backbone.embeddings.weight");
   m->norm_f_ = w("backbone.norm_f.weight");
-  m->lm_head_ = kernels::LinearWeight(
-      c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), bf16);
+  m->lm_head_ =
+      kernels::LinearWeight(c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), bf16);
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
     Layer layer;
