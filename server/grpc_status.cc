@@ -68,4 +68,10 @@ const char* GrpcCodeName(grpc::StatusCode code) {
   return i >= 0 && i < 17 ? kNames[i] : "UNKNOWN";
 }
 
+absl::Time CallDeadline(const grpc::ServerContextBase& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
 }  // namespace attnserve::server

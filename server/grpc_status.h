@@ -4,9 +4,11 @@
 // UNAVAILABLE draining; anything else the server did not expect is INTERNAL.
 #pragma once
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace attnserve::server {
 
@@ -14,5 +16,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // "OK", "INVALID_ARGUMENT", ... as gRPC spells the codes (for metric labels and logs).
 const char* GrpcCodeName(grpc::StatusCode code);
+
+// The call's deadline as the client set it (InfiniteFuture for none).
+absl::Time CallDeadline(const grpc::ServerContextBase& context);
 
 }  // namespace attnserve::server

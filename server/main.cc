@@ -29,10 +29,10 @@
 #include "server/metrics_endpoint.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
+#include "server/scheduler/batch_scheduler.h"
 #include "server/server_identity.h"
 #include "server/service.h"
 #include "server/session_table.h"
-#include "server/worker_pool.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
@@ -53,9 +53,17 @@ ABSL_FLAG(bool, evict_idle_when_full, false,
           "session instead of refusing with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, session_ttl_s, 600, "Idle time after which a session expires (default TTL).");
 ABSL_FLAG(int, max_session_ttl_s, 86400, "Longest TTL a client may ask for.");
-ABSL_FLAG(int, workers, 0, "Threads running models (0: one per core).");
-ABSL_FLAG(int, intra_op_threads, 1, "Threads each model call may use inside its kernels.");
-ABSL_FLAG(int64_t, max_queue, 1024, "Requests waiting for a worker before RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int, intra_op_threads, 0,
+          "Threads the kernels use inside each computation of the scheduler (0: one per core). "
+          "All model work runs on the scheduler's one loop, in batches.");
+ABSL_FLAG(int64_t, max_batch_sessions, 64,
+          "Most sessions decoded in one scheduler iteration (rows of one batched step).");
+ABSL_FLAG(int64_t, max_batch_tokens, 256,
+          "Most tokens one scheduler iteration computes (decode rows plus prefill chunks): "
+          "longer prompts are cut into chunks, so decoding sessions keep getting steps.");
+ABSL_FLAG(int64_t, max_queue, 1024,
+          "Requests submitted to the scheduler and not finished, over all sessions, before "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message received or sent.");
 ABSL_FLAG(int64_t, max_tokens_per_request, 65536, "Most tokens in one Infer or append.");
 ABSL_FLAG(int, max_new_tokens, 1024, "Most tokens one generate may ask for.");
@@ -105,7 +113,11 @@ int main(int argc, char** argv) {
     std::cout << "metrics on " << absl::GetFlag(FLAGS_host) << ":" << metrics_endpoint->port()
               << "/metrics" << std::endl;
   }
-  at::set_num_threads(std::max(1, absl::GetFlag(FLAGS_intra_op_threads)));
+  const int intra_op_threads =
+      absl::GetFlag(FLAGS_intra_op_threads) > 0
+          ? absl::GetFlag(FLAGS_intra_op_threads)
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(intra_op_threads);
 
   absl::StatusOr<kernels::Device> device = kernels::ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(std::string(device.status().message()));
@@ -155,9 +167,18 @@ int main(int argc, char** argv) {
                                   metrics.RecordEviction(reason);
                                 });
 
-  int workers = absl::GetFlag(FLAGS_workers);
-  if (workers <= 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  server::WorkerPool pool(workers, absl::GetFlag(FLAGS_max_queue));
+  server::scheduler::SchedulerOptions scheduler_options;
+  scheduler_options.max_batch_sessions = absl::GetFlag(FLAGS_max_batch_sessions);
+  scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  scheduler_options.max_queued_jobs = absl::GetFlag(FLAGS_max_queue);
+  scheduler_options.intra_op_threads = intra_op_threads;
+  scheduler_options.sessions = &sessions;
+  scheduler_options.metrics = &metrics;
+  if (scheduler_options.max_batch_sessions < 1 || scheduler_options.max_batch_tokens < 1 ||
+      scheduler_options.max_queued_jobs < 1) {
+    return Fail("--max_batch_sessions, --max_batch_tokens and --max_queue must be >= 1");
+  }
+  server::scheduler::BatchScheduler scheduler(scheduler_options);
 
   server::ServiceOptions options;
   options.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
@@ -167,13 +188,13 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));
   if (!identity.ok()) return Fail(std::string(identity.status().message()));
   options.identity = *identity;
-  server::AttnServeService service(**repository, *policy, sessions, pool, options);
+  server::AttnServeService service(**repository, *policy, sessions, scheduler, options);
 
   server::ServerMetrics::Sources sources;
   sources.sessions = &sessions;
   for (const model::Model* m : (*repository)->models()) sources.variants.push_back(m->name());
   sources.inflight = [&service] { return service.inflight(); };
-  sources.queue_depth = [&pool] { return pool.queue_depth(); };
+  sources.queue_depth = [&scheduler] { return scheduler.queued_jobs(); };
   metrics.SetSources(std::move(sources));
   // Before the server starts: a SIGTERM from then on drains rather than kills.
   std::signal(SIGTERM, OnSignal);
@@ -191,8 +212,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) return Fail("cannot listen on " + address);
   std::cout << "attnserve-server listening on " << absl::GetFlag(FLAGS_host) << ":" << bound_port
-            << " with " << workers << " workers (" << kernels::DescribeCudaDevices() << ")"
-            << std::endl;
+            << " (scheduler: " << intra_op_threads << " kernel threads, batches of at most "
+            << scheduler_options.max_batch_sessions << " sessions and "
+            << scheduler_options.max_batch_tokens << " tokens; "
+            << kernels::DescribeCudaDevices() << ")" << std::endl;
   std::cout << "instance " << identity->instance_name() << ", advertised as "
             << (identity->advertise_address().empty() ? "(none)" : identity->advertise_address())
             << std::endl;
@@ -205,9 +228,18 @@ int main(int argc, char** argv) {
   service.StartDraining();
   const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_deadline_s));
   while (service.inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  // Nothing left in flight: shut down now rather than wait for idle client connections.
-  server->Shutdown(absl::ToChronoTime(service.inflight() == 0 ? absl::Now() : deadline));
-  pool.Stop();
+  if (service.inflight() > 0) {
+    // The deadline passed: what remains ends with UNAVAILABLE at the scheduler's next
+    // iteration (one step), and its calls finish; gRPC cancels whatever is left after 1 s.
+    std::cout << "attnserve-server: drain deadline passed; cancelling " << service.inflight()
+              << " calls" << std::endl;
+    scheduler.Abort(absl::UnavailableError(
+        "the server is shutting down and the drain deadline passed; retry on another replica"));
+    const absl::Time grace = absl::Now() + absl::Seconds(1);
+    while (service.inflight() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
+  }
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+  scheduler.Stop();
   std::cout << "attnserve-server: stopped" << std::endl;
   return 0;
 }

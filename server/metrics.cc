@@ -81,7 +81,8 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                            {GaugeValue(static_cast<double>(sources_.inflight()))}));
     }
     if (sources_.queue_depth) {
-      out.push_back(Family("attnserve_queue_depth", "Requests waiting for a worker.",
+      out.push_back(Family("attnserve_queue_depth",
+                           "Requests submitted to the scheduler and not finished.",
                            prometheus::MetricType::Gauge,
                            {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
     }
@@ -124,12 +125,30 @@ ServerMetrics::ServerMetrics()
                             .Register(*registry_)),
       queue_duration_(prometheus::BuildHistogram()
                           .Name("attnserve_queue_duration_seconds")
-                          .Help("Time requests waited for a worker, by variant.")
+                          .Help("Time from a request's arrival at the scheduler to its first "
+                                "computation, by variant.")
                           .Register(*registry_)),
       tokens_(prometheus::BuildCounter()
                   .Name("attnserve_tokens_total")
                   .Help("Tokens processed, by variant and phase (prefill, decode, generate).")
                   .Register(*registry_)),
+      batch_sessions_(prometheus::BuildHistogram()
+                          .Name("attnserve_batch_sessions")
+                          .Help("Jobs (sessions) in one scheduler iteration's batch, by variant.")
+                          .Register(*registry_)),
+      batch_tokens_(prometheus::BuildHistogram()
+                        .Name("attnserve_batch_tokens")
+                        .Help("Tokens one scheduler iteration computed, by variant.")
+                        .Register(*registry_)),
+      iteration_duration_(prometheus::BuildHistogram()
+                              .Name("attnserve_iteration_duration_seconds")
+                              .Help("Time of one scheduler iteration, by variant.")
+                              .Register(*registry_)),
+      batch_wait_(prometheus::BuildHistogram()
+                      .Name("attnserve_batch_wait_seconds")
+                      .Help("Time a ready job (the head of its session's queue) waited for the "
+                            "batch it joined, by variant.")
+                      .Register(*registry_)),
       policy_decisions_(prometheus::BuildCounter()
                             .Name("attnserve_policy_decisions_total")
                             .Help("Variant choices, by variant and the rule that chose.")
@@ -172,6 +191,19 @@ void ServerMetrics::AddTokens(const std::string& variant, const std::string& pha
   if (count > 0) {
     tokens_.Add({{"variant", variant}, {"phase", phase}}).Increment(static_cast<double>(count));
   }
+}
+
+void ServerMetrics::RecordIteration(const std::string& variant, int64_t sessions,
+                                    int64_t tokens, double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kCounts = {1,  2,  4,   8,   16,  32,
+                                                                  64, 128, 256, 512, 1024, 4096};
+  batch_sessions_.Add({{"variant", variant}}, kCounts).Observe(static_cast<double>(sessions));
+  batch_tokens_.Add({{"variant", variant}}, kCounts).Observe(static_cast<double>(tokens));
+  iteration_duration_.Add({{"variant", variant}}, DurationBuckets()).Observe(seconds);
+}
+
+void ServerMetrics::RecordBatchWait(const std::string& variant, double seconds) {
+  batch_wait_.Add({{"variant", variant}}, DurationBuckets()).Observe(seconds);
 }
 
 void ServerMetrics::RecordPolicyDecision(const std::string& variant, const std::string& rule) {

@@ -4,7 +4,13 @@
 //
 //   attnserve_requests_total{rpc, variant, code}            counter
 //   attnserve_request_duration_seconds{rpc, variant}        histogram, 100 µs to 60 s
-//   attnserve_queue_duration_seconds{variant}               histogram (waiting for a worker)
+//   attnserve_queue_duration_seconds{variant}               histogram: from a request's arrival
+//       at the scheduler to its first computation (waiting for its session and for a batch)
+//   attnserve_batch_sessions{variant}                       histogram: jobs in an iteration's batch
+//   attnserve_batch_tokens{variant}                         histogram: tokens an iteration computed
+//   attnserve_iteration_duration_seconds{variant}           histogram: one scheduler iteration
+//   attnserve_batch_wait_seconds{variant}                   histogram: how long a ready job (the
+//       head of its session's queue) waited for the batch it then joined
 //   attnserve_tokens_total{variant, phase}                  counter; phase = prefill (tokens of
 //       a request or append with more than one), decode (single tokens fed to a session,
 //       including generated tokens fed back), generate (tokens sampled)
@@ -12,7 +18,8 @@
 //       "named" (model given by name) or "session" (a session's model)
 //   attnserve_sessions{variant}, attnserve_session_state_bytes{variant}   gauges
 //   attnserve_session_evictions_total{reason}               counter; reason = ttl, capacity, closed
-//   attnserve_inflight_requests, attnserve_queue_depth      gauges
+//   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: jobs submitted to the
+//       scheduler and not finished)
 //   attnserve_model_load_seconds{model}, attnserve_build_info{version, cuda, torch}  gauges
 //   process_cpu_seconds_total, process_resident_memory_bytes, process_start_time_seconds
 // Thread-safe.
@@ -54,6 +61,10 @@ class ServerMetrics {
                      double seconds);
   void RecordQueue(const std::string& variant, double seconds);
   void AddTokens(const std::string& variant, const std::string& phase, int64_t count);
+  // One scheduler iteration of `variant`: `sessions` jobs computing `tokens` tokens in total.
+  void RecordIteration(const std::string& variant, int64_t sessions, int64_t tokens,
+                       double seconds);
+  void RecordBatchWait(const std::string& variant, double seconds);
   void RecordPolicyDecision(const std::string& variant, const std::string& rule);
   void RecordEviction(EvictionReason reason);
   void SetModelLoadSeconds(const std::string& model, double seconds);
@@ -70,6 +81,10 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& request_duration_;
   prometheus::Family<prometheus::Histogram>& queue_duration_;
   prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Family<prometheus::Histogram>& batch_sessions_;
+  prometheus::Family<prometheus::Histogram>& batch_tokens_;
+  prometheus::Family<prometheus::Histogram>& iteration_duration_;
+  prometheus::Family<prometheus::Histogram>& batch_wait_;
   prometheus::Family<prometheus::Counter>& policy_decisions_;
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Family<prometheus::Gauge>& model_load_seconds_;

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -28,12 +30,12 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }  // namespace
 
 AttnServeService::AttnServeService(const model::ModelRepository& repository, const Policy& policy,
-                                   SessionTable& sessions, WorkerPool& workers,
-                                   ServiceOptions options)
+                                   SessionTable& sessions,
+                                   scheduler::BatchScheduler& scheduler, ServiceOptions options)
     : repository_(repository),
       policy_(policy),
       sessions_(sessions),
-      workers_(workers),
+      scheduler_(scheduler),
       options_(options) {}
 
 absl::Status AttnServeService::CheckServing() const {
@@ -65,77 +67,72 @@ void AttnServeService::Record(const char* rpc, const std::string& variant,
                                   seconds);
 }
 
-void AttnServeService::CountTokens(const std::string& variant, int64_t tokens,
-                                   bool on_session) const {
-  if (options_.metrics == nullptr) return;
-  options_.metrics->AddTokens(variant, tokens == 1 && on_session ? "decode" : "prefill", tokens);
-}
-
 void AttnServeService::CountDecision(const PolicyDecision& decision) const {
   if (options_.metrics == nullptr) return;
   options_.metrics->RecordPolicyDecision(
       decision.model->name(), decision.rule > 0 ? std::to_string(decision.rule) : "named");
 }
 
-absl::StatusOr<at::Tensor> AttnServeService::ContinueSession(Session& session,
-                                                             const at::Tensor& tokens,
-                                                             model::OutputKind output,
-                                                             int64_t extra_tokens) {
-  const model::Model& m = *session.model();
-  if (session.closed()) {
-    return absl::NotFoundError(absl::StrCat("session '", session.id(), "' was closed"));
-  }
-  const int64_t length = session.state.position + tokens.size(1) + extra_tokens;
-  if (length > m.max_sequence_length()) {
-    return absl::ResourceExhaustedError(absl::StrCat("session '", session.id(), "' would hold ",
-                                                     length, " tokens; model '", m.name(),
-                                                     "' takes at most ", m.max_sequence_length()));
-  }
-  RETURN_IF_ERROR(sessions_.Reserve(session, m.StateBytesPerSequence(length)));
-  absl::StatusOr<at::Tensor> result = m.Forward(tokens, &session.state, output);
-  if (!result.ok()) {
-    // Give back what was reserved for tokens that were refused (shrinking always succeeds).
-    sessions_.Reserve(session, m.StateBytesPerSequence(session.state.position)).IgnoreError();
-  }
-  session.Publish();
-  return result;
-}
-
-absl::Status AttnServeService::RunInfer(const v1::InferRequest& request,
-                                        v1::InferResponse* response) {
-  RETURN_IF_ERROR(ValidateOutputSpec(request.output()));
+absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
+                                          grpc::ServerUnaryReactor* reactor,
+                                          const v1::InferRequest* request,
+                                          v1::InferResponse* response,
+                                          std::chrono::steady_clock::time_point arrival) {
+  RETURN_IF_ERROR(ValidateOutputSpec(request->output()));
   ASSIGN_OR_RETURN(at::Tensor tokens,
-                   TokensTensor(request.tokens(), options_.max_tokens_per_request));
-  const model::OutputKind kind = ModelOutputKind(request.output());
-  at::Tensor result;
+                   TokensTensor(request->tokens(), options_.max_tokens_per_request));
+  auto job = std::make_unique<scheduler::Job>();
+  job->tokens = std::move(tokens);
+  job->output = ModelOutputKind(request->output());
   *response->mutable_server() = options_.identity;
-  if (!request.session_id().empty()) {
-    absl::StatusOr<SessionUse> found = sessions_.Get(request.session_id());
+  std::shared_ptr<Session> session;
+  std::optional<PolicyDecision> decision;
+  if (!request->session_id().empty()) {
+    absl::StatusOr<SessionUse> found = sessions_.Get(request->session_id());
     if (!found.ok()) return OnThisInstance(found.status());
-    SessionUse session = *std::move(found);
-    const std::string& name = session->model()->name();
-    if (!request.model().empty() && request.model() != "auto" && request.model() != name) {
-      return absl::InvalidArgumentError(absl::StrCat("session '", session->id(),
+    const std::string& name = (*found)->model()->name();
+    if (!request->model().empty() && request->model() != "auto" && request->model() != name) {
+      return absl::InvalidArgumentError(absl::StrCat("session '", (*found)->id(),
                                                      "' belongs to model '", name, "', not '",
-                                                     request.model(), "'"));
+                                                     request->model(), "'"));
     }
     response->set_model(name);
-    absl::MutexLock lock(&session->run_mu);
-    ASSIGN_OR_RETURN(result, ContinueSession(*session, tokens, kind, 0));
-    if (options_.metrics != nullptr) options_.metrics->RecordPolicyDecision(name, "session");
-    CountTokens(name, tokens.size(1), /*on_session=*/true);
-    response->set_policy_reason(absl::StrCat("session ", session->id(), " of model ", name));
-    response->set_session_position(session->state.position);
+    response->set_policy_reason(absl::StrCat("session ", (*found)->id(), " of model ", name));
+    job->model = (*found)->model();
+    session = found->get();
+    job->session.emplace(*std::move(found));
   } else {
-    ASSIGN_OR_RETURN(PolicyDecision decision,
-                     policy_.Resolve(request.model(), tokens.size(1), /*stream=*/false));
-    response->set_model(decision.model->name());
-    ASSIGN_OR_RETURN(result, decision.model->Forward(tokens, nullptr, kind));
-    CountDecision(decision);
-    CountTokens(decision.model->name(), tokens.size(1), /*on_session=*/false);
-    response->set_policy_reason(decision.reason);
+    ASSIGN_OR_RETURN(decision,
+                     policy_.Resolve(request->model(), job->tokens.size(1), /*stream=*/false));
+    response->set_model(decision->model->name());
+    response->set_policy_reason(decision->reason);
+    job->model = decision->model;
   }
-  return FillOutputs(result, request.output(), response->mutable_outputs());
+  job->deadline = CallDeadline(*context);
+  job->is_cancelled = [context] { return context->IsCancelled(); };
+  job->on_done = [this, reactor, request, response, arrival, session, decision](
+                     const absl::Status& done, scheduler::JobResult result) {
+    absl::Status status = done;
+    if (status.ok()) status = FillOutputs(result.output, request->output(), response->mutable_outputs());
+    if (status.ok()) {
+      if (session != nullptr) {
+        response->set_session_position(session->position());
+        if (options_.metrics != nullptr) {
+          options_.metrics->RecordPolicyDecision(session->model()->name(), "session");
+        }
+      } else {
+        CountDecision(*decision);
+      }
+    }
+    v1::Timings* t = response->mutable_timings();
+    t->set_queue_seconds(result.queue_seconds);
+    t->set_compute_seconds(result.compute_seconds);
+    t->set_total_seconds(SecondsSince(arrival));
+    Record("Infer", response->model(), status, t->total_seconds());
+    inflight_.fetch_sub(1);
+    reactor->Finish(ToGrpcStatus(status));
+  };
+  return scheduler_.Submit(std::move(job));
 }
 
 grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* context,
@@ -148,24 +145,11 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   inflight_.fetch_add(1);
-  absl::Status submitted =
-      workers_.Submit([this, reactor, request, response, arrival](double queue_seconds) {
-        const auto start = std::chrono::steady_clock::now();
-        absl::Status status = RunInfer(*request, response);
-        v1::Timings* t = response->mutable_timings();
-        t->set_queue_seconds(queue_seconds);
-        t->set_compute_seconds(SecondsSince(start));
-        t->set_total_seconds(SecondsSince(arrival));
-        Record("Infer", response->model(), status, t->total_seconds());
-        if (options_.metrics != nullptr && !response->model().empty()) {
-          options_.metrics->RecordQueue(response->model(), queue_seconds);
-        }
-        inflight_.fetch_sub(1);
-        reactor->Finish(ToGrpcStatus(status));
-      });
+  absl::Status submitted = SubmitInfer(context, reactor, request, response, arrival);
   if (!submitted.ok()) {
     inflight_.fetch_sub(1);
-    Record("Infer", request->model(), submitted, SecondsSince(arrival));
+    Record("Infer", response->model().empty() ? request->model() : response->model(), submitted,
+           SecondsSince(arrival));
     reactor->Finish(ToGrpcStatus(submitted));
   }
   return reactor;

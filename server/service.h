@@ -1,9 +1,12 @@
 // The attnserve.v1.AttnServe gRPC service (callback API). Handlers parse and validate, then
-// hand the model work to the WorkerPool: no model runs on a gRPC thread, and no reactor
-// blocks. Session lookups and listings are cheap and answered inline.
+// hand the model work to the scheduler as a job (server/scheduler/): no model runs on a gRPC
+// thread, no reactor blocks, and a request waiting for its session holds no thread. The
+// job's completion (on the scheduler's thread) fills the response and finishes the call.
+// Session lookups, listings, stream open and close are cheap and answered inline.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 #include "attnserve/v1/inference.grpc.pb.h"
@@ -11,7 +14,7 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/session_table.h"
-#include "server/worker_pool.h"
+#include "server/scheduler/batch_scheduler.h"
 
 namespace attnserve::server {
 
@@ -29,7 +32,8 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
  public:
   // Borrows everything; all must outlive the service.
   AttnServeService(const model::ModelRepository& repository, const Policy& policy,
-                   SessionTable& sessions, WorkerPool& workers, ServiceOptions options);
+                   SessionTable& sessions, scheduler::BatchScheduler& scheduler,
+                   ServiceOptions options);
 
   // From now on new calls get UNAVAILABLE; calls in flight finish.
   void StartDraining() { draining_.store(true); }
@@ -64,24 +68,22 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   // A session lookup's NOT_FOUND with the instance that answered appended (other statuses
   // unchanged): with several instances, "no session" alone does not say where it was asked.
   absl::Status OnThisInstance(absl::Status status) const;
-  // Runs `tokens` on a session whose run_mu the caller holds: reserves the state memory for
-  // the session's new length plus `extra_tokens` to come, continues the state, publishes
-  // the new position.
-  absl::StatusOr<at::Tensor> ContinueSession(Session& session, const at::Tensor& tokens,
-                                             model::OutputKind output, int64_t extra_tokens);
   // Metrics hooks (no-ops without metrics).
   void Record(const char* rpc, const std::string& variant, const absl::Status& status,
               double seconds) const;
-  void CountTokens(const std::string& variant, int64_t tokens, bool on_session) const;
   void CountDecision(const PolicyDecision& decision) const;
 
-  absl::Status RunInfer(const v1::InferRequest& request, v1::InferResponse* response);
+  // Validates an Infer and submits its job; the job finishes the call. An error means nothing
+  // was submitted.
+  absl::Status SubmitInfer(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
+                           const v1::InferRequest* request, v1::InferResponse* response,
+                           std::chrono::steady_clock::time_point arrival);
   v1::ModelInfo Describe(const model::Model& model) const;
 
   const model::ModelRepository& repository_;
   const Policy& policy_;
   SessionTable& sessions_;
-  WorkerPool& workers_;
+  scheduler::BatchScheduler& scheduler_;
   const ServiceOptions options_;
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> inflight_{0};

@@ -40,16 +40,16 @@ class Session {
   const model::Model* model() const { return model_; }
   absl::Duration ttl() const { return ttl_; }
 
-  // Held while a request runs on the session, so that one session's requests run one at a
-  // time. Everything below marked "under run_mu" is read and written only with it held.
-  absl::Mutex run_mu;
-  model::ModelState state;           // under run_mu
-  int64_t last_sequence_number = 0;  // under run_mu
-  // The results of the last appends, for retries (at most kStoredResults), under run_mu.
+  // The session's computation state. Read and written only by the job at the head of the
+  // session's queue in the scheduler (server/scheduler/batch_scheduler.h), on the scheduler's
+  // thread, so one session's requests run one at a time without a lock of their own.
+  model::ModelState state;
+  int64_t last_sequence_number = 0;
+  // The results of the last appends, for retries (at most kStoredResults).
   static constexpr int kStoredResults = 8;
   std::deque<v1::AppendResult> recent_results;
 
-  // Readable without run_mu (for listings and the reaper).
+  // Readable from any thread (for listings and the reaper).
   int64_t position() const { return position_.load(); }
   int64_t state_bytes() const { return state_bytes_.load(); }
   int64_t last_sequence() const { return last_sequence_.load(); }
@@ -66,7 +66,8 @@ class Session {
     attached_.fetch_sub(1);
     Touch();
   }
-  // After a request changed the state (under run_mu): publish position and sequence number.
+  // After a job changed the state (on the scheduler's thread): publish position and sequence
+  // number.
   void Publish() {
     position_.store(state.position);
     last_sequence_.store(last_sequence_number);

@@ -1,10 +1,13 @@
 // AttnServe.Stream: one session over a bidirectional stream. Messages are handled strictly
-// one after another: the next read starts only when the previous message's work (run on
-// the worker pool) is done, so appends apply in order and a slow model applies backpressure.
-// Responses are queued and written one at a time; generated tokens are written as they
-// are produced. The session outlives the stream: a broken stream leaves it for resumption.
+// one after another: the next read starts only when the previous message is done (open and
+// close inline; an append as a scheduler job, whose completion on the scheduler's thread
+// starts the next read), so appends apply in order and a slow model applies backpressure.
+// Responses are queued and written one at a time; generated tokens are written as they are
+// produced. A cancelled stream ends its generation within one scheduler step. The session
+// outlives the stream: a broken stream leaves it for resumption.
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -14,6 +17,7 @@
 #include "kernels/common/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
+#include "server/scheduler/job.h"
 #include "server/service.h"
 
 namespace attnserve::server {
@@ -21,7 +25,8 @@ namespace attnserve::server {
 class AttnServeService::StreamReactor final
     : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
  public:
-  explicit StreamReactor(AttnServeService* service) : service_(service) {
+  StreamReactor(AttnServeService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
     service_->inflight_.fetch_add(1);
     StartRead(&request_);
   }
@@ -32,10 +37,24 @@ class AttnServeService::StreamReactor final
       return;
     }
     const auto arrival = std::chrono::steady_clock::now();
-    absl::Status submitted = service_->workers_.Submit(
-        [this, arrival](double queue_seconds) { Process(arrival, queue_seconds); });
-    if (!submitted.ok()) EndStream(submitted);
+    const v1::StreamRequest::KindCase kind = request_.kind_case();
+    if (kind == v1::StreamRequest::kAppend) {
+      absl::Status submitted = SubmitAppend(request_.append(), arrival);
+      if (!submitted.ok()) Done("StreamAppend", submitted, arrival);
+      return;  // the job's completion continues
+    }
+    absl::Status status = kind == v1::StreamRequest::kOpen    ? Open(request_.open())
+                          : kind == v1::StreamRequest::kClose ? Close()
+                                                              : absl::InvalidArgumentError(
+                                                                    "empty StreamRequest: set one "
+                                                                    "of open, append or close");
+    Done(kind == v1::StreamRequest::kOpen    ? "StreamOpen"
+         : kind == v1::StreamRequest::kClose ? "StreamClose"
+                                             : "StreamEmpty",
+         status, arrival);
   }
+
+  void OnCancel() override { cancelled_.store(true); }
 
   void OnWriteDone(bool ok) override {
     const v1::StreamResponse* next = nullptr;
@@ -66,37 +85,17 @@ class AttnServeService::StreamReactor final
   }
 
  private:
-  void Process(std::chrono::steady_clock::time_point arrival, double queue_seconds) {
-    const v1::StreamRequest::KindCase kind = request_.kind_case();
-    absl::Status status = Handle(arrival, queue_seconds);
+  // A message is done: records it, then reads the next one or ends the stream.
+  void Done(const char* rpc, const absl::Status& status,
+            std::chrono::steady_clock::time_point arrival) {
     const std::string variant = session_.has_value() ? (*session_)->model()->name() : "";
     service_->Record(
-        kind == v1::StreamRequest::kOpen     ? "StreamOpen"
-        : kind == v1::StreamRequest::kAppend ? "StreamAppend"
-        : kind == v1::StreamRequest::kClose  ? "StreamClose"
-                                             : "StreamEmpty",
-        variant, status,
+        rpc, variant, status,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
-    if (service_->options_.metrics != nullptr) {
-      service_->options_.metrics->RecordQueue(variant, queue_seconds);
-    }
     if (!status.ok() || closed_) {
       EndStream(status);
     } else {
       StartRead(&request_);
-    }
-  }
-
-  absl::Status Handle(std::chrono::steady_clock::time_point arrival, double queue_seconds) {
-    switch (request_.kind_case()) {
-      case v1::StreamRequest::kOpen:
-        return Open(request_.open());
-      case v1::StreamRequest::kAppend:
-        return Append(request_.append(), arrival, queue_seconds);
-      case v1::StreamRequest::kClose:
-        return Close();
-      default:
-        return absl::InvalidArgumentError("empty StreamRequest: set one of open, append or close");
     }
   }
 
@@ -150,12 +149,13 @@ class AttnServeService::StreamReactor final
     return absl::OkStatus();
   }
 
-  absl::Status Append(const v1::StreamAppend& append, std::chrono::steady_clock::time_point arrival,
-                      double queue_seconds) {
+  // Validates an append and submits its job. The sequence-number check runs when the job
+  // reaches the head of the session's queue (on_start), the result is built in on_done.
+  absl::Status SubmitAppend(const v1::StreamAppend& append,
+                            std::chrono::steady_clock::time_point arrival) {
     if (!session_.has_value()) {
       return absl::FailedPreconditionError("append before open: send open first");
     }
-    const auto start = std::chrono::steady_clock::now();
     RETURN_IF_ERROR(ValidateOutputSpec(append.output()));
     const bool generate = append.has_generate();
     if (generate) {
@@ -170,8 +170,43 @@ class AttnServeService::StreamReactor final
       return absl::InvalidArgumentError(
           absl::StrCat("sequence_number must start at 1 and grow by one, got ", seq));
     }
+    ASSIGN_OR_RETURN(at::Tensor tokens,
+                     TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
+    auto job = std::make_unique<scheduler::Job>();
+    job->model = (*session_)->model();
+    job->session.emplace(SessionUse(session_->get()));
+    job->tokens = std::move(tokens);
+    job->output = generate && append.output().kind() != v1::OUTPUT_KIND_ALL_LOGITS
+                      ? model::OutputKind::kLastLogits
+                      : ModelOutputKind(append.output());
+    if (generate) {
+      job->max_new_tokens = append.generate().max_new_tokens();
+      job->generate = append.generate();
+    }
+    job->deadline = CallDeadline(*context_);
+    job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };
+    replayed_ = false;
+    job->on_start = [this, seq]() { return CheckSequence(seq); };
+    job->on_token = [this, seq](int64_t token, float logprob, int index) {
+      v1::StreamResponse generated;
+      generated.mutable_generated()->set_sequence_number(seq);
+      generated.mutable_generated()->set_token(token);
+      generated.mutable_generated()->set_logprob(logprob);
+      generated.mutable_generated()->set_index(index);
+      Send(std::move(generated));
+    };
+    job->on_done = [this, seq, arrival](const absl::Status& status, scheduler::JobResult result) {
+      absl::Status s = status;
+      if (s.ok() && !replayed_) s = Applied(seq, std::move(result), arrival);
+      Done("StreamAppend", s, arrival);
+    };
+    return service_->scheduler_.Submit(std::move(job));
+  }
+
+  // At the head of the session's queue: whether append `seq` is the next one (true), was
+  // applied already and its stored result is sent again (false), or is out of order.
+  absl::StatusOr<bool> CheckSequence(int64_t seq) {
     Session& s = **session_;
-    absl::MutexLock lock(&s.run_mu);
     if (seq <= s.last_sequence_number) {
       for (const v1::AppendResult& stored : s.recent_results) {
         if (stored.sequence_number() == seq) {
@@ -179,13 +214,13 @@ class AttnServeService::StreamReactor final
           *response.mutable_result() = stored;
           response.mutable_result()->set_replayed(true);
           Send(std::move(response));
-          return absl::OkStatus();
+          replayed_ = true;
+          return false;
         }
       }
       return absl::AbortedError(absl::StrCat(
           "sequence number ", seq,
-          " was already applied and its result is no longer kept (the "
-          "last ",
+          " was already applied and its result is no longer kept (the last ",
           Session::kStoredResults, " are); the session is at ", s.last_sequence_number));
     }
     if (seq != s.last_sequence_number + 1) {
@@ -193,50 +228,27 @@ class AttnServeService::StreamReactor final
                                              s.last_sequence_number + 1,
                                              "; resend the missing appends in order"));
     }
-    ASSIGN_OR_RETURN(at::Tensor tokens,
-                     TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
-    const int64_t new_tokens = generate ? append.generate().max_new_tokens() : 0;
-    const model::OutputKind kind = generate && append.output().kind() != v1::OUTPUT_KIND_ALL_LOGITS
-                                       ? model::OutputKind::kLastLogits
-                                       : ModelOutputKind(append.output());
-    ASSIGN_OR_RETURN(at::Tensor out, service_->ContinueSession(s, tokens, kind, new_tokens));
-    service_->CountTokens(s.model()->name(), tokens.size(1), /*on_session=*/true);
+    return true;
+  }
 
+  // Append `seq` was computed: the session moves to it, the result is stored for retries and
+  // sent.
+  absl::Status Applied(int64_t seq, scheduler::JobResult computed,
+                       std::chrono::steady_clock::time_point arrival) {
+    const v1::StreamAppend& append = request_.append();
+    Session& s = **session_;
     v1::StreamResponse response;
     v1::AppendResult* result = response.mutable_result();
     result->set_sequence_number(seq);
-    RETURN_IF_ERROR(FillOutputs(out, append.output(), result->mutable_outputs()));
-    if (generate) {
-      const v1::GenerateSpec& spec = append.generate();
-      std::mt19937_64 rng(spec.seed());
-      at::Tensor logits = out.dim() == 3 ? out.select(1, out.size(1) - 1) : out;
-      for (int i = 0; i < spec.max_new_tokens(); ++i) {
-        float logprob = 0;
-        const int64_t token = SampleToken(logits, spec, rng, &logprob);
-        v1::StreamResponse generated;
-        generated.mutable_generated()->set_sequence_number(seq);
-        generated.mutable_generated()->set_token(token);
-        generated.mutable_generated()->set_logprob(logprob);
-        generated.mutable_generated()->set_index(i);
-        Send(std::move(generated));
-        result->add_generated_tokens(token);
-        if (ServerMetrics* metrics = service_->options_.metrics) {
-          metrics->AddTokens(s.model()->name(), "generate", 1);
-          metrics->AddTokens(s.model()->name(), "decode", 1);
-        }
-        // Feed it back so the session continues after the generated text.
-        ASSIGN_OR_RETURN(logits, service_->ContinueSession(s, at::full({1, 1}, token, at::kLong),
-                                                           model::OutputKind::kLastLogits, 0));
-      }
-    }
+    RETURN_IF_ERROR(FillOutputs(computed.output, append.output(), result->mutable_outputs()));
+    for (int64_t token : computed.generated) result->add_generated_tokens(token);
     s.last_sequence_number = seq;
     s.Publish();
     result->set_position(s.state.position);
     result->set_state_bytes(s.state_bytes());
     v1::Timings* t = result->mutable_timings();
-    t->set_queue_seconds(queue_seconds);
-    t->set_compute_seconds(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    t->set_queue_seconds(computed.queue_seconds);
+    t->set_compute_seconds(computed.compute_seconds);
     t->set_total_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
     s.recent_results.push_back(*result);
@@ -293,7 +305,10 @@ class AttnServeService::StreamReactor final
   }
 
   AttnServeService* const service_;
+  grpc::CallbackServerContext* const context_;
+  std::atomic<bool> cancelled_{false};
   v1::StreamRequest request_;
+  bool replayed_ = false;  // the append being served was answered from the stored results
   std::optional<SessionUse> session_;  // touched only by the one step running at a time
   bool closed_ = false;
 
@@ -307,7 +322,7 @@ class AttnServeService::StreamReactor final
 };
 
 grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* AttnServeService::Stream(
-    grpc::CallbackServerContext*) {
+    grpc::CallbackServerContext* context) {
   if (absl::Status s = CheckServing(); !s.ok()) {
     class Refused : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
      public:
@@ -316,7 +331,7 @@ grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* AttnServeService
     };
     return new Refused(s);
   }
-  return new StreamReactor(this);
+  return new StreamReactor(this, context);
 }
 
 }  // namespace attnserve::server

@@ -119,6 +119,39 @@ MixerState MixerState::Clone() const {
   return copy;
 }
 
+absl::Status CheckStepBatch(const at::Tensor& x_t, const std::vector<MixerState*>& states,
+                            int64_t d_model, at::Device device) {
+  if (absl::Status s = CheckFloatTensor(x_t, "StepBatch input x_t", {-1, d_model}, device);
+      !s.ok()) {
+    return s;
+  }
+  if (static_cast<int64_t>(states.size()) != x_t.size(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("StepBatch: ", x_t.size(0), " rows but ",
+                                                   states.size(), " states"));
+  }
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (states[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("StepBatch: state ", i, " is null"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> Mixer::StepBatch(const at::Tensor& x_t,
+                                            const std::vector<MixerState*>& states) const {
+  if (absl::Status s = CheckStepBatch(x_t, states, config().d_model, x_t.device()); !s.ok()) {
+    return s;
+  }
+  std::vector<at::Tensor> rows;
+  rows.reserve(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    absl::StatusOr<at::Tensor> y = Step(x_t.narrow(0, static_cast<int64_t>(i), 1), states[i]);
+    if (!y.ok()) return y.status();
+    rows.push_back(*std::move(y));
+  }
+  return GuardTorch("StepBatch", [&]() -> absl::StatusOr<at::Tensor> { return at::cat(rows); });
+}
+
 absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights) {
   if (auto s = ValidateMixerConfig(config); !s.ok()) return s;
   std::set<std::string> expected_names;

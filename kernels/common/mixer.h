@@ -100,10 +100,23 @@ class Mixer {
   // y_t (B, d_model) for one token x_t (B, d_model); `state` is updated.
   virtual absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const = 0;
 
+  // One token for each of B separate sequences decoded together (B sessions in one batch):
+  // x_t (B, d_model); states[i] is row i's own state of batch 1, continued in place where it
+  // lives (no gather into a batch tensor). Row i's result equals Step on that row alone, to
+  // float32 rounding, whatever the other rows; the weights are read once for all B rows. Every
+  // state is checked before any changes. The default runs Step row by row (correct, no
+  // sharing); the streaming mixers override it.
+  virtual absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                               const std::vector<MixerState*>& states) const;
+
   // Bytes of state that one sequence holds after `position` tokens (a KV cache grows, a
   // recurrent state does not; 0 for a mixer that cannot stream).
   virtual int64_t StateBytesPerSequence(int64_t position) const = 0;
 };
+
+// StepBatch's shared argument check: x_t (B, d_model) and B non-null states.
+absl::Status CheckStepBatch(const at::Tensor& x_t, const std::vector<MixerState*>& states,
+                            int64_t d_model, at::Device device);
 
 // Builds the mixer named by config.kind from its weights. Every expected tensor must be
 // present with its shape and float32; a missing, extra or misshapen one is an error that names

@@ -116,6 +116,33 @@ class LinearAttentionMixer final : public Mixer {
     });
   }
 
+  // The projections run once over all B rows; each row's S and z are updated on their own.
+  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                       const std::vector<MixerState*>& states) const override {
+    RETURN_IF_ERROR(CheckCanStream("StepBatch"));
+    if (!x_t.is_cpu()) return Mixer::StepBatch(x_t, states);
+    RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
+    for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(*state, 1));
+    return GuardTorch("linear StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+      const int64_t b = x_t.size(0);
+      auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+      q = q.squeeze(2);
+      k = k.squeeze(2);
+      v = v.squeeze(2);
+      std::vector<at::Tensor> outs(b);
+      for (int64_t i = 0; i < b; ++i) {
+        MixerState& state = *states[i];
+        ASSIGN_OR_RETURN(LinearAttentionResult result,
+                         CausalStep(q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1),
+                                    state.tensors[0], state.tensors[1]));
+        state.tensors = {std::move(result.s), std::move(result.z)};
+        state.position += 1;
+        outs[i] = std::move(result.out);
+      }
+      return projections_.ProjectOutput(at::cat(outs).unsqueeze(2)).view({b, config_.d_model});
+    });
+  }
+
   int64_t StateBytesPerSequence(int64_t /*position*/) const override {
     if (!config_.causal) return 0;
     const int64_t h = config_.num_heads, d = config_.head_dim();

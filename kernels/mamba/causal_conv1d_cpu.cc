@@ -54,12 +54,13 @@ void ConvRows(const CausalConv1dParams& p, int64_t b, int64_t t0, int64_t t1,
 
 void CausalConv1dSiluCpu(const CausalConv1dParams& p) {
   const int64_t w = p.width, dim = p.dim;
+  auto state_of = [&](int64_t b) { return p.row_states ? p.row_states[b] : p.state + b * dim * w; };
   // The state as (batch, width, dim) rows, so that history reads are contiguous in channels.
   std::vector<float> history(p.batch * w * dim);
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t c = 0; c < dim; ++c) {
       for (int64_t k = 0; k < w; ++k) {
-        history[(b * w + k) * dim + c] = p.state[(b * dim + c) * w + k];
+        history[(b * w + k) * dim + c] = state_of(b)[c * w + k];
       }
     }
   }
@@ -76,7 +77,7 @@ void CausalConv1dSiluCpu(const CausalConv1dParams& p) {
     const float* hist = history.data() + b * w * dim;
     for (int64_t k = 0; k < w; ++k) {
       const float* row = InputRow(p, b, p.seqlen - w + k, hist);
-      for (int64_t c = 0; c < dim; ++c) p.state[(b * dim + c) * w + k] = row[c];
+      for (int64_t c = 0; c < dim; ++c) state_of(b)[c * w + k] = row[c];
     }
   }
 }

@@ -16,6 +16,9 @@ struct CausalConv1dParams {
   const float* weight_t = nullptr;  // (width, dim) contiguous: conv1d.weight (dim, 1, width)ᵀ
   const float* bias = nullptr;      // (dim)
   float* state = nullptr;           // (batch, dim, width) contiguous, read and updated
+  // Or one state per batch row, each (dim, width) contiguous (separate sessions' states decoded
+  // in one batch): when set, `state` is ignored.
+  float* const* row_states = nullptr;
   float* out = nullptr;             // (batch, seqlen, dim) contiguous
 };
 

@@ -74,6 +74,26 @@ class MambaMixer final : public Mixer {
     });
   }
 
+  // On the CPU, the kernels read and update each row's conv and ssm state where it lives
+  // (row_states): no gather or scatter; the projections run once over all B rows.
+  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                       const std::vector<MixerState*>& states) const override {
+    if (!x_t.is_cpu()) return Mixer::StepBatch(x_t, states);
+    RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
+    for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(state, 1));
+    return GuardTorch("mamba StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+      std::vector<float*> conv_rows, ssm_rows;
+      for (MixerState* state : states) {
+        conv_rows.push_back(state->tensors[0].data_ptr<float>());
+        ssm_rows.push_back(state->tensors[1].data_ptr<float>());
+      }
+      RowStates rows{conv_rows.data(), ssm_rows.data()};
+      at::Tensor y = Forward(x_t.unsqueeze(1), nullptr, &rows).squeeze(1);
+      for (MixerState* state : states) state->position += 1;
+      return y;
+    });
+  }
+
   int64_t StateBytesPerSequence(int64_t) const override {
     return d_inner_ * (config_.d_conv + config_.d_state) * static_cast<int64_t>(sizeof(float));
   }
@@ -97,25 +117,36 @@ class MambaMixer final : public Mixer {
 
   at::Device device() const { return in_proj_.weight().device(); }
 
-  // x (B, L, d_model) -> (B, L, d_model); state is continued in place.
-  at::Tensor Forward(const at::Tensor& x, MixerState* state) const {
+  // One state per batch row (CPU kernels only), for StepBatch.
+  struct RowStates {
+    float* const* conv;
+    float* const* ssm;
+  };
+
+  // x (B, L, d_model) -> (B, L, d_model); `state` (or, when it is null, the row states) is
+  // continued in place. Only `state`'s position is advanced here.
+  at::Tensor Forward(const at::Tensor& x, MixerState* state, const RowStates* rows = nullptr) const {
+    static const at::Tensor kNone;
     const int64_t n_state = config_.d_state;
     at::Tensor xz = in_proj_(x);  // (B, L, 2·d_inner): x half, then z half
     at::Tensor x_in = xz.narrow(2, 0, d_inner_);
     at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
-    at::Tensor u = ConvSilu(x_in, state->tensors[0]);
+    at::Tensor u = ConvSilu(x_in, state ? state->tensors[0] : kNone, rows ? rows->conv : nullptr);
     at::Tensor x_dbl = x_proj_(u);  // (B, L, dt_rank + 2·d_state)
     // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
     at::Tensor delta = dt_proj_weight_(x_dbl.narrow(2, 0, dt_rank_));
     at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
     at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
-    at::Tensor y = Scan(u, delta, z, b_mat, c_mat, state->tensors[1]);
-    state->position += x.size(1);
+    at::Tensor y = Scan(u, delta, z, b_mat, c_mat, state ? state->tensors[1] : kNone,
+                        rows ? rows->ssm : nullptr);
+    if (state != nullptr) state->position += x.size(1);
     return out_proj_(y);
   }
 
   // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.
-  at::Tensor ConvSilu(const at::Tensor& x_in, const at::Tensor& conv_state) const {
+  // With `row_states`, row b's state is row_states[b] instead (CPU only).
+  at::Tensor ConvSilu(const at::Tensor& x_in, const at::Tensor& conv_state,
+                      float* const* row_states) const {
     if (x_in.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
       return mamba::CausalConv1dCuda(x_in, conv_weight_, conv_bias_, conv_state, /*silu=*/true);
@@ -134,17 +165,18 @@ class MambaMixer final : public Mixer {
     conv.in_seq_stride = x_in.stride(1);
     conv.weight_t = conv_weight_t_.data_ptr<float>();
     conv.bias = conv_bias_.data_ptr<float>();
-    conv.state = conv_state.data_ptr<float>();
+    conv.state = row_states ? nullptr : conv_state.data_ptr<float>();
+    conv.row_states = row_states;
     conv.out = u.data_ptr<float>();
     mamba::CausalConv1dSiluCpu(conv);
     return u;
   }
 
   // The selective scan with softplus(delta + bias), the D skip and the silu(z) gate, continuing
-  // from ssm_state, which is updated in place. b_mat and c_mat are views into one x_dbl row.
+  // from ssm_state (or row_states, as in ConvSilu), which is updated in place. b_mat and c_mat are views into one x_dbl row.
   at::Tensor Scan(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& z,
                   const at::Tensor& b_mat, const at::Tensor& c_mat,
-                  const at::Tensor& ssm_state) const {
+                  const at::Tensor& ssm_state, float* const* row_states) const {
     if (u.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
       return mamba::SelectiveScanCuda(u, delta, dt_proj_bias_, /*delta_softplus=*/true, z, b_mat,
@@ -178,7 +210,8 @@ class MambaMixer final : public Mixer {
     scan.A_t = a_t_.data_ptr<float>();
     scan.D = d_skip_.data_ptr<float>();
     scan.out = y.data_ptr<float>();
-    scan.state = ssm_state.data_ptr<float>();
+    scan.state = row_states ? nullptr : ssm_state.data_ptr<float>();
+    scan.row_states = row_states;
     mamba::SelectiveScanCpu(scan);
     return y;
   }

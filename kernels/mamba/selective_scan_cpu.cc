@@ -26,7 +26,7 @@ void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
   auto load = [&](const float* ptr) {
     return full ? vec::Load(ptr) : vec::LoadPartial(ptr, width);
   };
-  float* state = p.state + (b * p.dim + c0) * n_state;
+  float* state = (p.row_states ? p.row_states[b] : p.state + b * p.dim * n_state) + c0 * n_state;
   for (int64_t n = 0; n < n_state; ++n) {
     for (int i = 0; i < kLanes; ++i) h[n * kLanes + i] = i < width ? state[i * n_state + n] : 0.0f;
     vec::Store(a + n * kLanes, load(p.A_t + n * p.dim + c0));

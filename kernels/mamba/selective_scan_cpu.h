@@ -29,6 +29,10 @@ struct SelectiveScanParams {
   const float* D = nullptr;    // (dim)
   float* out = nullptr;        // (batch, seqlen, dim), contiguous
   float* state = nullptr;      // (batch, dim, dstate) contiguous, read and updated in place
+  // Or one state per batch row, each (dim, dstate) contiguous, wherever it lives (the states of
+  // separate sessions decoded in one batch, as mamba's selective_state_update takes state
+  // indices): when set, `state` is ignored.
+  float* const* row_states = nullptr;
 
   // Strides in elements along batch and sequence; the last dimension is contiguous.
   int64_t u_batch_stride = 0, u_seq_stride = 0;

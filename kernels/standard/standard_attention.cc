@@ -88,7 +88,7 @@ class StandardAttentionMixer final : public Mixer {
     if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
     RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
     return GuardTorch("standard Step", [&]() -> absl::StatusOr<at::Tensor> {
-      const int64_t b = x_t.size(0), h = config_.num_heads, d = config_.head_dim();
+      const int64_t b = x_t.size(0), h = config_.num_heads;
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), h);  // (B, H, 1, d)
       auto [k_cache, v_cache] = Append(*state, k, v);
       const int64_t length = state->position + 1;
@@ -102,16 +102,33 @@ class StandardAttentionMixer final : public Mixer {
         return projections_.ProjectOutput(heads.unsqueeze(2)).view({b, config_.d_model});
       }
 #endif
-      // One query sees every cached key: no mask and no tiling, one row of `length` scores.
-      // Merging B and H of the narrowed caches is a view (no copy of the cache).
-      const at::Tensor keys = k_cache.narrow(2, 0, length).reshape({b * h, length, d});
-      const at::Tensor values = v_cache.narrow(2, 0, length).reshape({b * h, length, d});
-      at::Tensor scores =
-          at::bmm(q.reshape({b * h, 1, d}).mul(1.0 / std::sqrt(static_cast<double>(d))),
-                  keys.transpose(1, 2));  // (B·H, 1, length)
-      const at::Tensor heads = at::bmm(at::softmax(scores, -1), values).view({b, h, 1, d});
+      const at::Tensor heads = AttendOneQuery(q, k_cache, v_cache, length);
       state->tensors = {std::move(k_cache), std::move(v_cache)};
       return projections_.ProjectOutput(heads).view({b, config_.d_model});
+    });
+  }
+
+  // The projections run once over all B rows; each row attends over its own cache, of its own
+  // length (no padding to the longest row).
+  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                       const std::vector<MixerState*>& states) const override {
+    RETURN_IF_ERROR(CheckCanStream("StepBatch"));
+    if (!x_t.is_cpu()) return Mixer::StepBatch(x_t, states);
+    RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
+    for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(*state, 1));
+    return GuardTorch("standard StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+      const int64_t b = x_t.size(0);
+      auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+      std::vector<at::Tensor> heads(b);
+      for (int64_t i = 0; i < b; ++i) {
+        MixerState& state = *states[i];
+        auto [k_cache, v_cache] = Append(state, k.narrow(0, i, 1), v.narrow(0, i, 1));
+        const int64_t length = state.position + 1;
+        heads[i] = AttendOneQuery(q.narrow(0, i, 1), k_cache, v_cache, length);
+        state.tensors = {std::move(k_cache), std::move(v_cache)};
+        state.position = length;
+      }
+      return projections_.ProjectOutput(at::cat(heads)).view({b, config_.d_model});
     });
   }
 
@@ -154,6 +171,20 @@ class StandardAttentionMixer final : public Mixer {
                                                      k_cache.size(2), "]"));
     }
     return absl::OkStatus();
+  }
+
+  // q (B, H, 1, d) against the first `length` rows of the caches (B, H, capacity, d): one query
+  // sees every cached key, so no mask and no tiling, one row of `length` scores. Merging B and H
+  // of the narrowed caches is a view (no copy of the cache). Returns (B, H, 1, d).
+  static at::Tensor AttendOneQuery(const at::Tensor& q, const at::Tensor& k_cache,
+                                   const at::Tensor& v_cache, int64_t length) {
+    const int64_t b = q.size(0), h = q.size(1), d = q.size(3);
+    const at::Tensor keys = k_cache.narrow(2, 0, length).reshape({b * h, length, d});
+    const at::Tensor values = v_cache.narrow(2, 0, length).reshape({b * h, length, d});
+    at::Tensor scores =
+        at::bmm(q.reshape({b * h, 1, d}).mul(1.0 / std::sqrt(static_cast<double>(d))),
+                keys.transpose(1, 2));  // (B·H, 1, length)
+    return at::bmm(at::softmax(scores, -1), values).view({b, h, 1, d});
   }
 
   // Writes k, v (B, H, L, d) at positions [position, position + L) of the state's caches and

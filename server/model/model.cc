@@ -311,15 +311,57 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     } else {
       ASSIGN_OR_RETURN(mixed, layer.mixer->Prefill(normed, s));
     }
-    x = x + mixed;
-    if (layer.gate_up.weight().defined()) {
-      at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
-      const int64_t width = layer.down.weight().size(1);
-      at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-      x = x + layer.down(at::silu(gate) * up);
-    }
+    x = AddMlp(layer, x + mixed);
   }
   return x;
+}
+
+at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
+  if (!layer.gate_up.weight().defined()) return x;
+  at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
+  const int64_t width = layer.down.weight().size(1);
+  at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
+  return x + layer.down(at::silu(gate) * up);
+}
+
+absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
+                                            const std::vector<ModelState*>& states) const {
+  if (tokens.empty() || tokens.size() != states.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("StepBatch: ", tokens.size(), " tokens and ",
+                                                   states.size(), " states; expected B > 0 of each"));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", tokens[i],
+                                                     " is outside the vocabulary [0, ",
+                                                     vocab_size(), ") of model '", name_, "'"));
+    }
+    const ModelState* state = states[i];
+    if (state == nullptr || static_cast<int64_t>(state->layers.size()) != config_.layers_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("StepBatch: state ", i, " is not a state of model '", name_, "'"));
+    }
+    if (state->position + 1 > max_sequence_length()) {
+      return absl::ResourceExhaustedError(absl::StrCat("sequence of ", state->position + 1,
+                                                       " tokens exceeds model '", name_,
+                                                       "' max_sequence_length ",
+                                                       max_sequence_length()));
+    }
+  }
+  return kernels::GuardTorch("Model::StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+    const int64_t b = static_cast<int64_t>(tokens.size());
+    const at::Tensor ids = at::tensor(tokens, at::kLong).to(device());
+    at::Tensor x = at::embedding(embedding_, ids);  // (B, hidden)
+    std::vector<kernels::MixerState*> layer_states(b);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& layer = layers_[l];
+      for (int64_t i = 0; i < b; ++i) layer_states[i] = &states[i]->layers[l];
+      ASSIGN_OR_RETURN(at::Tensor mixed, layer.mixer->StepBatch(Norm(x, layer.norm), layer_states));
+      x = AddMlp(layer, x + mixed);
+    }
+    for (ModelState* state : states) state->position += 1;
+    return lm_head_(Norm(x, norm_f_)).cpu();
+  });
 }
 
 absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* state,

@@ -94,6 +94,15 @@ class Model {
   absl::StatusOr<at::Tensor> Forward(const at::Tensor& tokens, ModelState* state,
                                      OutputKind output) const;
 
+  // One token for each of B sequences with separate states, decoded together (B sessions in
+  // one batch of the scheduler): tokens[i] continues *states[i], each a batch-1 state of this
+  // model, updated where it lives. Returns (B, vocab) last-token logits on the CPU. Each weight
+  // matrix is read once for all B rows; row i equals Forward of tokens[i] on states[i] alone, to
+  // float32 rounding. Input errors (a token outside the vocabulary, a state of another model or
+  // at max_sequence_length) are found before any state changes.
+  absl::StatusOr<at::Tensor> StepBatch(const std::vector<int64_t>& tokens,
+                                       const std::vector<ModelState*>& states) const;
+
   // All weights under their checkpoint names, in checkpoint order (lm_head omitted when tied).
   std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
 
@@ -108,6 +117,8 @@ class Model {
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;
   at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
   absl::StatusOr<at::Tensor> RunLayers(at::Tensor x, ModelState* state) const;
+  // x + MLP(norm(x)) for a layer with an MLP, else x.
+  at::Tensor AddMlp(const Layer& layer, const at::Tensor& x) const;
 
   std::string name_;
   v1::ModelConfig config_;

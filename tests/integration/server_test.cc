@@ -738,10 +738,9 @@ TEST(LimitsTest, RefusedAppendLeavesTheStateAccountingUnchanged) {
   }
 }
 
-TEST(LimitsTest, FullWorkerQueueRefusesWithResourceExhausted) {
+TEST(LimitsTest, FullSchedulerQueueRefusesWithResourceExhausted) {
   TestServerOptions options;
-  options.workers = 1;
-  options.max_queue = 1;
+  options.scheduler.max_queued_jobs = 1;
   TestServer server(options);
   constexpr int kCalls = 8;
   std::vector<grpc::Status> statuses(kCalls);

@@ -36,7 +36,7 @@
 #include "server/policy.h"
 #include "server/service.h"
 #include "server/session_table.h"
-#include "server/worker_pool.h"
+#include "server/scheduler/batch_scheduler.h"
 
 namespace attnserve::server::testing {
 
@@ -47,7 +47,7 @@ inline constexpr int64_t kStandardBytesPerToken = 4 * 2 * 4 * 64 * 4;  // layers
 // The default models (standard, linformer, linear, mamba, hybrid), built once per process.
 inline const model::ModelRepository& Repository() {
   static const model::ModelRepository* repository = [] {
-    at::set_num_threads(1);  // as the server's --intra_op_threads default
+    at::set_num_threads(1);  // as the test scheduler's intra_op_threads
     absl::StatusOr<std::unique_ptr<model::ModelRepository>> built =
         model::ModelRepository::BuildDefault();
     if (!built.ok()) {
@@ -407,8 +407,13 @@ inline std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
 struct TestServerOptions {
   SessionLimits limits;
   ServiceOptions service;
-  int workers = 2;
-  int64_t max_queue = 1024;
+  // The scheduler's limits (sessions and metrics are the test server's own); one kernel thread,
+  // as tests run side by side.
+  scheduler::SchedulerOptions scheduler = [] {
+    scheduler::SchedulerOptions o;
+    o.intra_op_threads = 1;
+    return o;
+  }();
   int max_receive_message_bytes = 0;  // 0: gRPC's default (4 MiB)
   std::string policy = Policy::kDefaultSpec;
   // Not empty: the server's identity is this name and its own address (127.0.0.1:port),
@@ -438,9 +443,9 @@ class TestServer {
   explicit TestServer(const TestServerOptions& options = TestServerOptions())
       : policy_(ParsePolicy(options.policy)),
         sessions_(options.limits),
-        workers_(options.workers, options.max_queue),
+        scheduler_(WithTable(options.scheduler, &sessions_, options.service.metrics)),
         fixed_port_(options.instance_name.empty() ? 0 : FreeLoopbackPort()),
-        service_(Repository(), policy_, sessions_, workers_, WithIdentity(options, fixed_port_)) {
+        service_(Repository(), policy_, sessions_, scheduler_, WithIdentity(options, fixed_port_)) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:" + std::to_string(fixed_port_),
                              grpc::InsecureServerCredentials(), &port_);
@@ -459,8 +464,9 @@ class TestServer {
 
   ~TestServer() {
     client_.reset();
+    scheduler_.Abort(absl::UnavailableError("the test server is stopping"));
     server_->Shutdown(DeadlineIn(absl::Seconds(10)));
-    workers_.Stop();
+    scheduler_.Stop();
   }
 
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
@@ -472,6 +478,7 @@ class TestServer {
   }
   AttnServeService& service() { return service_; }
   SessionTable& sessions() { return sessions_; }
+  scheduler::BatchScheduler& scheduler() { return scheduler_; }
 
  private:
   static ServiceOptions WithIdentity(const TestServerOptions& options, int port) {
@@ -481,6 +488,13 @@ class TestServer {
       service.identity.set_advertise_address("127.0.0.1:" + std::to_string(port));
     }
     return service;
+  }
+
+  static scheduler::SchedulerOptions WithTable(scheduler::SchedulerOptions options,
+                                               SessionTable* sessions, ServerMetrics* metrics) {
+    options.sessions = sessions;
+    options.metrics = metrics;
+    return options;
   }
 
   static Policy ParsePolicy(const std::string& spec) {
@@ -494,7 +508,7 @@ class TestServer {
 
   Policy policy_;
   SessionTable sessions_;
-  WorkerPool workers_;
+  scheduler::BatchScheduler scheduler_;
   const int fixed_port_;  // 0: any
   AttnServeService service_;
   int port_ = 0;

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "kernels/common/mixer.h"
@@ -122,6 +123,64 @@ TEST_P(StreamingContractTest, ReportedStateSizeMatchesTheState) {
   EXPECT_GE(state->Bytes(), mixer_->StateBytesPerSequence(33));
   EXPECT_LE(state->Bytes(), 2 * mixer_->StateBytesPerSequence(33) + 4096);
   EXPECT_GT(mixer_->StateBytesPerSequence(33), 0);
+}
+
+// Sessions at different positions (a standard KV cache of its own length each) decoded
+// together, with rows joining and leaving between steps, equal each row stepped alone.
+TEST_P(StreamingContractTest, StepBatchEqualsEveryRowSteppedAlone) {
+  const int64_t d = GetParam().config.d_model, sessions = 9, steps = 12;
+  std::mt19937 rng(23);
+  std::vector<MixerState> batched, alone;
+  for (int64_t i = 0; i < sessions; ++i) {
+    auto state = mixer_->InitialState(1);
+    ASSERT_TRUE(state.ok());
+    const int64_t prefix = rng() % 40;  // 0: a fresh state
+    if (prefix > 0) {
+      ASSERT_TRUE(mixer_->Prefill(testing::RandomTensor({1, prefix, d}, 100 + i), &*state).ok());
+    }
+    alone.push_back(state->Clone());
+    batched.push_back(*std::move(state));
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < sessions; ++i) {
+      if (rng() % 3 != 0) rows.push_back(i);
+    }
+    if (rows.empty()) rows.push_back(step % sessions);
+    std::shuffle(rows.begin(), rows.end(), rng);
+    at::Tensor x = testing::RandomTensor({static_cast<int64_t>(rows.size()), d}, 200 + step);
+    std::vector<MixerState*> states;
+    for (int64_t i : rows) states.push_back(&batched[i]);
+    auto together = mixer_->StepBatch(x, states);
+    ASSERT_TRUE(together.ok()) << together.status();
+    ASSERT_EQ(together->sizes(), at::IntArrayRef({static_cast<int64_t>(rows.size()), d}));
+    for (size_t r = 0; r < rows.size(); ++r) {
+      auto one = mixer_->Step(x.narrow(0, static_cast<int64_t>(r), 1), &alone[rows[r]]);
+      ASSERT_TRUE(one.ok()) << one.status();
+      EXPECT_LE(testing::MaxRelativeError(together->narrow(0, static_cast<int64_t>(r), 1), *one),
+                1e-5)
+          << "row " << r << " (session " << rows[r] << ") at step " << step;
+      EXPECT_EQ(batched[rows[r]].position, alone[rows[r]].position);
+    }
+  }
+}
+
+TEST_P(StreamingContractTest, StepBatchRefusesABadStateBeforeChangingAny) {
+  const int64_t d = GetParam().config.d_model;
+  auto good = mixer_->InitialState(1);
+  auto pair = mixer_->InitialState(2);  // a batch of 2 where each row needs its own state
+  ASSERT_TRUE(good.ok() && pair.ok());
+  MixerState before = good->Clone();
+  std::vector<MixerState*> states = {&*good, &*pair};
+  auto result = mixer_->StepBatch(testing::RandomTensor({2, d}, 9), states);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(good->position, before.position);
+  for (size_t i = 0; i < before.tensors.size(); ++i) {
+    EXPECT_TRUE(at::equal(good->tensors[i], before.tensors[i]));
+  }
+  std::vector<MixerState*> too_few = {&*good};
+  EXPECT_EQ(mixer_->StepBatch(testing::RandomTensor({2, d}, 9), too_few).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixers, StreamingContractTest, ::testing::ValuesIn(StreamingCases()),

@@ -177,6 +177,53 @@ TEST_P(ModelStreamingTest, ChunksStepsAndSerializedStatesEqualOneWholePass) {
 INSTANTIATE_TEST_SUITE_P(Defaults, ModelStreamingTest,
                          ::testing::Values("standard", "linear", "mamba", "hybrid"));
 
+// B sessions of different lengths decoded in one StepBatch equal each session stepped alone
+// (fp32 and bf16 weights: a batch reads the float32 matrices, one row the bfloat16 copies,
+// which hold the same bfloat16-exact values).
+TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
+  for (WeightPrecision precision : {WeightPrecision::kFloat32, WeightPrecision::kBfloat16}) {
+    auto model = BuildDefaultModel(GetParam(), {at::Device(at::kCPU), precision});
+    ASSERT_TRUE(model.ok());
+    const Model& m = **model;
+    constexpr int kSessions = 6;
+    std::vector<ModelState> batched, alone;
+    for (int i = 0; i < kSessions; ++i) {
+      auto state = m.NewState();
+      ASSERT_TRUE(state.ok());
+      if (i > 0) ASSERT_TRUE(m.Forward(RandomTokens(7 * i, m.vocab_size(), 30 + i), &*state,
+                                       OutputKind::kLastLogits).ok());
+      alone.push_back(state->Clone());
+      batched.push_back(*std::move(state));
+    }
+    for (int step = 0; step < 5; ++step) {
+      std::vector<int64_t> tokens;
+      std::vector<ModelState*> states;
+      for (int i = step % 2; i < kSessions; ++i) {  // rows join and leave
+        tokens.push_back((step * 131 + i * 17) % m.vocab_size());
+        states.push_back(&batched[i]);
+      }
+      auto logits = m.StepBatch(tokens, states);
+      ASSERT_TRUE(logits.ok()) << logits.status();
+      ASSERT_EQ(logits->sizes(), at::IntArrayRef({static_cast<int64_t>(tokens.size()),
+                                                  m.vocab_size()}));
+      for (size_t r = 0; r < tokens.size(); ++r) {
+        const int i = static_cast<int>(r) + step % 2;
+        auto one = m.Forward(Tokens({tokens[r]}), &alone[i], OutputKind::kLastLogits);
+        ASSERT_TRUE(one.ok());
+        EXPECT_LE(testing::MaxRelativeError(logits->narrow(0, static_cast<int64_t>(r), 1), *one),
+                  1e-5)
+            << "session " << i << " step " << step;
+        EXPECT_EQ(batched[i].position, alone[i].position);
+      }
+    }
+    // Input errors leave every state as it was.
+    const int64_t before = batched[1].position;
+    EXPECT_EQ(m.StepBatch({1, m.vocab_size()}, {&batched[1], &batched[2]}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(batched[1].position, before);
+  }
+}
+
 TEST(StateSerializationTest, RefusesCorruptTruncatedAndForeignStates) {
   auto mamba = BuildDefaultModel("mamba");
   auto hybrid = BuildDefaultModel("hybrid");

@@ -1,0 +1,436 @@
+#include "server/scheduler/batch_scheduler.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/inference.h"
+
+namespace attnserve::server::scheduler {
+
+// A job's progress; touched only on the loop thread (Submit creates it, the loop owns it).
+struct BatchScheduler::Active {
+  std::unique_ptr<Job> job;
+  QueueKey key = nullptr;
+  bool started = false;
+  bool done = false;
+  bool reserved = false;      // the session's state budget was raised for this job
+  int64_t consumed = 0;       // prompt tokens computed
+  int generated = 0;          // tokens sampled
+  bool pending = false;       // the last sampled token has not been fed back yet
+  int64_t pending_token = 0;
+  std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
+  std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
+  std::mt19937_64 rng;
+  int64_t submitted_ns = 0, ready_since_ns = 0, first_compute_ns = 0;
+  JobResult result;
+
+  int64_t prompt_length() const { return job->tokens.size(1); }
+  int64_t remaining() const { return prompt_length() - consumed; }
+  Session* session() const { return job->session ? &**job->session : nullptr; }
+  // Whether a prompt can be cut into chunks: it continues a state (a session's, or one of its
+  // own when the model can stream).
+  bool chunkable() const { return session() != nullptr || job->model->can_stream(); }
+  // Whether the next computation is one token on a state: a row of the iteration's StepBatch.
+  bool decode_row() const {
+    if (pending) return true;
+    return session() != nullptr && remaining() == 1 && job->output != model::OutputKind::kHidden;
+  }
+};
+
+struct BatchScheduler::Batch {
+  const model::Model* model = nullptr;
+  std::vector<Active*> decode;
+  std::vector<std::pair<Active*, int64_t>> prefill;  // job, chunk length
+  int64_t tokens = 0;
+};
+
+namespace {
+
+int64_t NowNanos() { return absl::GetCurrentTimeNanos(); }
+
+}  // namespace
+
+BatchScheduler::BatchScheduler(SchedulerOptions options) : options_(std::move(options)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+BatchScheduler::~BatchScheduler() { Stop(); }
+
+absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
+  if (job == nullptr || job->model == nullptr || !job->tokens.defined() ||
+      job->tokens.dim() != 2 || job->tokens.size(0) != 1 || job->tokens.size(1) < 1 ||
+      !job->on_done) {
+    return absl::InvalidArgumentError(
+        "scheduler: a job needs a model, (1, n >= 1) tokens and on_done");
+  }
+  auto active = std::make_unique<Active>();
+  active->key = job->session ? static_cast<QueueKey>(job->session->get().get())
+                             : static_cast<QueueKey>(active.get());
+  active->submitted_ns = active->ready_since_ns = NowNanos();
+  active->job = std::move(job);
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the server is shutting down");
+  if (!abort_.ok()) return abort_;
+  if (queued_jobs_ >= options_.max_queued_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat("the request queue is full (",
+                                                     options_.max_queued_jobs,
+                                                     " waiting; see --max_queue); retry later"));
+  }
+  ++queued_jobs_;
+  queues_[active->key].push_back(std::move(active));
+  return absl::OkStatus();
+}
+
+void BatchScheduler::Abort(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (abort_.ok()) abort_ = status.ok() ? absl::CancelledError("aborted") : status;
+}
+
+void BatchScheduler::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    if (abort_.ok()) abort_ = absl::UnavailableError("the server is shutting down");
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t BatchScheduler::queued_jobs() const {
+  absl::MutexLock lock(&mu_);
+  return queued_jobs_;
+}
+
+int64_t BatchScheduler::iterations() const {
+  absl::MutexLock lock(&mu_);
+  return iterations_;
+}
+
+void BatchScheduler::Loop() {
+  at::set_num_threads(options_.intra_op_threads > 0
+                          ? options_.intra_op_threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  while (true) {
+    std::vector<Active*> ready;
+    absl::Status abort;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](BatchScheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+            return s->stopping_ || !s->queues_.empty();
+          },
+          this));
+      if (queues_.empty()) return;  // stopping, and every job has ended
+      abort = abort_;
+      for (auto& [key, queue] : queues_) {
+        if (abort.ok()) {
+          ready.push_back(queue.front().get());
+        } else {
+          for (auto& a : queue) ready.push_back(a.get());
+        }
+      }
+      ++iterations_;
+    }
+    RunIteration(ready, abort);
+    absl::MutexLock lock(&mu_);
+    for (Active* a : ready) {
+      if (!a->done) continue;
+      auto it = queues_.find(a->key);
+      if (it == queues_.end()) continue;
+      std::deque<std::unique_ptr<Active>>& queue = it->second;
+      for (auto q = queue.begin(); q != queue.end(); ++q) {
+        if (q->get() == a) {
+          queue.erase(q);
+          --queued_jobs_;
+          break;
+        }
+      }
+      if (queue.empty()) queues_.erase(it);
+    }
+  }
+}
+
+void BatchScheduler::RunIteration(const std::vector<Active*>& ready, const absl::Status& abort) {
+  std::vector<Active*> live;
+  for (Active* a : ready) {
+    if (!abort.ok()) {
+      Finish(*a, abort);
+    } else if (!a->started) {
+      if (Begin(*a)) live.push_back(a);
+    } else if (absl::Status wanted = CheckStillWanted(*a); !wanted.ok()) {
+      Finish(*a, wanted);
+    } else {
+      live.push_back(a);
+    }
+  }
+  if (live.empty()) return;
+  Batch batch = FormBatch(live);
+  const int64_t start = NowNanos();
+  const std::string& variant = batch.model->name();
+  if (options_.metrics != nullptr) {
+    for (Active* a : batch.decode) {
+      options_.metrics->RecordBatchWait(variant, (start - a->ready_since_ns) * 1e-9);
+    }
+    for (auto& [a, chunk] : batch.prefill) {
+      options_.metrics->RecordBatchWait(variant, (start - a->ready_since_ns) * 1e-9);
+    }
+  }
+  auto first_compute = [&](Active& a) {
+    if (a.first_compute_ns != 0) return;
+    a.first_compute_ns = start;
+    a.result.queue_seconds = (start - a.submitted_ns) * 1e-9;
+    if (options_.metrics != nullptr) options_.metrics->RecordQueue(variant, a.result.queue_seconds);
+  };
+  for (Active* a : batch.decode) first_compute(*a);
+  for (auto& [a, chunk] : batch.prefill) first_compute(*a);
+
+  if (!batch.decode.empty()) RunDecodeRows(batch.decode);
+  for (auto& [a, chunk] : batch.prefill) RunPrefillChunk(*a, chunk);
+
+  const int64_t end = NowNanos();
+  for (Active* a : batch.decode) a->ready_since_ns = end;
+  for (auto& [a, chunk] : batch.prefill) a->ready_since_ns = end;
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordIteration(
+        variant, static_cast<int64_t>(batch.decode.size() + batch.prefill.size()), batch.tokens,
+        (end - start) * 1e-9);
+  }
+}
+
+absl::Status BatchScheduler::CheckStillWanted(const Active& a) const {
+  if (a.job->is_cancelled && a.job->is_cancelled()) {
+    return absl::CancelledError("the client cancelled the call");
+  }
+  if (absl::Now() > a.job->deadline) {
+    return absl::DeadlineExceededError(
+        a.started ? "the deadline passed during the request; the rest was not computed"
+                  : "the deadline passed while the request waited; nothing was computed");
+  }
+  if (const Session* s = a.session(); s != nullptr && s->closed()) {
+    return absl::NotFoundError(absl::StrCat("session '", s->id(), "' was closed"));
+  }
+  return absl::OkStatus();
+}
+
+bool BatchScheduler::Begin(Active& a) {
+  if (absl::Status wanted = CheckStillWanted(a); !wanted.ok()) {
+    Finish(a, wanted);
+    return false;
+  }
+  a.started = true;
+  a.rng.seed(a.job->generate.seed());
+  if (a.job->on_start) {
+    absl::StatusOr<bool> run = a.job->on_start();
+    if (!run.ok() || !*run) {
+      Finish(a, run.status());
+      return false;
+    }
+  }
+  const model::Model& m = *a.job->model;
+  const at::Tensor& tokens = a.job->tokens;
+  const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+  if (lo < 0 || hi >= m.vocab_size()) {
+    Finish(a, absl::InvalidArgumentError(absl::StrCat("token id ", lo < 0 ? lo : hi,
+                                                      " is outside the vocabulary [0, ",
+                                                      m.vocab_size(), ") of model '", m.name(),
+                                                      "'")));
+    return false;
+  }
+  Session* s = a.session();
+  const int64_t position = s != nullptr ? s->state.position : 0;
+  const int64_t length = position + a.prompt_length() + a.job->max_new_tokens;
+  if (length > m.max_sequence_length()) {
+    Finish(a, absl::ResourceExhaustedError(
+                  s != nullptr
+                      ? absl::StrCat("session '", s->id(), "' would hold ", length,
+                                     " tokens; model '", m.name(), "' takes at most ",
+                                     m.max_sequence_length())
+                      : absl::StrCat("sequence of ", length, " tokens exceeds model '", m.name(),
+                                     "' max_sequence_length ", m.max_sequence_length())));
+    return false;
+  }
+  if (s != nullptr && options_.sessions != nullptr) {
+    if (absl::Status reserved = options_.sessions->Reserve(*s, m.StateBytesPerSequence(length));
+        !reserved.ok()) {
+      Finish(a, reserved);
+      return false;
+    }
+    a.reserved = true;
+  }
+  return true;
+}
+
+BatchScheduler::Batch BatchScheduler::FormBatch(const std::vector<Active*>& live) const {
+  Batch batch;
+  const Active* oldest = *std::min_element(
+      live.begin(), live.end(),
+      [](const Active* x, const Active* y) { return x->ready_since_ns < y->ready_since_ns; });
+  batch.model = oldest->job->model;
+  std::vector<Active*> mine;
+  for (Active* a : live) {
+    if (a->job->model == batch.model) mine.push_back(a);
+  }
+  std::stable_sort(mine.begin(), mine.end(), [](const Active* x, const Active* y) {
+    return x->ready_since_ns < y->ready_since_ns;
+  });
+  // Decode rows first, oldest first; when a prompt waits too, they leave it at least one token
+  // of the budget, so the oldest job always takes part.
+  const bool prompt_waits = std::any_of(mine.begin(), mine.end(),
+                                        [](const Active* a) { return !a->decode_row(); });
+  const int64_t max_rows = std::max<int64_t>(
+      1, std::min(options_.max_batch_sessions, options_.max_batch_tokens - (prompt_waits ? 1 : 0)));
+  for (Active* a : mine) {
+    if (a->decode_row() && static_cast<int64_t>(batch.decode.size()) < max_rows) {
+      batch.decode.push_back(a);
+    }
+  }
+  int64_t budget = options_.max_batch_tokens - static_cast<int64_t>(batch.decode.size());
+  for (Active* a : mine) {
+    if (a->decode_row()) continue;
+    const bool empty = batch.decode.empty() && batch.prefill.empty();
+    if (budget <= 0 && !empty) break;
+    const int64_t remaining = a->remaining();
+    int64_t chunk;
+    if (!a->chunkable()) {
+      if (remaining > budget && !empty) continue;  // a whole sequence: when it fits, or alone
+      chunk = remaining;
+    } else {
+      chunk = std::min(remaining, std::max<int64_t>(budget, 1));
+    }
+    batch.prefill.emplace_back(a, chunk);
+    budget -= chunk;
+  }
+  batch.tokens = static_cast<int64_t>(batch.decode.size());
+  for (auto& [a, chunk] : batch.prefill) batch.tokens += chunk;
+  return batch;
+}
+
+void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
+  const model::Model& m = *rows.front()->job->model;
+  std::vector<int64_t> tokens;
+  std::vector<model::ModelState*> states;
+  for (Active* a : rows) {
+    tokens.push_back(a->pending ? a->pending_token
+                                : a->job->tokens[0][a->consumed].item<int64_t>());
+    states.push_back(&a->session()->state);
+  }
+  absl::StatusOr<at::Tensor> logits = m.StepBatch(tokens, states);
+  if (!logits.ok()) {
+    for (Active* a : rows) Finish(*a, logits.status());
+    return;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Active& a = *rows[i];
+    at::Tensor row = logits->narrow(0, static_cast<int64_t>(i), 1);  // (1, vocab)
+    if (a.pending) {
+      a.pending = false;
+      if (options_.metrics != nullptr) options_.metrics->AddTokens(m.name(), "decode", 1);
+      Advance(a, row);
+      continue;
+    }
+    // The last token of a prompt (or the only one).
+    a.consumed += 1;
+    if (options_.metrics != nullptr) {
+      options_.metrics->AddTokens(m.name(), a.prompt_length() == 1 ? "decode" : "prefill", 1);
+    }
+    if (a.job->output == model::OutputKind::kAllLogits) {
+      a.chunk_outputs.push_back(row.unsqueeze(1));
+      a.result.output = at::cat(a.chunk_outputs, 1);
+    } else {
+      a.result.output = row;
+    }
+    Advance(a, row);
+  }
+}
+
+void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
+  const model::Model& m = *a.job->model;
+  model::ModelState* state = nullptr;
+  if (Session* s = a.session(); s != nullptr) {
+    state = &s->state;
+  } else if (chunk < a.prompt_length()) {  // a request without a session, cut into chunks
+    if (!a.own_state.has_value()) {
+      absl::StatusOr<model::ModelState> fresh = m.NewState(1);
+      if (!fresh.ok()) {
+        Finish(a, fresh.status());
+        return;
+      }
+      a.own_state = *std::move(fresh);
+    }
+    state = &*a.own_state;
+  }
+  const at::Tensor tokens = a.job->tokens.narrow(1, a.consumed, chunk);
+  absl::StatusOr<at::Tensor> out = m.Forward(tokens, state, a.job->output);
+  if (!out.ok()) {
+    Finish(a, out.status());
+    return;
+  }
+  a.consumed += chunk;
+  if (options_.metrics != nullptr) {
+    options_.metrics->AddTokens(
+        m.name(), a.prompt_length() == 1 && a.session() != nullptr ? "decode" : "prefill", chunk);
+  }
+  if (a.job->output == model::OutputKind::kLastLogits) {
+    a.result.output = *out;
+  } else {
+    a.chunk_outputs.push_back(*out);
+  }
+  if (a.remaining() > 0) return;
+  if (a.job->output != model::OutputKind::kLastLogits) {
+    a.result.output =
+        a.chunk_outputs.size() == 1 ? a.chunk_outputs.front() : at::cat(a.chunk_outputs, 1);
+    a.chunk_outputs.clear();
+  }
+  at::Tensor logits;
+  if (a.job->output == model::OutputKind::kLastLogits) {
+    logits = *out;
+  } else if (a.job->output == model::OutputKind::kAllLogits) {
+    logits = out->select(1, out->size(1) - 1);
+  }
+  Advance(a, logits);
+}
+
+void BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
+  if (a.remaining() > 0) return;
+  if (a.generated >= a.job->max_new_tokens) {
+    Finish(a, absl::OkStatus());
+    return;
+  }
+  if (!logits.defined()) {
+    Finish(a, absl::InvalidArgumentError("generate needs logits, not hidden states"));
+    return;
+  }
+  float logprob = 0;
+  const int64_t token = SampleToken(logits, a.job->generate, a.rng, &logprob);
+  a.result.generated.push_back(token);
+  if (a.job->on_token) a.job->on_token(token, logprob, a.generated);
+  if (options_.metrics != nullptr) options_.metrics->AddTokens(a.job->model->name(), "generate", 1);
+  ++a.generated;
+  a.pending = true;
+  a.pending_token = token;
+}
+
+void BatchScheduler::Finish(Active& a, const absl::Status& status) {
+  if (a.done) return;
+  a.done = true;
+  if (Session* s = a.session(); s != nullptr) {
+    if (a.reserved && options_.sessions != nullptr) {
+      // Give back what was reserved beyond the state's size now (shrinking always succeeds).
+      options_.sessions->Reserve(*s, a.job->model->StateBytesPerSequence(s->state.position))
+          .IgnoreError();
+    }
+    s->Publish();
+  }
+  if (a.first_compute_ns != 0) a.result.compute_seconds = (NowNanos() - a.first_compute_ns) * 1e-9;
+  a.own_state.reset();
+  a.job->on_done(status, std::move(a.result));
+}
+
+}  // namespace attnserve::server::scheduler

@@ -1,0 +1,116 @@
+// The scheduler: one loop that runs every model computation of the server, in iterations.
+//
+// Per-session queues. Jobs (job.h) of one session run strictly in submission order, one at a
+// time; a job waiting for its session is only an entry in that session's queue (it holds no
+// thread). A job without a session has a queue of its own.
+//
+// Continuous batching. Each iteration takes the jobs at the heads of the queues ("ready"),
+// picks the model whose ready job has waited longest, and forms that model's batch:
+//   * decode rows: every ready job of the model whose next input is one token on a state (a
+//     generation step, or an append of one token), oldest first, at most max_batch_sessions,
+//     run as one Model::StepBatch of B rows, so each weight matrix is read once per iteration
+//     (when a prompt of the model waits too, they leave it at least one token of the budget);
+//   * prefill chunks: the model's other ready jobs, oldest first, each taking a chunk of its
+//     remaining prompt within what is left of max_batch_tokens (the decode rows count one token
+//     each), so a long prompt is cut into chunks and decoding sessions get a step every
+//     iteration (chunked prefill). A model that cannot stream runs a whole sequence at once:
+//     it joins a batch only when it fits, or runs alone.
+// A job that took part goes to the back (its wait restarts), so no ready job starves: when the
+// batch is full, the longest-waiting jobs go first.
+//
+// Identical outputs: a session's rows are computed by the same kernels whatever shares the
+// batch (StepBatch equals Step per row, chunked prefill equals whole prefill, to float32
+// rounding), and sampling uses the job's own generator.
+//
+// Cancellation and deadlines are checked before every iteration: a job whose client has gone
+// (CANCELLED), whose deadline has passed (DEADLINE_EXCEEDED) or whose session was closed
+// (NOT_FOUND) ends before it computes again; a cancelled generation stops within one step.
+// Abort() ends every job with a status at the next iteration (the drain deadline).
+//
+// Threads: Submit, Abort, Stop and the getters are thread-safe; all jobs' hooks and every
+// model computation run on the scheduler's one thread, which uses intra_op_threads for the
+// kernels.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/metrics.h"
+#include "server/scheduler/job.h"
+
+namespace attnserve::server::scheduler {
+
+struct SchedulerOptions {
+  // Most decode rows (sessions) in one iteration's StepBatch (--max_batch_sessions).
+  int64_t max_batch_sessions = 64;
+  // Most tokens one iteration computes, decode rows and prefill chunks together
+  // (--max_batch_tokens); at least max_batch_sessions is sensible.
+  int64_t max_batch_tokens = 256;
+  // Most jobs submitted and not finished, over all sessions (--max_queue): RESOURCE_EXHAUSTED
+  // beyond.
+  int64_t max_queued_jobs = 1024;
+  // Threads the kernels use inside each computation (--intra_op_threads; 0: one per core).
+  int intra_op_threads = 0;
+  SessionTable* sessions = nullptr;  // borrowed: state reservations of session jobs
+  ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
+};
+
+class BatchScheduler {
+ public:
+  explicit BatchScheduler(SchedulerOptions options);
+  ~BatchScheduler();  // Stop()
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
+
+  // Queues `job` behind its session's earlier jobs. On error (queue full: RESOURCE_EXHAUSTED;
+  // stopping: UNAVAILABLE) the job is not taken and none of its hooks is called.
+  absl::Status Submit(std::unique_ptr<Job> job);
+
+  // Ends every job submitted so far, and every one submitted later, with `status` (at the
+  // start of the next iteration; the one running finishes its step first).
+  void Abort(const absl::Status& status);
+
+  // Refuses new jobs, ends the queued ones with UNAVAILABLE, joins the thread. Idempotent.
+  void Stop();
+
+  // Jobs submitted and not yet finished.
+  int64_t queued_jobs() const;
+  // Iterations run so far.
+  int64_t iterations() const;
+
+ private:
+  struct Active;
+  struct Batch;
+  using QueueKey = const void*;  // the session, or the job itself when it has none
+
+  void Loop();
+  // Under no lock, on the loop thread: starts or ends the ready jobs, then forms and runs
+  // one batch. Returns the jobs that finished.
+  void RunIteration(const std::vector<Active*>& ready, const absl::Status& abort);
+  bool Begin(Active& a);                       // on_start and reservation; false: it ended
+  absl::Status CheckStillWanted(const Active& a) const;  // cancelled, deadline, closed
+  Batch FormBatch(const std::vector<Active*>& ready) const;
+  void RunDecodeRows(const std::vector<Active*>& rows);
+  void RunPrefillChunk(Active& a, int64_t chunk);
+  // After a computation that produced `logits` (1, vocab) for `a`: samples the next token or
+  // ends the job.
+  void Advance(Active& a, const at::Tensor& logits);
+  void Finish(Active& a, const absl::Status& status);
+
+  const SchedulerOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<QueueKey, std::deque<std::unique_ptr<Active>>> queues_ ABSL_GUARDED_BY(mu_);
+  int64_t queued_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status abort_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t iterations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
+};
+
+}  // namespace attnserve::server::scheduler

@@ -1,0 +1,68 @@
+// What one request asks of the scheduler (server/scheduler/batch_scheduler.h) and how the
+// scheduler reports back: a prompt to run on a session's state (or on a fresh state, or as a
+// whole sequence, for a request without a session), then optionally tokens to generate.
+//
+// Threads: the submitter fills a Job and hands it over; from then on the scheduler owns it and
+// calls its hooks on the scheduler's thread only, in this order: on_start (once, when the job
+// reaches the head of its session's queue), on_token (once per generated token), on_done
+// (exactly once, last; the job is destroyed after it). is_cancelled may be called on the
+// scheduler's thread at any time before on_done. Hooks must not block: they queue gRPC writes
+// or finish a call, nothing more.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "attnserve/v1/inference.pb.h"
+#include "server/model/model.h"
+#include "server/session_table.h"
+
+namespace attnserve::server::scheduler {
+
+// What a finished job computed.
+struct JobResult {
+  // The prompt's output, as `Job::output` asks (on the CPU, batch 1): (1, vocab) last logits,
+  // (1, L, vocab) all logits or (1, L, hidden). Undefined for a job that on_start ended.
+  at::Tensor output;
+  std::vector<int64_t> generated;  // the tokens sampled, in order
+  double queue_seconds = 0;        // from Submit to its first computation
+  double compute_seconds = 0;      // from its first computation to its end
+};
+
+struct Job {
+  // The model to run; a session's own model when `session` is set.
+  const model::Model* model = nullptr;
+  // The session whose state the job continues (kept in use, so it cannot expire meanwhile);
+  // empty for a request without a session. Jobs of one session run one at a time, in the
+  // order they were submitted.
+  std::optional<SessionUse> session;
+  // (1, n) int64 prompt, n >= 1, on the CPU (ids are checked against the vocabulary at start).
+  at::Tensor tokens;
+  model::OutputKind output = model::OutputKind::kLastLogits;
+  // Tokens to sample after the prompt (0: none); each is fed back, so a session continues
+  // after the generated text. `generate` holds temperature, top_k and seed.
+  int max_new_tokens = 0;
+  v1::GenerateSpec generate;
+  // Checked before every iteration the job would take part in: past it, the job ends with
+  // DEADLINE_EXCEEDED without computing further.
+  absl::Time deadline = absl::InfiniteFuture();
+  // Whether the client has gone (then the job ends with CANCELLED before its next step).
+  std::function<bool()> is_cancelled;
+  // Runs when the job reaches the head of its session's queue, before any computation (with
+  // the session's state, sequence number and stored results the job's to read): an error ends
+  // the job with it; false ends it with OK and no computation (a replayed append).
+  std::function<absl::StatusOr<bool>()> on_start;
+  // A generated token: its index (0-based) within this job and its log-probability under the
+  // unscaled logits.
+  std::function<void(int64_t token, float logprob, int index)> on_token;
+  // The end: OK with the result, or the error that ended the job.
+  std::function<void(const absl::Status& status, JobResult result)> on_done;
+};
+
+}  // namespace attnserve::server::scheduler
