@@ -3,7 +3,7 @@
 
 Writes a random-weight model of mamba-130m's shape (Hugging Face MambaConfig: hidden 768,
 24 layers, d_state 16, expand 2, conv 4, vocab 50280, tied embeddings; 129M parameters) with
-attnserve-export-model --config, serves it with attnserve-server (one worker, --threads
+attnserve-export-model --config, serves it with attnserve-server (the scheduler's loop with --threads
 intra-op threads), and measures through gRPC with attnserve-load, one request at a time:
 
   prefill  pp<N>: unary Infer of N random tokens (last logits); tokens/s = N / median latency
@@ -48,7 +48,7 @@ MODEL = "mamba-130m"
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--build-dir", default=str(REPO / "build"))
-    p.add_argument("--threads", type=int, default=2, help="intra-op threads of the one worker")
+    p.add_argument("--threads", type=int, default=2, help="the server's --intra_op_threads")
     p.add_argument("--prompt", type=int, default=512, help="prefill length (pp)")
     p.add_argument("--generate", type=int, default=128, help="decode length (tg)")
     p.add_argument("--requests", type=int, default=8, help="measured requests per phase")
@@ -66,7 +66,7 @@ def start_server(build, repo, threads, precision):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
     proc = subprocess.Popen(
         [str(build / "server" / "attnserve-server"), f"--model_repository={repo}",
-         f"--policy={MODEL}", "--workers=1", f"--intra_op_threads={threads}", "--port=0",
+         f"--policy={MODEL}", f"--intra_op_threads={threads}", "--port=0",
          "--metrics_port=-1", "--host=127.0.0.1", f"--weight_precision={precision}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.time() + 300
@@ -121,7 +121,7 @@ def main():
         (f"prefill pp{args.prompt}", prefill_tok_s, LLAMA_CPP_PREFILL_TOK_S),
         (f"decode tg{args.generate}", decode_tok_s, LLAMA_CPP_DECODE_TOK_S),
     ]
-    print(f"{MODEL} (random weights, {args.weight_precision}), 1 worker x {args.threads} threads, "
+    print(f"{MODEL} (random weights, {args.weight_precision}), {args.threads} kernel threads, "
           f"{args.requests} requests per phase, through gRPC on loopback")
     print(f"{'phase':<14}{'attnserve tok/s':>17}{'llama.cpp tok/s':>17}{'ratio':>8}")
     for name, ours, ref in rows:

@@ -287,7 +287,7 @@ class ScrapeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.pb, cls.rpc, _, cls.stubs = dc.grpc_stubs(ARGS.source_dir)
-        cls.server = dc.Server(ARGS.build_dir, ["--workers=2"])
+        cls.server = dc.Server(ARGS.build_dir, ["--intra_op_threads=1"])
         cls.tmp = tempfile.mkdtemp(prefix="attnserve_prometheus_")
         cls.prometheus = None
         import grpc

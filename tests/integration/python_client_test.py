@@ -67,7 +67,7 @@ class Server:
 
     def __init__(self, binary, *flags):
         self.lines = []
-        flags = ["--host=127.0.0.1", "--port=0", "--workers=2",
+        flags = ["--host=127.0.0.1", "--port=0", "--intra_op_threads=1",
                  "--drain_deadline_s=%d" % DRAIN_DEADLINE_S, "--max_new_tokens=64"] + list(flags)
         # A free port for the Prometheus endpoint too, where the server has one.
         usage = subprocess.run([binary, "--helpfull"], capture_output=True, text=True, timeout=60)
