@@ -205,13 +205,15 @@ void BatchScheduler::RunIteration(const std::vector<Active*>& ready, const absl:
 }
 
 absl::Status BatchScheduler::CheckStillWanted(const Active& a) const {
-  if (a.job->is_cancelled && a.job->is_cancelled()) {
-    return absl::CancelledError("the client cancelled the call");
-  }
+  // The deadline first: gRPC cancels a call whose deadline passed, and that is not the
+  // client going away.
   if (absl::Now() > a.job->deadline) {
     return absl::DeadlineExceededError(
         a.started ? "the deadline passed during the request; the rest was not computed"
                   : "the deadline passed while the request waited; nothing was computed");
+  }
+  if (a.job->is_cancelled && a.job->is_cancelled()) {
+    return absl::CancelledError("the client cancelled the call");
   }
   if (const Session* s = a.session(); s != nullptr && s->closed()) {
     return absl::NotFoundError(absl::StrCat("session '", s->id(), "' was closed"));

@@ -4,7 +4,8 @@
 Generates the stubs from proto/attnserve/v1 at test time, starts the built server on a free
 port, runs Infer and a Stream with generation, then sends SIGTERM and checks the drain: health
 goes NOT_SERVING, new calls are refused, the stream in flight is served to its end, and the
-process exits 0 within the drain deadline.
+process exits 0 within the drain deadline. With a 1 s drain deadline, a long generation in
+flight is cancelled at the deadline and the process exits 0 within 2 s of SIGTERM.
 
 Usage: python_client_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
@@ -281,6 +282,67 @@ class PythonClientTest(unittest.TestCase):
         self.assertLess(exited_at - idle_at, DRAIN_DEADLINE_S - 2,
                         "the server stayed up %.1f s after its last call finished "
                         "(--drain_deadline_s=%d)" % (exited_at - idle_at, DRAIN_DEADLINE_S))
+
+
+class DrainDeadlineTest(unittest.TestCase):
+    """--drain_deadline_s=1 with a generation of 100000 tokens in flight."""
+
+    def test_long_generation_is_cancelled_at_the_deadline(self):
+        tmp = tempfile.mkdtemp(prefix="attnserve_py_drain_")
+        try:
+            generate_stubs(ARGS.source_dir, tmp)
+            import grpc
+            from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc
+            binary = os.path.join(os.path.abspath(ARGS.build_dir), "server", "attnserve-server")
+            server = Server(binary, "--drain_deadline_s=1", "--max_new_tokens=100000")
+            try:
+                channel = grpc.insecure_channel(server.target)
+                stub = inference_pb2_grpc.AttnServeStub(channel)
+                requests = [
+                    pb.StreamRequest(open=pb.StreamOpen(model="mamba")),
+                    pb.StreamRequest(append=pb.StreamAppend(
+                        sequence_number=1, tokens=[1, 2, 3],
+                        generate=pb.GenerateSpec(max_new_tokens=100000))),
+                ]
+                outbox = queue.Queue()
+                for r in requests:
+                    outbox.put(r)
+
+                def pending():
+                    while True:
+                        item = outbox.get()
+                        if item is None:
+                            return
+                        yield item
+
+                stream = stub.Stream(pending(), timeout=120)
+                self.assertTrue(next(stream).HasField("opened"))
+                for _ in range(5):  # generating
+                    self.assertTrue(next(stream).HasField("generated"))
+                sigterm_at = time.monotonic()
+                server.proc.send_signal(signal.SIGTERM)
+                generated = 5
+                with self.assertRaises(grpc.RpcError) as error:
+                    for response in stream:
+                        generated += response.HasField("generated")
+                ended_at = time.monotonic()
+                code = server.proc.wait(timeout=30)
+                exited_at = time.monotonic()
+                outbox.put(None)
+                channel.close()
+                server.pump.join(5)
+                output = server.output()
+                self.assertEqual(code, 0, output)
+                self.assertEqual(error.exception.code(), grpc.StatusCode.UNAVAILABLE, output)
+                self.assertIn("drain deadline passed", error.exception.details())
+                self.assertLess(generated, 100000)
+                print("\nstream ended %.2f s, process exited %.2f s after SIGTERM (%d tokens)" %
+                      (ended_at - sigterm_at, exited_at - sigterm_at, generated), file=sys.stderr)
+                self.assertLess(exited_at - sigterm_at, 2.0, output)
+            finally:
+                server.kill()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():

@@ -28,11 +28,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::vector<std::string>& StreamingModels() {
-  static const auto* models = new std::vector<std::string>{"standard", "linear", "mamba", "hybrid"};
-  return *models;
-}
-
 // ---------------------------------------------------------------------------------------
 // Every RPC, with its content.
 

@@ -44,6 +44,12 @@ inline constexpr int64_t kVocab = 4096;                                // of eve
 inline constexpr int64_t kHidden = 256;                                // of every default model
 inline constexpr int64_t kStandardBytesPerToken = 4 * 2 * 4 * 64 * 4;  // layers*KV*H*d*float
 
+// The default models that can stream.
+inline const std::vector<std::string>& StreamingModels() {
+  static const auto* models = new std::vector<std::string>{"standard", "linear", "mamba", "hybrid"};
+  return *models;
+}
+
 // The default models (standard, linformer, linear, mamba, hybrid), built once per process.
 inline const model::ModelRepository& Repository() {
   static const model::ModelRepository* repository = [] {
