@@ -1,5 +1,5 @@
 // The tensor side of a request: token ids in, outputs (logits, hidden states, top-k) and
-// sampled tokens out. Used by the service's workers; nothing here touches gRPC.
+// sampled tokens out. Used by the service and the scheduler; nothing here touches gRPC.
 #pragma once
 
 #include <ATen/core/Tensor.h>

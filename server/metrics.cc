@@ -49,7 +49,7 @@ double ResidentBytes() {
 
 }  // namespace
 
-// Computes the gauges whose truth lives elsewhere (the session table, the worker pool, the
+// Computes the gauges whose truth lives elsewhere (the session table, the scheduler, the
 // process) at scrape time, so they can never drift from it.
 class ServerMetrics::Collector final : public prometheus::Collectable {
  public:
@@ -82,7 +82,7 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
     }
     if (sources_.queue_depth) {
       out.push_back(Family("attnserve_queue_depth",
-                           "Requests submitted to the scheduler and not finished.",
+                           "Requests submitted to the scheduler that have not computed yet.",
                            prometheus::MetricType::Gauge,
                            {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
     }

@@ -18,8 +18,8 @@
 //       "named" (model given by name) or "session" (a session's model)
 //   attnserve_sessions{variant}, attnserve_session_state_bytes{variant}   gauges
 //   attnserve_session_evictions_total{reason}               counter; reason = ttl, capacity, closed
-//   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: jobs submitted to the
-//       scheduler and not finished)
+//   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
+//       the scheduler that have not computed yet: waiting for their session or a batch)
 //   attnserve_model_load_seconds{model}, attnserve_build_info{version, cuda, torch}  gauges
 //   process_cpu_seconds_total, process_resident_memory_bytes, process_start_time_seconds
 // Thread-safe.

@@ -4,19 +4,41 @@
 
 #include <vector>
 
-#include "kernels/common/bf16_gemv.h"
+#include "kernels/common/skinny_gemm.h"
 
 namespace attnserve::kernels {
 namespace {
 
-bool IsOneCpuRow(const at::Tensor& x) {
-  return x.is_cpu() && x.dim() >= 1 && x.numel() == x.size(-1) && x.scalar_type() == at::kFloat;
+// Rows of a float32 CPU input, when few enough for the skinny kernels; 0 otherwise.
+int64_t SkinnyRows(const at::Tensor& x) {
+  if (!x.is_cpu() || x.dim() < 1 || x.scalar_type() != at::kFloat || x.size(-1) == 0) return 0;
+  const int64_t rows = x.numel() / x.size(-1);
+  return rows >= 1 && rows <= kSkinnyGemmMaxRows ? rows : 0;
 }
 
 std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = out_features;
   return sizes;
+}
+
+// y = x Wᵀ through the skinny kernels; `bf16` (same shape as `weight`) when there is a copy.
+at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& weight,
+                         const at::Tensor& bf16) {
+  const int64_t out = weight.size(0), in = weight.size(1);
+  TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
+              in);
+  at::Tensor x2 = x.reshape({rows, in});
+  if (x2.stride(1) != 1) x2 = x2.contiguous();
+  at::Tensor y = at::empty({rows, out}, x.options());
+  if (bf16.defined()) {
+    SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
+                   x2.data_ptr<float>(), x2.stride(0), rows, y.data_ptr<float>());
+  } else {
+    SkinnyGemmF32(weight.data_ptr<float>(), out, in, x2.data_ptr<float>(), x2.stride(0), rows,
+                  y.data_ptr<float>());
+  }
+  return y.view(OutputSizes(x, out));
 }
 
 }  // namespace
@@ -27,21 +49,19 @@ LinearWeight::LinearWeight(const at::Tensor& weight, bool bf16_copy)
 }
 
 at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
-  if (bf16_.defined() && IsOneCpuRow(x)) {
-    TORCH_CHECK(x.size(-1) == weight_.size(1), "linear: input has ", x.size(-1),
-                " features, the weight expects ", weight_.size(1));
-    const at::Tensor row = x.reshape({-1}).contiguous();
-    at::Tensor y = at::empty({weight_.size(0)}, x.options());
-    Bf16Gemv(reinterpret_cast<const uint16_t*>(bf16_.data_ptr()), bf16_.size(0), bf16_.size(1),
-             row.data_ptr<float>(), y.data_ptr<float>());
-    return y.view(OutputSizes(x, weight_.size(0)));
+  if (const int64_t rows = weight_.is_cpu() ? SkinnyRows(x) : 0; rows > 0) {
+    return SkinnyProduct(x, rows, weight_, bf16_);
   }
-  return Linear(x, weight_);
+  return at::linear(x, weight_);
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
-  if (IsOneCpuRow(x) && weight.is_contiguous()) {
-    return at::mv(weight, x.reshape({-1})).view(OutputSizes(x, weight.size(0)));
+  if (const int64_t rows = weight.is_cpu() && weight.is_contiguous() &&
+                                   weight.scalar_type() == at::kFloat
+                               ? SkinnyRows(x)
+                               : 0;
+      rows > 0) {
+    return SkinnyProduct(x, rows, weight, at::Tensor());
   }
   return at::linear(x, weight);
 }

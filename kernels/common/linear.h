@@ -1,14 +1,13 @@
 // y = x Wᵀ (no bias) for x (..., in) and W (out, in), as the mixers and the model apply their
 // weight matrices.
 //
-// A single row (a decode step) is a matrix-vector product, bound by the bytes of W it reads:
-// - at::linear sends it to OpenBLAS's sgemm, which first packs all of W into its panel layout
-//   (sgemm_incopy: 43% of a mamba-130m decode step's profile), moving every weight twice;
-//   at::mv (sgemv) streams W once;
-// - with a bfloat16 copy (LinearWeight(w, /*bf16_copy=*/true), for weights whose values are
-//   bfloat16-exact: the server's --weight_precision=bf16 rounds them at load), it reads half the
-//   bytes (bf16_gemv.h). Products of several rows always use the float32 W, so every path
-//   computes with the same weight values and differs only in summation order.
+// Up to kSkinnyGemmMaxRows rows (decode steps: one row per session of the batch) go to the
+// skinny kernels (skinny_gemm.h), which stream W once without packing it, reading the
+// bfloat16 copy when there is one (LinearWeight(w, /*bf16_copy=*/true), for weights whose values
+// are bfloat16-exact: the server's --weight_precision=bf16 rounds them at load): half the
+// bytes. A row's result there does not depend on the other rows (bit-identical alone or in a
+// batch). More rows (prefill) go to at::linear (OpenBLAS sgemm) on the float32 W, which holds
+// the same values: the paths differ only in summation order.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/attention_projections.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/linear/causal_linear_attention_cpu.h"
+#include "kernels/linear/linear_decode_cpu.h"
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
 #include "kernels/linear/linear_attention_cuda_torch.h"
 #endif
@@ -107,6 +109,12 @@ class LinearAttentionMixer final : public Mixer {
     return GuardTorch("linear Step", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0);
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+      if (x_t.is_cpu()) {  // in place, the same kernel as StepBatch
+        std::vector<LinearDecodeRow> rows;
+        for (int64_t i = 0; i < b; ++i) rows.push_back(StateRow(*state, i));
+        state->position += 1;
+        return projections_.ProjectOutput(DecodeCpu(q, k, v, rows)).view({b, config_.d_model});
+      }
       ASSIGN_OR_RETURN(LinearAttentionResult result,
                        CausalStep(q.squeeze(2), k.squeeze(2), v.squeeze(2), state->tensors[0],
                                   state->tensors[1]));
@@ -116,7 +124,8 @@ class LinearAttentionMixer final : public Mixer {
     });
   }
 
-  // The projections run once over all B rows; each row's S and z are updated on their own.
+  // The projections run once over all B rows; one decode call updates every row's S and z in
+  // place (linear_decode_cpu.h).
   absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                        const std::vector<MixerState*>& states) const override {
     RETURN_IF_ERROR(CheckCanStream("StepBatch"));
@@ -126,20 +135,12 @@ class LinearAttentionMixer final : public Mixer {
     return GuardTorch("linear StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0);
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
-      q = q.squeeze(2);
-      k = k.squeeze(2);
-      v = v.squeeze(2);
-      std::vector<at::Tensor> outs(b);
-      for (int64_t i = 0; i < b; ++i) {
-        MixerState& state = *states[i];
-        ASSIGN_OR_RETURN(LinearAttentionResult result,
-                         CausalStep(q.narrow(0, i, 1), k.narrow(0, i, 1), v.narrow(0, i, 1),
-                                    state.tensors[0], state.tensors[1]));
-        state.tensors = {std::move(result.s), std::move(result.z)};
-        state.position += 1;
-        outs[i] = std::move(result.out);
+      std::vector<LinearDecodeRow> rows;
+      for (MixerState* state : states) {
+        rows.push_back(StateRow(*state, 0));
+        state->position += 1;
       }
-      return projections_.ProjectOutput(at::cat(outs).unsqueeze(2)).view({b, config_.d_model});
+      return projections_.ProjectOutput(DecodeCpu(q, k, v, rows)).view({b, config_.d_model});
     });
   }
 
@@ -158,6 +159,28 @@ class LinearAttentionMixer final : public Mixer {
         "linear attention is bidirectional (causal=false): it cannot stream; ", operation,
         " is not available. Call Prefill with a null state on the whole sequence, or use a "
         "causal mixer (linear with causal=true, standard with causal=true, mamba) to stream"));
+  }
+
+  // Row `b` of a state's S (B, H, d, d) and z (B, H, d), made contiguous first if they are not
+  // (the kernel updates them in place).
+  static LinearDecodeRow StateRow(MixerState& state, int64_t b) {
+    for (at::Tensor& t : state.tensors) {
+      if (!t.is_contiguous()) t = t.contiguous();
+    }
+    const at::Tensor& s = state.tensors[0];
+    const int64_t h = s.size(1), d = s.size(2);
+    return {s.data_ptr<float>() + b * h * d * d, state.tensors[1].data_ptr<float>() + b * h * d};
+  }
+
+  // q, k, v (B, H, 1, d) -> heads (B, H, 1, d) through the decode kernel over `rows`.
+  static at::Tensor DecodeCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const std::vector<LinearDecodeRow>& rows) {
+    const at::Tensor q_c = q.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
+    at::Tensor heads = at::empty_like(q_c);
+    LinearAttentionDecodeCpu(q_c.data_ptr<float>(), k_c.data_ptr<float>(), v_c.data_ptr<float>(),
+                             rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
+                             heads.data_ptr<float>());
+    return heads;
   }
 
   absl::Status CheckState(const MixerState& state, int64_t batch) const {

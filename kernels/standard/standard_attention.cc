@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/attention_projections.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
+#include "kernels/standard/decode_attention_cpu.h"
 #include "kernels/standard/flash_attention_cpu.h"
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
 #include "kernels/standard/flash_attention_cuda_torch.h"
@@ -102,14 +104,16 @@ class StandardAttentionMixer final : public Mixer {
         return projections_.ProjectOutput(heads.unsqueeze(2)).view({b, config_.d_model});
       }
 #endif
-      const at::Tensor heads = AttendOneQuery(q, k_cache, v_cache, length);
+      std::vector<DecodeAttentionRow> rows;
+      for (int64_t i = 0; i < b; ++i) rows.push_back(CacheRow(k_cache, v_cache, i, length));
+      const at::Tensor heads = DecodeRows(q, rows);
       state->tensors = {std::move(k_cache), std::move(v_cache)};
       return projections_.ProjectOutput(heads).view({b, config_.d_model});
     });
   }
 
-  // The projections run once over all B rows; each row attends over its own cache, of its own
-  // length (no padding to the longest row).
+  // The projections run once over all B rows; one decode-attention call covers every row, each
+  // over its own cache of its own length (no padding to the longest row).
   absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                        const std::vector<MixerState*>& states) const override {
     RETURN_IF_ERROR(CheckCanStream("StepBatch"));
@@ -119,16 +123,15 @@ class StandardAttentionMixer final : public Mixer {
     return GuardTorch("standard StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0);
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
-      std::vector<at::Tensor> heads(b);
+      std::vector<DecodeAttentionRow> rows;
       for (int64_t i = 0; i < b; ++i) {
         MixerState& state = *states[i];
         auto [k_cache, v_cache] = Append(state, k.narrow(0, i, 1), v.narrow(0, i, 1));
-        const int64_t length = state.position + 1;
-        heads[i] = AttendOneQuery(q.narrow(0, i, 1), k_cache, v_cache, length);
         state.tensors = {std::move(k_cache), std::move(v_cache)};
-        state.position = length;
+        state.position += 1;
+        rows.push_back(CacheRow(state.tensors[0], state.tensors[1], 0, state.position));
       }
-      return projections_.ProjectOutput(at::cat(heads)).view({b, config_.d_model});
+      return projections_.ProjectOutput(DecodeRows(q, rows)).view({b, config_.d_model});
     });
   }
 
@@ -173,18 +176,21 @@ class StandardAttentionMixer final : public Mixer {
     return absl::OkStatus();
   }
 
-  // q (B, H, 1, d) against the first `length` rows of the caches (B, H, capacity, d): one query
-  // sees every cached key, so no mask and no tiling, one row of `length` scores. Merging B and H
-  // of the narrowed caches is a view (no copy of the cache). Returns (B, H, 1, d).
-  static at::Tensor AttendOneQuery(const at::Tensor& q, const at::Tensor& k_cache,
-                                   const at::Tensor& v_cache, int64_t length) {
-    const int64_t b = q.size(0), h = q.size(1), d = q.size(3);
-    const at::Tensor keys = k_cache.narrow(2, 0, length).reshape({b * h, length, d});
-    const at::Tensor values = v_cache.narrow(2, 0, length).reshape({b * h, length, d});
-    at::Tensor scores =
-        at::bmm(q.reshape({b * h, 1, d}).mul(1.0 / std::sqrt(static_cast<double>(d))),
-                keys.transpose(1, 2));  // (B·H, 1, length)
-    return at::bmm(at::softmax(scores, -1), values).view({b, h, 1, d});
+  // Row `b` of caches (B, H, capacity, d) for the decode kernel.
+  static DecodeAttentionRow CacheRow(const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                     int64_t b, int64_t length) {
+    const int64_t stride = k_cache.size(1) * k_cache.size(2) * k_cache.size(3);
+    return {k_cache.data_ptr<float>() + b * stride, v_cache.data_ptr<float>() + b * stride, length,
+            k_cache.size(2)};
+  }
+
+  // q (B, H, 1, d) against each row's caches (decode_attention_cpu.h): heads (B, H, 1, d).
+  static at::Tensor DecodeRows(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows) {
+    const at::Tensor q_c = q.contiguous();
+    at::Tensor heads = at::empty_like(q_c);
+    DecodeAttentionCpu(q_c.data_ptr<float>(), rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
+                       heads.data_ptr<float>());
+    return heads;
   }
 
   // Writes k, v (B, H, L, d) at positions [position, position + L) of the state's caches and

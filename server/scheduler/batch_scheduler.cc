@@ -84,6 +84,7 @@ absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
                                                      " waiting; see --max_queue); retry later"));
   }
   ++queued_jobs_;
+  waiting_jobs_.fetch_add(1);
   queues_[active->key].push_back(std::move(active));
   return absl::OkStatus();
 }
@@ -185,6 +186,7 @@ void BatchScheduler::RunIteration(const std::vector<Active*>& ready, const absl:
   auto first_compute = [&](Active& a) {
     if (a.first_compute_ns != 0) return;
     a.first_compute_ns = start;
+    waiting_jobs_.fetch_sub(1);
     a.result.queue_seconds = (start - a.submitted_ns) * 1e-9;
     if (options_.metrics != nullptr) options_.metrics->RecordQueue(variant, a.result.queue_seconds);
   };
@@ -430,7 +432,11 @@ void BatchScheduler::Finish(Active& a, const absl::Status& status) {
     }
     s->Publish();
   }
-  if (a.first_compute_ns != 0) a.result.compute_seconds = (NowNanos() - a.first_compute_ns) * 1e-9;
+  if (a.first_compute_ns != 0) {
+    a.result.compute_seconds = (NowNanos() - a.first_compute_ns) * 1e-9;
+  } else {
+    waiting_jobs_.fetch_sub(1);
+  }
   a.own_state.reset();
   a.job->on_done(status, std::move(a.result));
 }

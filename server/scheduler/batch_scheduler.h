@@ -32,6 +32,7 @@
 // kernels.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -81,6 +82,8 @@ class BatchScheduler {
 
   // Jobs submitted and not yet finished.
   int64_t queued_jobs() const;
+  // Jobs submitted that have not computed yet (waiting for their session or for a batch).
+  int64_t waiting_jobs() const { return waiting_jobs_.load(); }
   // Iterations run so far.
   int64_t iterations() const;
 
@@ -110,6 +113,7 @@ class BatchScheduler {
   absl::Status abort_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t iterations_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> waiting_jobs_{0};
   std::thread thread_;
 };
 

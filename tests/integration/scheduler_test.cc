@@ -230,8 +230,9 @@ TEST(SoakTest, TwoHundredSessionsGeneratingAtOnceForTwentySeconds) {
       int64_t seq = 0;
       while (absl::Now() < stop) {
         std::vector<v1::GeneratedToken> tokens;
+        ++seq;
         v1::AppendResult result =
-            stream.Append(GenerateRequest(++seq, RandomTokens(1 + seq % 9, s), 8), &tokens);
+            stream.Append(GenerateRequest(seq, RandomTokens(1 + seq % 9, s), 8), &tokens);
         if (result.sequence_number() != seq || tokens.size() != 8) {
           errors++;
           std::lock_guard<std::mutex> lock(errors_mu);

@@ -171,7 +171,9 @@ TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {
         EXPECT_LE(testing::MaxRelativeError(got.output, expected[q].output), 1e-5);
         EXPECT_EQ(got.generated, expected[q].generated);
         EXPECT_EQ(got.streamed, expected[q].generated);
-        if (q > 0) EXPECT_GT(got.done_order, outcomes[s][q - 1].done_order);
+        if (q > 0) {
+          EXPECT_GT(got.done_order, outcomes[s][q - 1].done_order);
+        }
       }
       EXPECT_EQ(uses[s]->state.position,
                 [&] {

@@ -1,11 +1,11 @@
-// kernels/common/linear.h and bf16_gemv.h: single-row products against float64 references and
-// against the multi-row path on the same weights.
+// kernels/common/linear.h and skinny_gemm.h: few-row products against float64 references,
+// rows alone bit-identical to the same rows in a batch, and the sgemm path for many rows.
 #include "kernels/common/linear.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "kernels/common/bf16_gemv.h"
+#include "kernels/common/skinny_gemm.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::kernels {
@@ -19,39 +19,74 @@ at::Tensor Bf16Exact(std::vector<int64_t> shape, uint64_t seed) {
   return RandomTensor(std::move(shape), seed).to(at::kBFloat16).to(at::kFloat);
 }
 
-TEST(Bf16GemvTest, MatchesFloat64OnRaggedShapes) {
+// y (rows, out) from one of the kernels, on a poisoned output (every element must be written).
+at::Tensor Skinny(const at::Tensor& w, const at::Tensor& x, bool bf16) {
+  at::Tensor y = at::full({x.size(0), w.size(0)}, std::nanf(""));
+  if (bf16) {
+    const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
+    SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()), w.size(0), w.size(1),
+                   x.data_ptr<float>(), x.stride(0), x.size(0), y.data_ptr<float>());
+  } else {
+    SkinnyGemmF32(w.data_ptr<float>(), w.size(0), w.size(1), x.data_ptr<float>(), x.stride(0),
+                  x.size(0), y.data_ptr<float>());
+  }
+  return y;
+}
+
+TEST(SkinnyGemmTest, MatchesFloat64OnRaggedShapes) {
   uint64_t seed = 1;
-  // Rows around the 4-row blocks, columns around the 16-lane vectors.
-  for (int64_t rows : {1, 3, 4, 5, 37, 1024}) {
-    for (int64_t cols : {1, 15, 16, 17, 100, 768}) {
-      SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
-      const at::Tensor w = Bf16Exact({rows, cols}, seed++);
-      const at::Tensor x = RandomTensor({cols}, seed++);
-      const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
-      at::Tensor y = at::full({rows}, std::nanf(""));  // poisoned: every row must be written
-      Bf16Gemv(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()), rows, cols,
-               x.data_ptr<float>(), y.data_ptr<float>());
-      const at::Tensor want = at::mv(w.to(at::kDouble), x.to(at::kDouble));
-      EXPECT_FALSE(y.isnan().any().item<bool>());
-      EXPECT_LE(MaxRelativeError(y, want), 1e-5);
+  // Weight rows around the 4-row tiles, columns around the 16- and 32-element vectors, X rows
+  // around the 4-row tiles up to the limit.
+  for (bool bf16 : {false, true}) {
+    for (int64_t out : {1, 3, 4, 5, 37, 1024}) {
+      for (int64_t in : {1, 15, 16, 17, 33, 100, 768}) {
+        for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{16}, kSkinnyGemmMaxRows}) {
+          SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16 " : "f32 ") << out << " x " << in
+                                            << ", " << rows << " rows");
+          const at::Tensor w = Bf16Exact({out, in}, seed++);
+          const at::Tensor x = RandomTensor({rows, in}, seed++);
+          const at::Tensor y = Skinny(w, x, bf16);
+          const at::Tensor want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+          EXPECT_FALSE(y.isnan().any().item<bool>());
+          EXPECT_LE(MaxRelativeError(y, want), 1e-5);
+        }
+      }
     }
   }
 }
 
-TEST(LinearTest, OneRowEqualsManyRowsOnTheSameWeights) {
-  const at::Tensor w = Bf16Exact({300, 200}, 7);
-  const at::Tensor x = RandomTensor({5, 1, 200}, 8);
-  for (bool bf16_copy : {false, true}) {
-    SCOPED_TRACE(bf16_copy);
-    const LinearWeight linear(w, bf16_copy);
-    const at::Tensor all_rows = linear(x);  // a matrix product
-    ASSERT_EQ(all_rows.sizes(), at::IntArrayRef({5, 1, 300}));
-    for (int64_t i = 0; i < 5; ++i) {
-      const at::Tensor one = linear(x[i]);  // (1, 200): one row, a matrix-vector product
-      ASSERT_EQ(one.sizes(), at::IntArrayRef({1, 300}));
-      EXPECT_LE(MaxRelativeError(one, all_rows[i]), 1e-5);
+TEST(SkinnyGemmTest, EachRowIsBitIdenticalAloneAndInAnyBatch) {
+  const at::Tensor w = Bf16Exact({203, 300}, 5);
+  const at::Tensor x = RandomTensor({23, 300}, 6);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16);
+    const at::Tensor batch = Skinny(w, x, bf16);
+    const at::Tensor tail = Skinny(w, x.narrow(0, 7, 9).contiguous(), bf16);
+    for (int64_t i = 0; i < x.size(0); ++i) {
+      const at::Tensor alone = Skinny(w, x.narrow(0, i, 1).contiguous(), bf16);
+      EXPECT_TRUE(at::equal(alone[0], batch[i])) << "row " << i;
     }
-    EXPECT_LE(MaxRelativeError(Linear(x[0], w), at::linear(x[0], w)), 1e-5);
+    EXPECT_TRUE(at::equal(tail, batch.narrow(0, 7, 9)));
+  }
+}
+
+TEST(LinearTest, FewRowsEqualTheMatrixProductOnTheSameWeights) {
+  const at::Tensor w = Bf16Exact({300, 200}, 7);
+  for (int64_t rows : {int64_t{1}, int64_t{5}, kSkinnyGemmMaxRows, kSkinnyGemmMaxRows + 1}) {
+    const at::Tensor x = RandomTensor({rows, 1, 200}, 8);
+    for (bool bf16_copy : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << rows << " rows, bf16 copy " << bf16_copy);
+      const LinearWeight linear(w, bf16_copy);
+      const at::Tensor y = linear(x);
+      ASSERT_EQ(y.sizes(), at::IntArrayRef({rows, 1, 300}));
+      EXPECT_LE(MaxRelativeError(y, at::linear(x, w)), 1e-5);
+      // A strided input (a narrowed view) gives the same rows.
+      const at::Tensor wide = RandomTensor({rows, 400}, 9);
+      EXPECT_LE(MaxRelativeError(linear(wide.narrow(1, 100, 200)),
+                                 at::linear(wide.narrow(1, 100, 200), w)),
+                1e-5);
+    }
+    EXPECT_LE(MaxRelativeError(Linear(x, w), at::linear(x, w)), 1e-5);
   }
 }
 

@@ -190,8 +190,11 @@ TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
     for (int i = 0; i < kSessions; ++i) {
       auto state = m.NewState();
       ASSERT_TRUE(state.ok());
-      if (i > 0) ASSERT_TRUE(m.Forward(RandomTokens(7 * i, m.vocab_size(), 30 + i), &*state,
-                                       OutputKind::kLastLogits).ok());
+      if (i > 0) {
+        ASSERT_TRUE(m.Forward(RandomTokens(7 * i, m.vocab_size(), 30 + i), &*state,
+                              OutputKind::kLastLogits)
+                        .ok());
+      }
       alone.push_back(state->Clone());
       batched.push_back(*std::move(state));
     }

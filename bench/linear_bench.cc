@@ -1,0 +1,81 @@
+// attnserve_linear_bench: y = x Wᵀ for the decode-batch row counts, on mamba-130m's largest
+// matrix (the tied lm_head, 50280 x 768) and its in_proj (3072 x 768), three ways in one run:
+//   skinny f32 / skinny bf16  kernels/common/skinny_gemm.h (what LinearWeight uses <= 64 rows)
+//   openblas                  at::mv for one row, at::linear (sgemm) for more: the baseline
+// Prints ms per product, GB/s of weights read and GFLOP/s, best of --repeats.
+//
+//   attnserve_linear_bench [--threads=2] [--repeats=7]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "kernels/common/skinny_gemm.h"
+
+namespace {
+
+double BestMs(const std::function<void()>& fn, int repeats) {
+  fn();  // warm
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, repeats = 7;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
+    if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::atoi(argv[i] + 10);
+  }
+  at::set_num_threads(threads);
+  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix", "rows",
+              "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s",
+              "GFLOP/s");
+  for (auto [name, out, in] : {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
+                               {"in_proj", 3072, 768}}) {
+    const at::Tensor w = at::randn({out, in}).to(at::kBFloat16).to(at::kFloat).contiguous();
+    const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
+    for (int64_t rows : {1, 4, 16, 32, 64}) {
+      const at::Tensor x = at::randn({rows, in});
+      at::Tensor y = at::empty({rows, out});
+      const double f32 = BestMs([&] {
+        attnserve::kernels::SkinnyGemmF32(w.data_ptr<float>(), out, in, x.data_ptr<float>(), in,
+                                          rows, y.data_ptr<float>());
+      }, repeats);
+      const double bf16 = BestMs([&] {
+        attnserve::kernels::SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()),
+                                           out, in, x.data_ptr<float>(), in, rows,
+                                           y.data_ptr<float>());
+      }, repeats);
+      const double blas = BestMs([&] {
+        if (rows == 1) {
+          y = at::mv(w, x[0]);
+        } else {
+          y = at::linear(x, w);
+        }
+      }, repeats);
+      const double flop = 2.0 * out * in * rows, bytes = 4.0 * out * in;
+      auto row = [&](double ms, double b) {
+        std::printf(" | %9.3f %7.1f %7.1f", ms, b / ms / 1e6, flop / ms / 1e6);
+      };
+      std::printf("%-8s %5lld", name, static_cast<long long>(rows));
+      row(f32, bytes);
+      row(bf16, bytes / 2);
+      row(blas, bytes);
+      std::printf("\n");
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,69 @@
+// attnserve_step_bench: the model's batched decode step in-process (no gRPC, no scheduler):
+// Model::StepBatch of B sessions' states, for each B in --batches, on every model of a
+// repository folder (or the built-in defaults). With the server's figures from
+// attnserve_decode_bench, it tells the model's time from the serving overhead.
+//
+//   attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20] [--threads=2]
+//                        [--bf16]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "server/model/model_repository.h"
+
+int main(int argc, char** argv) {
+  using namespace attnserve;
+  std::string repository, batches = "1,4,16,64";
+  int steps = 20, threads = 2;
+  model::ModelOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--repository=", 0) == 0) repository = arg.substr(13);
+    if (arg.rfind("--batches=", 0) == 0) batches = arg.substr(10);
+    if (arg.rfind("--steps=", 0) == 0) steps = std::atoi(arg.c_str() + 8);
+    if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
+    if (arg == "--bf16") options.precision = model::WeightPrecision::kBfloat16;
+  }
+  at::set_num_threads(threads);
+  auto repo = repository.empty() ? model::ModelRepository::BuildDefault(options)
+                                 : model::ModelRepository::LoadFolder(repository, options);
+  if (!repo.ok()) {
+    std::cerr << repo.status() << std::endl;
+    return 1;
+  }
+  std::printf("%-12s %6s %12s %14s\n", "model", "B", "ms/step", "tokens/s");
+  for (const model::Model* m : (*repo)->models()) {
+    if (!m->can_stream()) continue;
+    for (absl::string_view part : absl::StrSplit(batches, ',')) {
+      int b = 0;
+      if (!absl::SimpleAtoi(part, &b) || b < 1) return 2;
+      std::vector<model::ModelState> states;
+      std::vector<model::ModelState*> pointers;
+      for (int i = 0; i < b; ++i) states.push_back(*m->NewState());
+      for (auto& s : states) pointers.push_back(&s);
+      std::vector<int64_t> tokens(b, 1);
+      for (int i = 0; i < 3; ++i) (void)m->StepBatch(tokens, pointers);  // warm
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < steps; ++i) {
+        absl::StatusOr<at::Tensor> logits = m->StepBatch(tokens, pointers);
+        if (!logits.ok()) {
+          std::cerr << logits.status() << std::endl;
+          return 1;
+        }
+      }
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start).count() / steps;
+      std::printf("%-12s %6d %12.2f %14.1f\n", m->name().c_str(), b, ms, b * 1000.0 / ms);
+    }
+  }
+  return 0;
+}

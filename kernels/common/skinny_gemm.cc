@@ -1,0 +1,193 @@
+#include "kernels/common/skinny_gemm.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/common/vector_math.h"
+
+namespace attnserve::kernels {
+namespace {
+
+using vec::Float16;
+using vec::kLanes;
+typedef uint32_t UInt32x16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+
+typedef float Float8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Float4 __attribute__((vector_size(4 * sizeof(float))));
+
+// A horizontal sum as a fixed tree of halvings (three vector adds and two scalar ones), the
+// same for every tile shape.
+ATTNSERVE_VEC_INLINE float Sum(Float16 v) {
+  const Float8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                   __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Float4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+inline float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+// 16 uint32 words hold 32 bfloat16 weights, two per word: the even-indexed one in the low
+// half. Each becomes a float32 by moving its bits to the top of the word.
+inline void LoadBf16Pairs(const uint16_t* p, Float16* even, Float16* odd) {
+  UInt32x16 words;
+  std::memcpy(&words, p, sizeof(words));
+  const UInt32x16 lo = words << 16;
+  const UInt32x16 hi = words & 0xFFFF0000u;
+  std::memcpy(even, &lo, sizeof(*even));
+  std::memcpy(odd, &hi, sizeof(*odd));
+}
+
+// One tile: WR weight rows (w[i]) against XR rows of X, y[l][i] = w[i] · x[l]. Each pair has
+// its own accumulator, summed over the columns in order, then its scalar tail: the same
+// arithmetic for every tile shape.
+template <int WR, int XR>
+ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, int64_t in,
+                                    float* const* y, int64_t j) {
+  const int64_t vec_in = in - in % kLanes;
+  Float16 acc[WR][XR] = {};
+  for (int64_t k = 0; k < vec_in; k += kLanes) {
+    Float16 wv[WR], xv[XR];
+    for (int i = 0; i < WR; ++i) wv[i] = vec::Load(w[i] + k);
+    for (int l = 0; l < XR; ++l) xv[l] = vec::Load(x[l] + k);
+    for (int i = 0; i < WR; ++i) {
+      for (int l = 0; l < XR; ++l) acc[i][l] = acc[i][l] + wv[i] * xv[l];
+    }
+  }
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) {
+      float s = Sum(acc[i][l]);
+      for (int64_t k = vec_in; k < in; ++k) s += w[i][k] * x[l][k];
+      y[l][j + i] = s;
+    }
+  }
+}
+
+// As F32Tile for bfloat16 weights; xe[l] / xo[l] hold row l's even- and odd-indexed elements,
+// lined up with LoadBf16Pairs; x[l] the row itself, for the tail.
+template <int WR, int XR>
+ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const* xe,
+                                     const float* const* xo, const float* const* x, int64_t in,
+                                     float* const* y, int64_t j) {
+  constexpr int64_t kStep = 2 * kLanes;
+  const int64_t vec_in = in - in % kStep;
+  Float16 acc[WR][XR] = {};
+  for (int64_t k = 0; k < vec_in; k += kStep) {
+    Float16 even[WR], odd[WR];
+    for (int i = 0; i < WR; ++i) LoadBf16Pairs(w[i] + k, &even[i], &odd[i]);
+    for (int l = 0; l < XR; ++l) {
+      const Float16 e = vec::Load(xe[l] + k / 2), o = vec::Load(xo[l] + k / 2);
+      for (int i = 0; i < WR; ++i) {
+        acc[i][l] = acc[i][l] + even[i] * e;
+        acc[i][l] = acc[i][l] + odd[i] * o;
+      }
+    }
+  }
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) {
+      float s = Sum(acc[i][l]);
+      for (int64_t k = vec_in; k < in; ++k) s += Bf16ToFloat(w[i][k]) * x[l][k];
+      y[l][j + i] = s;
+    }
+  }
+}
+
+constexpr int kTileW = 4, kTileX = 4;
+
+// Calls Tile<wr, xr>(args...) for run-time sizes wr, xr in [1, 4] (every shape inlined).
+#define ATTNSERVE_TILE_SWITCH(Tile, wr, xr, ...)                                        \
+  switch ((wr) * 8 + (xr)) {                                                            \
+    case 9: Tile<1, 1>(__VA_ARGS__); break;  case 10: Tile<1, 2>(__VA_ARGS__); break;   \
+    case 11: Tile<1, 3>(__VA_ARGS__); break; case 12: Tile<1, 4>(__VA_ARGS__); break;   \
+    case 17: Tile<2, 1>(__VA_ARGS__); break; case 18: Tile<2, 2>(__VA_ARGS__); break;   \
+    case 19: Tile<2, 3>(__VA_ARGS__); break; case 20: Tile<2, 4>(__VA_ARGS__); break;   \
+    case 25: Tile<3, 1>(__VA_ARGS__); break; case 26: Tile<3, 2>(__VA_ARGS__); break;   \
+    case 27: Tile<3, 3>(__VA_ARGS__); break; case 28: Tile<3, 4>(__VA_ARGS__); break;   \
+    case 33: Tile<4, 1>(__VA_ARGS__); break; case 34: Tile<4, 2>(__VA_ARGS__); break;   \
+    case 35: Tile<4, 3>(__VA_ARGS__); break; case 36: Tile<4, 4>(__VA_ARGS__); break;   \
+  }
+
+// Weight-row tiles per task: at least ~256 Ki multiply-adds, so that the small matrices of a
+// one-row step stay on the calling thread (waking another costs tens of µs) while a batch of
+// rows spreads them over the threads.
+int64_t GrainTiles(int64_t in, int64_t rows) {
+  const int64_t work_per_row = std::max<int64_t>(1, in * rows);
+  const int64_t weight_rows = std::max<int64_t>(kTileW, (int64_t{1} << 18) / work_per_row);
+  return (weight_rows + kTileW - 1) / kTileW;
+}
+
+// Weight rows [begin, end) against X rows [0, rows): one task, compiled per CPU target.
+ATTNSERVE_MULTIVERSION
+void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float* x,
+             int64_t x_stride, int64_t rows, float* y, int64_t out) {
+  for (int64_t j = begin; j < end; j += kTileW) {
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
+    const float* wp[kTileW] = {};
+    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * in;
+    for (int64_t l = 0; l < rows; l += kTileX) {
+      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));
+      const float* xp[kTileX] = {};
+      float* yp[kTileX] = {};
+      for (int r = 0; r < xr; ++r) {
+        xp[r] = x + (l + r) * x_stride;
+        yp[r] = y + (l + r) * out;
+      }
+      ATTNSERVE_TILE_SWITCH(F32Tile, wr, xr, wp, xp, in, yp, j)
+    }
+  }
+}
+
+ATTNSERVE_MULTIVERSION
+void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const float* even,
+              const float* odd, int64_t half, const float* x, int64_t x_stride, int64_t rows,
+              float* y, int64_t out) {
+  for (int64_t j = begin; j < end; j += kTileW) {
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
+    const uint16_t* wp[kTileW] = {};
+    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * in;
+    for (int64_t l = 0; l < rows; l += kTileX) {
+      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));
+      const float *xe[kTileX] = {}, *xo[kTileX] = {}, *xp[kTileX] = {};
+      float* yp[kTileX] = {};
+      for (int r = 0; r < xr; ++r) {
+        xe[r] = even + (l + r) * half;
+        xo[r] = odd + (l + r) * half;
+        xp[r] = x + (l + r) * x_stride;
+        yp[r] = y + (l + r) * out;
+      }
+      ATTNSERVE_TILE_SWITCH(Bf16Tile, wr, xr, wp, xe, xo, xp, in, yp, j)
+    }
+  }
+}
+
+}  // namespace
+
+void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                   int64_t rows, float* y) {
+  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
+    F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
+  });
+}
+
+void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x,
+                    int64_t x_stride, int64_t rows, float* y) {
+  const int64_t half = (in + 1) / 2;
+  std::vector<float> even(rows * half), odd(rows * half);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * x_stride;
+    for (int64_t c = 0; c < in; ++c) (c % 2 ? odd : even)[r * half + c / 2] = row[c];
+  }
+  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
+    Bf16Rows(w, begin * kTileW, std::min(out, end * kTileW), in, even.data(), odd.data(), half, x,
+             x_stride, rows, y, out);
+  });
+}
+
+}  // namespace attnserve::kernels

@@ -1,0 +1,24 @@
+// One decode step of softmax attention for B sequences whose KV caches have lengths of their
+// own, in one call (no padding of every row to the longest): for row b and head h,
+//   out[b,h] = Σ_{t < length_b} softmax_t(q[b,h] · k_b[h,t] / √d) v_b[h,t].
+// Each row's caches are where its own state keeps them: (H, capacity_b, d) contiguous, the
+// first length_b positions valid. Float32 on the CPU; parallel over (row, head) with ATen's
+// intra-op threads. A (row, head) is computed the same way whatever the other rows.
+#pragma once
+
+#include <cstdint>
+
+namespace attnserve::kernels {
+
+struct DecodeAttentionRow {
+  const float* k = nullptr;  // (H, capacity, d)
+  const float* v = nullptr;  // (H, capacity, d)
+  int64_t length = 0;        // valid positions, >= 1
+  int64_t capacity = 0;      // positions allocated, >= length
+};
+
+// q (B, H, d) contiguous, rows[B], out (B, H, d) contiguous.
+void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t batch,
+                        int64_t heads, int64_t head_dim, float* out);
+
+}  // namespace attnserve::kernels

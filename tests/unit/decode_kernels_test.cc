@@ -1,0 +1,83 @@
+// The batched decode kernels against float64 references on random, ragged shapes:
+// decode_attention_cpu.h (rows with KV caches of their own lengths and capacities) and
+// linear_decode_cpu.h (rows' S, z updated in place).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/linear/linear_decode_cpu.h"
+#include "kernels/standard/decode_attention_cpu.h"
+#include "tests/unit/test_util.h"
+
+namespace attnserve::kernels {
+namespace {
+
+using testing::MaxRelativeError;
+using testing::RandomTensor;
+
+TEST(DecodeAttentionTest, RaggedRowsMatchFloat64) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t batch = 1 + rng() % 7, heads = 1 + rng() % 4;
+    const int64_t d = std::vector<int64_t>{8, 17, 32, 64}[rng() % 4];
+    at::Tensor q = RandomTensor({batch, heads, d}, 10 + trial);
+    std::vector<at::Tensor> keys, values;
+    std::vector<DecodeAttentionRow> rows;
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t length = 1 + rng() % 300, capacity = length + rng() % 50;
+      keys.push_back(RandomTensor({heads, capacity, d}, 100 * trial + 2 * b));
+      values.push_back(RandomTensor({heads, capacity, d}, 100 * trial + 2 * b + 1));
+      rows.push_back({keys.back().data_ptr<float>(), values.back().data_ptr<float>(), length,
+                      capacity});
+    }
+    at::Tensor out = at::full({batch, heads, d}, std::nanf(""));
+    DecodeAttentionCpu(q.data_ptr<float>(), rows.data(), batch, heads, d, out.data_ptr<float>());
+    for (int64_t b = 0; b < batch; ++b) {
+      const at::Tensor k = keys[b].narrow(1, 0, rows[b].length).to(at::kDouble);
+      const at::Tensor v = values[b].narrow(1, 0, rows[b].length).to(at::kDouble);
+      const at::Tensor scores =
+          at::matmul(q[b].to(at::kDouble).unsqueeze(1), k.transpose(1, 2)) / std::sqrt(d * 1.0);
+      const at::Tensor want = at::matmul(at::softmax(scores, -1), v).squeeze(1);
+      EXPECT_LE(MaxRelativeError(out[b], want), 1e-5) << "trial " << trial << " row " << b;
+    }
+  }
+}
+
+TEST(LinearDecodeTest, RowsUpdatedInPlaceMatchFloat64) {
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t batch = 1 + rng() % 6, heads = 1 + rng() % 4;
+    const int64_t d = std::vector<int64_t>{8, 17, 32, 64}[rng() % 4];
+    const at::Tensor q = RandomTensor({batch, heads, d}, 20 + trial);
+    const at::Tensor k = RandomTensor({batch, heads, d}, 30 + trial);
+    const at::Tensor v = RandomTensor({batch, heads, d}, 40 + trial);
+    std::vector<at::Tensor> s, z, s0, z0;
+    std::vector<LinearDecodeRow> rows;
+    for (int64_t b = 0; b < batch; ++b) {
+      s.push_back(RandomTensor({heads, d, d}, 200 + b).abs());  // a state some tokens built
+      z.push_back(RandomTensor({heads, d}, 300 + b).abs() + 1);
+      s0.push_back(s.back().to(at::kDouble));
+      z0.push_back(z.back().to(at::kDouble));
+      rows.push_back({s.back().data_ptr<float>(), z.back().data_ptr<float>()});
+    }
+    at::Tensor out = at::full({batch, heads, d}, std::nanf(""));
+    LinearAttentionDecodeCpu(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                             rows.data(), batch, heads, d, out.data_ptr<float>());
+    for (int64_t b = 0; b < batch; ++b) {
+      const at::Tensor fq = at::elu(q[b].to(at::kDouble)) + 1;
+      const at::Tensor fk = at::elu(k[b].to(at::kDouble)) + 1;
+      const at::Tensor s1 = s0[b] + fk.unsqueeze(-1) * v[b].to(at::kDouble).unsqueeze(-2);
+      const at::Tensor z1 = z0[b] + fk;
+      const at::Tensor want =
+          at::matmul(fq.unsqueeze(1), s1).squeeze(1) / ((fq * z1).sum(-1, true) + 1e-6);
+      EXPECT_LE(MaxRelativeError(out[b], want), 1e-5) << "trial " << trial << " row " << b;
+      EXPECT_LE(MaxRelativeError(s[b], s1), 1e-6);
+      EXPECT_LE(MaxRelativeError(z[b], z1), 1e-6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnserve::kernels
