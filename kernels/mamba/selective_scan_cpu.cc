@@ -70,7 +70,10 @@ void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
 
 void SelectiveScanCpu(const SelectiveScanParams& p) {
   const int64_t blocks = (p.dim + kLanes - 1) / kLanes;
-  at::parallel_for(0, p.batch * blocks, 1, [&](int64_t begin, int64_t end) {
+  // A decode step's blocks are small (one token each): enough of them per task that a
+  // one-row step runs on the calling thread instead of paying a parallel region.
+  const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, p.seqlen * p.dstate));
+  at::parallel_for(0, p.batch * blocks, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> h(p.dstate * kLanes), a(p.dstate * kLanes);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
