@@ -14,6 +14,8 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/common/skinny_gemm.h"
 
@@ -76,6 +78,41 @@ int main(int argc, char** argv) {
       row(blas, bytes);
       std::printf("\n");
     }
+  }
+  // A decode step's layers: 24 distinct in_proj (3072 x 768) and out_proj (768 x 1536)
+  // matrices, one after another, each cold (226 MB in all in fp32): the streaming of
+  // mid-sized matrices, parallel-region overhead included.
+  std::printf("\n%-18s %5s | %9s %7s | %9s %7s\n", "24 layers", "rows", "f32 ms", "GB/s",
+              "bf16 ms", "GB/s");
+  std::vector<at::Tensor> f32s, bf16s;
+  for (int l = 0; l < 24; ++l) {
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{3072, 768}, {768, 1536}}) {
+      f32s.push_back(at::randn({out, in}));
+      bf16s.push_back(f32s.back().to(at::kBFloat16).contiguous());
+    }
+  }
+  double bytes = 0;
+  for (const at::Tensor& w : f32s) bytes += 4.0 * w.numel();
+  for (int64_t rows : {1, 16}) {
+    const at::Tensor x = at::randn({rows, 1536});
+    at::Tensor y = at::empty({rows, 3072});
+    auto pass = [&](bool bf16) {
+      for (size_t i = 0; i < f32s.size(); ++i) {
+        const int64_t out = f32s[i].size(0), in = f32s[i].size(1);
+        if (bf16) {
+          attnserve::kernels::SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(bf16s[i].data_ptr()),
+                                             out, in, x.data_ptr<float>(), 1536, rows,
+                                             y.data_ptr<float>());
+        } else {
+          attnserve::kernels::SkinnyGemmF32(f32s[i].data_ptr<float>(), out, in, x.data_ptr<float>(),
+                                            1536, rows, y.data_ptr<float>());
+        }
+      }
+    };
+    const double f32 = BestMs([&] { pass(false); }, repeats);
+    const double bf16 = BestMs([&] { pass(true); }, repeats);
+    std::printf("%-18s %5lld | %9.3f %7.1f | %9.3f %7.1f\n", "in_proj+out_proj",
+                static_cast<long long>(rows), f32, bytes / f32 / 1e6, bf16, bytes / 2 / bf16 / 1e6);
   }
   return 0;
 }

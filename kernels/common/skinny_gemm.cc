@@ -45,6 +45,12 @@ inline void LoadBf16Pairs(const uint16_t* p, Float16* even, Float16* odd) {
   std::memcpy(odd, &hi, sizeof(*odd));
 }
 
+// How far ahead of the current column each weight row is prefetched. A tile streams 4 rows at
+// once and rows are short (1.5-3 KB), too short for the hardware prefetcher to get ahead of
+// them: without this, a decode step's mid-sized matrices stream at 14 GB/s (bfloat16) instead
+// of the ~30 GB/s the memory gives. Past the end of a row it fetches the next tile's rows.
+constexpr int64_t kPrefetchBytes = 512;
+
 // One tile: WR weight rows (w[i]) against XR rows of X, y[l][i] = w[i] · x[l]. Each pair has
 // its own accumulator, summed over the columns in order, then its scalar tail: the same
 // arithmetic for every tile shape.
@@ -55,7 +61,10 @@ ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, 
   Float16 acc[WR][XR] = {};
   for (int64_t k = 0; k < vec_in; k += kLanes) {
     Float16 wv[WR], xv[XR];
-    for (int i = 0; i < WR; ++i) wv[i] = vec::Load(w[i] + k);
+    for (int i = 0; i < WR; ++i) {
+      __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(float));
+      wv[i] = vec::Load(w[i] + k);
+    }
     for (int l = 0; l < XR; ++l) xv[l] = vec::Load(x[l] + k);
     for (int i = 0; i < WR; ++i) {
       for (int l = 0; l < XR; ++l) acc[i][l] = acc[i][l] + wv[i] * xv[l];
@@ -81,13 +90,13 @@ ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const*
   Float16 acc[WR][XR] = {};
   for (int64_t k = 0; k < vec_in; k += kStep) {
     Float16 even[WR], odd[WR];
-    for (int i = 0; i < WR; ++i) LoadBf16Pairs(w[i] + k, &even[i], &odd[i]);
+    for (int i = 0; i < WR; ++i) {
+      __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(uint16_t));
+      LoadBf16Pairs(w[i] + k, &even[i], &odd[i]);
+    }
     for (int l = 0; l < XR; ++l) {
       const Float16 e = vec::Load(xe[l] + k / 2), o = vec::Load(xo[l] + k / 2);
-      for (int i = 0; i < WR; ++i) {
-        acc[i][l] = acc[i][l] + even[i] * e;
-        acc[i][l] = acc[i][l] + odd[i] * o;
-      }
+      for (int i = 0; i < WR; ++i) acc[i][l] = acc[i][l] + (even[i] * e + odd[i] * o);
     }
   }
   for (int i = 0; i < WR; ++i) {
