@@ -142,6 +142,7 @@ absl::StatusOr<at::Tensor> Mixer::StepBatch(const at::Tensor& x_t,
   if (absl::Status s = CheckStepBatch(x_t, states, config().d_model, x_t.device()); !s.ok()) {
     return s;
   }
+  if (StatesStack(states, StepReadsPosition())) return StepBatchByGather(*this, x_t, states);
   std::vector<at::Tensor> rows;
   rows.reserve(states.size());
   for (size_t i = 0; i < states.size(); ++i) {
@@ -150,6 +151,58 @@ absl::StatusOr<at::Tensor> Mixer::StepBatch(const at::Tensor& x_t,
     rows.push_back(*std::move(y));
   }
   return GuardTorch("StepBatch", [&]() -> absl::StatusOr<at::Tensor> { return at::cat(rows); });
+}
+
+bool StatesStack(const std::vector<MixerState*>& states, bool equal_positions) {
+  if (states.size() < 2) return false;
+  const MixerState& first = *states.front();
+  for (const MixerState* s : states) {
+    if (s->tensors.size() != first.tensors.size()) return false;
+    if (equal_positions && s->position != first.position) return false;
+    for (size_t j = 0; j < first.tensors.size(); ++j) {
+      const at::Tensor& a = s->tensors[j];
+      const at::Tensor& b = first.tensors[j];
+      if (!a.defined() || a.dim() < 1 || a.size(0) != 1 || a.sizes() != b.sizes() ||
+          a.scalar_type() != b.scalar_type() || a.device() != b.device()) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<at::Tensor> StepBatchByGather(const Mixer& mixer, const at::Tensor& x_t,
+                                             const std::vector<MixerState*>& states) {
+  if (absl::Status s = CheckStepBatch(x_t, states, mixer.config().d_model, x_t.device()); !s.ok()) {
+    return s;
+  }
+  if (!StatesStack(states, mixer.StepReadsPosition())) {
+    return absl::InvalidArgumentError("StepBatchByGather: the states do not stack");
+  }
+  return GuardTorch("StepBatch (gathered)", [&]() -> absl::StatusOr<at::Tensor> {
+    MixerState batch;
+    batch.position = states.front()->position;  // all equal, or not read by Step
+    for (size_t j = 0; j < states.front()->tensors.size(); ++j) {
+      std::vector<at::Tensor> rows;
+      for (const MixerState* s : states) rows.push_back(s->tensors[j]);
+      batch.tensors.push_back(at::cat(rows));
+    }
+    absl::StatusOr<at::Tensor> y = mixer.Step(x_t, &batch);
+    if (!y.ok()) return y.status();
+    for (size_t i = 0; i < states.size(); ++i) {
+      MixerState& s = *states[i];
+      for (size_t j = 0; j < s.tensors.size(); ++j) {
+        const at::Tensor row = batch.tensors[j].narrow(0, static_cast<int64_t>(i), 1);
+        if (row.sizes() == s.tensors[j].sizes()) {
+          s.tensors[j].copy_(row);
+        } else {
+          s.tensors[j] = row.clone();
+        }
+      }
+      s.position += 1;
+    }
+    return *std::move(y);
+  });
 }
 
 absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights) {

@@ -104,10 +104,15 @@ class Mixer {
   // x_t (B, d_model); states[i] is row i's own state of batch 1, continued in place where it
   // lives (no gather into a batch tensor). Row i's result equals Step on that row alone, to
   // float32 rounding, whatever the other rows; the weights are read once for all B rows. Every
-  // state is checked before any changes. The default runs Step row by row (correct, no
-  // sharing); the streaming mixers override it.
+  // state is checked before any changes. The default gathers stacking states into one batch
+  // (StepBatchByGather) or else runs Step row by row; the streaming mixers override it on the
+  // CPU.
   virtual absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                                const std::vector<MixerState*>& states) const;
+
+  // Whether Step computes with the state's position (a KV cache's length) rather than only its
+  // tensors. Recurrent mixers return false: states at different positions stack into a batch.
+  virtual bool StepReadsPosition() const { return true; }
 
   // Bytes of state that one sequence holds after `position` tokens (a KV cache grows, a
   // recurrent state does not; 0 for a mixer that cannot stream).
@@ -117,6 +122,19 @@ class Mixer {
 // StepBatch's shared argument check: x_t (B, d_model) and B non-null states.
 absl::Status CheckStepBatch(const at::Tensor& x_t, const std::vector<MixerState*>& states,
                             int64_t d_model, at::Device device);
+
+// Whether every state holds tensors of one shape with a leading batch of 1 (and, with
+// equal_positions, one position), so that B of them stack into one batch state: recurrent
+// states (mamba's, linear's) always; KV caches only of one capacity and length.
+bool StatesStack(const std::vector<MixerState*>& states, bool equal_positions);
+
+// StepBatch by gathering stacking states into one batch state, one Step of B rows (one launch
+// of the device's step kernels), and copying each row back into its own state. The default
+// StepBatch takes it where the states stack (CUDA states; on the CPU the mixers' own StepBatch
+// updates the states in place instead); states that do not stack (KV caches of different
+// lengths) go row by row.
+absl::StatusOr<at::Tensor> StepBatchByGather(const Mixer& mixer, const at::Tensor& x_t,
+                                             const std::vector<MixerState*>& states);
 
 // Builds the mixer named by config.kind from its weights. Every expected tensor must be
 // present with its shape and float32; a missing, extra or misshapen one is an error that names

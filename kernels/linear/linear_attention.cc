@@ -144,6 +144,8 @@ class LinearAttentionMixer final : public Mixer {
     });
   }
 
+  bool StepReadsPosition() const override { return false; }
+
   int64_t StateBytesPerSequence(int64_t /*position*/) const override {
     if (!config_.causal) return 0;
     const int64_t h = config_.num_heads, d = config_.head_dim();

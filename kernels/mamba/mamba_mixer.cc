@@ -94,6 +94,8 @@ class MambaMixer final : public Mixer {
     });
   }
 
+  bool StepReadsPosition() const override { return false; }
+
   int64_t StateBytesPerSequence(int64_t) const override {
     return d_inner_ * (config_.d_conv + config_.d_state) * static_cast<int64_t>(sizeof(float));
   }

@@ -165,6 +165,41 @@ TEST_P(StreamingContractTest, StepBatchEqualsEveryRowSteppedAlone) {
   }
 }
 
+// The gathered form (what CUDA states take) equals every row stepped alone too, where the
+// states stack: recurrent states at any positions, KV caches of one length.
+TEST_P(StreamingContractTest, GatheredStepBatchEqualsEveryRowSteppedAlone) {
+  const int64_t d = GetParam().config.d_model, sessions = 5;
+  std::vector<MixerState> batched, alone;
+  for (int64_t i = 0; i < sessions; ++i) {
+    auto state = mixer_->InitialState(1);
+    ASSERT_TRUE(state.ok());
+    // Recurrent states at different positions; KV caches all at 12 tokens (so they stack).
+    const int64_t prefix = mixer_->StepReadsPosition() ? 12 : 3 + 4 * i;
+    ASSERT_TRUE(mixer_->Prefill(testing::RandomTensor({1, prefix, d}, 300 + i), &*state).ok());
+    alone.push_back(state->Clone());
+    batched.push_back(*std::move(state));
+  }
+  std::vector<MixerState*> states;
+  for (MixerState& s : batched) states.push_back(&s);
+  if (!StatesStack(states, mixer_->StepReadsPosition())) {
+    // A KV cache's capacity depends on how it grew; give every row the same one.
+    for (MixerState& s : batched) s = alone.front().Clone();
+    for (MixerState& s : alone) s = batched.front().Clone();
+  }
+  ASSERT_TRUE(StatesStack(states, mixer_->StepReadsPosition()));
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor x = testing::RandomTensor({sessions, d}, 400 + step);
+    auto together = StepBatchByGather(*mixer_, x, states);
+    ASSERT_TRUE(together.ok()) << together.status();
+    for (int64_t i = 0; i < sessions; ++i) {
+      auto one = mixer_->Step(x.narrow(0, i, 1), &alone[i]);
+      ASSERT_TRUE(one.ok());
+      EXPECT_LE(testing::MaxRelativeError(together->narrow(0, i, 1), *one), 1e-5) << "row " << i;
+      EXPECT_EQ(batched[i].position, alone[i].position);
+    }
+  }
+}
+
 TEST_P(StreamingContractTest, StepBatchRefusesABadStateBeforeChangingAny) {
   const int64_t d = GetParam().config.d_model;
   auto good = mixer_->InitialState(1);
