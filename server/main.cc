@@ -67,6 +67,13 @@ ABSL_FLAG(int64_t, max_queue, 1024,
 ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message received or sent.");
 ABSL_FLAG(int64_t, max_tokens_per_request, 65536, "Most tokens in one Infer or append.");
 ABSL_FLAG(int, max_new_tokens, 1024, "Most tokens one generate may ask for.");
+ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{16} << 20,
+          "Bytes of responses one stream may have waiting for a client that does not read them; "
+          "beyond, the server reads nothing more from that stream until the client catches up.");
+ABSL_FLAG(int, retry_window, attnserve::server::Session::kDefaultRetryWindow,
+          "Appends whose results each session keeps, so that a retried append (an applied "
+          "sequence number, the same tokens, output and generate) is answered again without "
+          "being applied twice; older ones are ABORTED.");
 ABSL_FLAG(std::string, device, "auto",
           "Where the models run: cpu, cuda, cuda:N, or auto (the first GPU when this build has "
           "CUDA kernels, a CUDA LibTorch and a visible device, else cpu; the log says which and "
@@ -187,6 +194,9 @@ int main(int argc, char** argv) {
   server::ServiceOptions options;
   options.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
   options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  options.retry_window = absl::GetFlag(FLAGS_retry_window);
+  options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
+  if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
   options.metrics = &metrics;
   absl::StatusOr<v1::ServerIdentity> identity = server::MakeServerIdentity(
       absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));

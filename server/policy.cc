@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/client_text.h"
 
 namespace attnserve::server {
 namespace {
@@ -125,7 +126,8 @@ absl::StatusOr<PolicyDecision> Policy::Resolve(const std::string& name, int64_t 
     std::vector<std::string> names;
     for (const model::Model* model : repository_->models()) names.push_back(model->name());
     return absl::NotFoundError(
-        absl::StrCat("no model '", name, "'; models: ", absl::StrJoin(names, ", "), ", or auto"));
+        absl::StrCat("no model ", ClientText(name), "; models: ", absl::StrJoin(names, ", "),
+                     ", or auto"));
   }
   if (stream && !m->can_stream()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -134,7 +136,7 @@ absl::StatusOr<PolicyDecision> Policy::Resolve(const std::string& name, int64_t 
   }
   PolicyDecision d;
   d.model = m;
-  d.reason = absl::StrCat("requested by name: ", name);
+  d.reason = absl::StrCat("requested by name: ", name);  // a served model's name
   return d;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
+#include "server/client_text.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
 
@@ -93,8 +94,8 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
     const std::string& name = (*found)->model()->name();
     if (!request->model().empty() && request->model() != "auto" && request->model() != name) {
       return absl::InvalidArgumentError(absl::StrCat("session '", (*found)->id(),
-                                                     "' belongs to model '", name, "', not '",
-                                                     request->model(), "'"));
+                                                     "' belongs to model '", name, "', not ",
+                                                     ClientText(request->model())));
     }
     response->set_model(name);
     response->set_policy_reason(absl::StrCat("session ", (*found)->id(), " of model ", name));

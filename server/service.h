@@ -21,6 +21,11 @@ namespace attnserve::server {
 struct ServiceOptions {
   int64_t max_tokens_per_request = 65536;
   int max_new_tokens = 1024;
+  // Bytes of responses one stream may have waiting for its client before the server stops
+  // reading that stream's requests (--max_stream_buffer_bytes).
+  int64_t max_stream_buffer_bytes = int64_t{16} << 20;
+  // Appends whose results a session keeps for retries (--retry_window).
+  int retry_window = Session::kDefaultRetryWindow;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
   // Returned with every session (StreamOpened, SessionInfo) and Infer response, and named in
   // NOT_FOUND for a session this instance does not hold, so that clients route a session's

@@ -5,6 +5,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/client_text.h"
 
 namespace attnserve::server {
 
@@ -129,6 +130,7 @@ absl::Status NoSession(const std::string& id) {
 }  // namespace
 
 absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   Shard& shard = ShardFor(id);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.sessions.find(id);
@@ -137,6 +139,7 @@ absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id) {
 }
 
 absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id) const {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   const Shard& shard = ShardFor(id);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.sessions.find(id);
@@ -164,6 +167,7 @@ void SessionTable::Evicted(const std::shared_ptr<Session>& session, EvictionReas
 }
 
 absl::Status SessionTable::Close(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   std::shared_ptr<Session> session = Remove(id, /*only_if_idle=*/false);
   if (session == nullptr) {
     return absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));

@@ -45,9 +45,15 @@ class Session {
   // thread, so one session's requests run one at a time without a lock of their own.
   model::ModelState state;
   int64_t last_sequence_number = 0;
-  // The results of the last appends, for retries (at most kStoredResults).
-  static constexpr int kStoredResults = 8;
-  std::deque<v1::AppendResult> recent_results;
+  // The results of the last appends, for retries (at most the service's retry window, default
+  // kDefaultRetryWindow), each with a hash of the append it answered (tokens, output and
+  // generate specs), so that a retry that differs from what was applied is refused.
+  static constexpr int kDefaultRetryWindow = 8;
+  struct StoredResult {
+    uint64_t request_hash = 0;
+    v1::AppendResult result;
+  };
+  std::deque<StoredResult> recent_results;
 
   // Readable from any thread (for listings and the reaper).
   int64_t position() const { return position_.load(); }
@@ -128,7 +134,9 @@ class SessionTable {
   // or the memory budget is full (after evicting idle sessions, when configured).
   absl::StatusOr<SessionUse> Create(const model::Model* model, absl::Duration ttl);
 
-  // NOT_FOUND for an unknown, expired or closed session (the message says which it may be).
+  // NOT_FOUND for an unknown, expired or closed session (the message says which it may be);
+  // INVALID_ARGUMENT for an id not of the table's format (ValidateSessionId), here and in Peek
+  // and Close, before any lookup.
   absl::StatusOr<SessionUse> Get(const std::string& id);
 
   // The session for reading its info only: no use is recorded, so its idle time goes on.

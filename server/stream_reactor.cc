@@ -1,7 +1,9 @@
 // AttnServe.Stream: one session over a bidirectional stream. Messages are handled strictly
 // one after another: the next read starts only when the previous message is done (open and
 // close inline; an append as a scheduler job, whose completion on the scheduler's thread
-// starts the next read), so appends apply in order and a slow model applies backpressure.
+// starts the next read), so appends apply in order and a slow model applies backpressure; and
+// while more than --max_stream_buffer_bytes of responses wait for a client that does not read
+// them, nothing more is read from it.
 // Responses are queued and written one at a time; generated tokens are written as they are
 // produced. A cancelled stream ends its generation within one scheduler step. The session
 // outlives the stream: a broken stream leaves it for resumption.
@@ -13,8 +15,13 @@
 #include <optional>
 #include <random>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
+#include "server/client_text.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
 #include "server/scheduler/job.h"
@@ -58,13 +65,15 @@ class AttnServeService::StreamReactor final
 
   void OnWriteDone(bool ok) override {
     const v1::StreamResponse* next = nullptr;
-    bool finish = false;
+    bool finish = false, read = false;
     {
       absl::MutexLock lock(&mu_);
+      queued_bytes_ -= static_cast<int64_t>(writes_.front().ByteSizeLong());
       writes_.pop_front();
       if (!ok) {
         write_failed_ = true;
         writes_.clear();
+        queued_bytes_ = 0;
       }
       if (!writes_.empty()) {
         next = &writes_.front();
@@ -72,8 +81,14 @@ class AttnServeService::StreamReactor final
         writing_ = false;
         finish = TakeFinishLocked();
       }
+      // The client caught up: read its next message.
+      if (read_paused_ && queued_bytes_ <= service_->options_.max_stream_buffer_bytes) {
+        read_paused_ = false;
+        read = !finish_requested_;
+      }
     }
     if (next != nullptr) StartWrite(next);
+    if (read) StartRead(&request_);
     if (finish) Finish(finish_status_);
   }
 
@@ -94,9 +109,18 @@ class AttnServeService::StreamReactor final
         std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
     if (!status.ok() || closed_) {
       EndStream(status);
-    } else {
-      StartRead(&request_);
+      return;
     }
+    {
+      // Backpressure: while more than --max_stream_buffer_bytes of responses wait for the
+      // client, read nothing more from it (OnWriteDone resumes).
+      absl::MutexLock lock(&mu_);
+      if (queued_bytes_ > service_->options_.max_stream_buffer_bytes) {
+        read_paused_ = true;
+        return;
+      }
+    }
+    StartRead(&request_);
   }
 
   absl::Status Open(const v1::StreamOpen& open) {
@@ -120,7 +144,8 @@ class AttnServeService::StreamReactor final
       const std::string& name = use->model()->name();
       if (!open.model().empty() && open.model() != "auto" && open.model() != name) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "session '", use->id(), "' belongs to model '", name, "', not '", open.model(), "'"));
+            "session '", use->id(), "' belongs to model '", name, "', not ",
+            ClientText(open.model())));
       }
       reason = absl::StrCat("resumed session of model ", name);
       session_.emplace(std::move(use));
@@ -186,7 +211,8 @@ class AttnServeService::StreamReactor final
     job->deadline = CallDeadline(*context_);
     job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };
     replayed_ = false;
-    job->on_start = [this, seq]() { return CheckSequence(seq); };
+    const uint64_t request_hash = AppendHash(append);
+    job->on_start = [this, seq, request_hash]() { return CheckSequence(seq, request_hash); };
     job->on_token = [this, seq](int64_t token, float logprob, int index) {
       v1::StreamResponse generated;
       generated.mutable_generated()->set_sequence_number(seq);
@@ -195,33 +221,55 @@ class AttnServeService::StreamReactor final
       generated.mutable_generated()->set_index(index);
       Send(std::move(generated));
     };
-    job->on_done = [this, seq, arrival](const absl::Status& status, scheduler::JobResult result) {
+    job->on_done = [this, seq, request_hash, arrival](const absl::Status& status,
+                                                      scheduler::JobResult result) {
       absl::Status s = status;
-      if (s.ok() && !replayed_) s = Applied(seq, std::move(result), arrival);
+      if (s.ok() && !replayed_) s = Applied(seq, request_hash, std::move(result), arrival);
       Done("StreamAppend", s, arrival);
     };
     return service_->scheduler_.Submit(std::move(job));
   }
 
+  // What a retry must repeat to be the same append: everything but its sequence number.
+  static uint64_t AppendHash(const v1::StreamAppend& append) {
+    v1::StreamAppend copy = append;
+    copy.clear_sequence_number();
+    std::string bytes;
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    copy.SerializeToCodedStream(&coded);
+    coded.Trim();
+    return absl::HashOf(bytes);
+  }
+
   // At the head of the session's queue: whether append `seq` is the next one (true), was
-  // applied already and its stored result is sent again (false), or is out of order.
-  absl::StatusOr<bool> CheckSequence(int64_t seq) {
+  // applied already and its stored result is sent again (false), or is out of order or a
+  // retry that differs from what was applied.
+  absl::StatusOr<bool> CheckSequence(int64_t seq, uint64_t request_hash) {
     Session& s = **session_;
     if (seq <= s.last_sequence_number) {
-      for (const v1::AppendResult& stored : s.recent_results) {
-        if (stored.sequence_number() == seq) {
-          v1::StreamResponse response;
-          *response.mutable_result() = stored;
-          response.mutable_result()->set_replayed(true);
-          Send(std::move(response));
-          replayed_ = true;
-          return false;
+      for (const Session::StoredResult& stored : s.recent_results) {
+        if (stored.result.sequence_number() != seq) continue;
+        if (stored.request_hash != request_hash) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "sequence number ", seq,
+              " was applied with other tokens, output or generate; a retry must resend the "
+              "same append (or use the next sequence number, ",
+              s.last_sequence_number + 1, ", for a new one)"));
         }
+        v1::StreamResponse response;
+        *response.mutable_result() = stored.result;
+        response.mutable_result()->set_replayed(true);
+        Send(std::move(response));
+        replayed_ = true;
+        return false;
       }
       return absl::AbortedError(absl::StrCat(
           "sequence number ", seq,
           " was already applied and its result is no longer kept (the last ",
-          Session::kStoredResults, " are); the session is at ", s.last_sequence_number));
+          service_->options_.retry_window, " are, --retry_window); the session is at ",
+          s.last_sequence_number));
     }
     if (seq != s.last_sequence_number + 1) {
       return absl::AbortedError(absl::StrCat("sequence number gap: got ", seq, ", expected ",
@@ -233,7 +281,7 @@ class AttnServeService::StreamReactor final
 
   // Append `seq` was computed: the session moves to it, the result is stored for retries and
   // sent.
-  absl::Status Applied(int64_t seq, scheduler::JobResult computed,
+  absl::Status Applied(int64_t seq, uint64_t request_hash, scheduler::JobResult computed,
                        std::chrono::steady_clock::time_point arrival) {
     const v1::StreamAppend& append = request_.append();
     Session& s = **session_;
@@ -251,8 +299,10 @@ class AttnServeService::StreamReactor final
     t->set_compute_seconds(computed.compute_seconds);
     t->set_total_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
-    s.recent_results.push_back(*result);
-    if (s.recent_results.size() > Session::kStoredResults) s.recent_results.pop_front();
+    s.recent_results.push_back({request_hash, *result});
+    while (static_cast<int>(s.recent_results.size()) > service_->options_.retry_window) {
+      s.recent_results.pop_front();
+    }
     Send(std::move(response));
     return absl::OkStatus();
   }
@@ -276,6 +326,7 @@ class AttnServeService::StreamReactor final
     {
       absl::MutexLock lock(&mu_);
       if (write_failed_) return;  // the client is gone; the work still counts
+      queued_bytes_ += static_cast<int64_t>(response.ByteSizeLong());
       writes_.push_back(std::move(response));
       if (!writing_) {
         writing_ = true;
@@ -315,6 +366,8 @@ class AttnServeService::StreamReactor final
   absl::Mutex mu_;
   std::deque<v1::StreamResponse> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // serialized size of writes_
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // a read waits for the client to catch up
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -203,6 +204,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   m->name_ = std::move(name);
   m->config_ = std::move(config);
   const v1::ModelConfig& c = m->config_;
+  m->max_sequence_length_ = c.max_sequence_length();
   auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
   m->embedding_ = w("backbone.embeddings.weight");
   m->norm_f_ = w("backbone.norm_f.weight");
@@ -229,6 +231,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }
     layer.mixer = *std::move(mixer);
     m->can_stream_ = m->can_stream_ && layer.mixer->can_stream();
+    if (mixer_config.kind == kernels::MixerKind::kLinformer) {
+      m->max_sequence_length_ = std::min(m->max_sequence_length_, mixer_config.max_len);
+    }
     if (c.intermediate_size() > 0) {
       layer.mlp_norm = w(prefix + "mlp_norm.weight");
       layer.gate_up = kernels::LinearWeight(

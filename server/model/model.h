@@ -75,7 +75,9 @@ class Model {
   const v1::ModelConfig& config() const { return config_; }
   at::Device device() const { return embedding_.device(); }
   int64_t vocab_size() const { return config_.vocab_size(); }
-  int64_t max_sequence_length() const { return config_.max_sequence_length(); }
+  // The longest sequence the model takes: config.max_sequence_length, or less where a layer
+  // is bounded (a Linformer layer's E and F have linformer_max_len rows).
+  int64_t max_sequence_length() const { return max_sequence_length_; }
   // Whether every layer can stream (a session can continue from a state and step).
   bool can_stream() const { return can_stream_; }
   // Bytes of state one sequence holds after `position` tokens.
@@ -127,6 +129,7 @@ class Model {
   std::vector<Layer> layers_;
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights
   bool can_stream_ = true;
+  int64_t max_sequence_length_ = 0;
   uint64_t fingerprint_ = 0;
 };
 

@@ -920,7 +920,7 @@ std::vector<MalformedCase> MalformedCases() {
       {"StreamRepeatedSequenceNumberNoLongerKept",
        [](Client& c) {
          std::vector<v1::StreamRequest> requests = {OpenRequest("mamba")};
-         for (int seq = 1; seq <= Session::kStoredResults + 1; ++seq) {
+         for (int seq = 1; seq <= Session::kDefaultRetryWindow + 1; ++seq) {
            requests.push_back(AppendRequest(seq, {seq}));
          }
          requests.push_back(AppendRequest(1, {1}));

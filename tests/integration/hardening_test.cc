@@ -1,0 +1,135 @@
+// Hostile and clumsy clients over gRPC on loopback (issue #15): client input is never echoed
+// without bound, a stream that never reads stops being read, a retry that differs from what
+// was applied is refused.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/test_server.h"
+
+namespace attnserve::server::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(HardeningTest, OversizedSessionIdsAreRefusedShortlyAndTheConnectionKeepsWorking) {
+  TestServer server;
+  Client& client = server.client();
+  v1::InferRequest infer = MakeInfer("", {1, 2, 3});
+  infer.set_session_id(std::string(10 * 1024, 'a'));
+  v1::InferResponse response;
+  grpc::Status status = client.Infer(infer, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("32 lowercase hex digits"));
+  EXPECT_LT(status.error_message().size(), 200u);
+
+  // 3 MiB in CloseSession, then GetSession with control bytes.
+  grpc::Status closed = client.CloseSession(std::string(3 << 20, 'f'));
+  EXPECT_EQ(closed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(closed.error_message().size(), 200u);
+  v1::SessionInfo info;
+  grpc::Status got = client.GetSession(std::string("0123\n\x01\"'", 9), &info);
+  EXPECT_EQ(got.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(got.error_message().find('\n'), std::string::npos);
+
+  // A resume with a bad id ends that stream only.
+  StreamClient stream(client.stub(), absl::Seconds(30));
+  ASSERT_TRUE(stream.Send(ResumeRequest(std::string(100000, 'z'))));
+  grpc::Status resumed = stream.Finish();
+  EXPECT_EQ(resumed.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(resumed.error_message().size(), 200u);
+
+  // A model name is echoed short too.
+  v1::InferResponse unknown;
+  grpc::Status named = client.Infer(MakeInfer(std::string(1 << 20, 'm'), {1}), &unknown);
+  EXPECT_EQ(named.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(named.error_message().size(), 300u);
+
+  // Good calls on the same connection still work, and a well-formed unknown id is NOT_FOUND.
+  for (int i = 0; i < 5; ++i) {
+    v1::InferResponse ok;
+    EXPECT_TRUE(client.Infer(MakeInfer("mamba", {1, 2, 3}), &ok).ok());
+  }
+  EXPECT_EQ(client.GetSession(std::string(32, '0'), &info).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
+  TestServerOptions options;
+  options.service.max_stream_buffer_bytes = 4 << 20;
+  TestServer server(options);
+  StreamClient stream(server.client().stub(), absl::Seconds(120));
+  const std::string id = stream.Open(OpenRequest("mamba")).session_id();
+  // 40 appends of 240 tokens with all logits: 240 x 4096 floats, 3.9 MB per result.
+  constexpr int kAppends = 40, kTokens = 240;
+  std::atomic<int> sent{0};
+  std::thread writer([&] {
+    for (int seq = 1; seq <= kAppends; ++seq) {
+      if (!stream.Send(AppendRequest(seq, RandomTokens(kTokens, seq), v1::OUTPUT_KIND_ALL_LOGITS))) {
+        break;
+      }
+      sent++;
+    }
+  });
+  // The server applies a few, then stops reading while the results wait for the client.
+  absl::SleepFor(absl::Seconds(3));
+  v1::SessionInfo info;
+  ASSERT_TRUE(server.client().GetSession(id, &info).ok());
+  const int64_t applied = info.position() / kTokens;
+  EXPECT_LT(applied, 16) << "the server kept reading a stream whose client does not read";
+  // Once the client reads, every append is served in order.
+  int results = 0;
+  while (results < kAppends) {
+    std::optional<v1::StreamResponse> r = stream.Receive();
+    ASSERT_TRUE(r.has_value()) << "the stream ended after " << results << " results";
+    if (r->has_result()) {
+      EXPECT_EQ(r->result().sequence_number(), results + 1);
+      ++results;
+    }
+  }
+  writer.join();
+  EXPECT_EQ(sent.load(), kAppends);
+  EXPECT_TRUE(stream.Close(id).ok());
+}
+
+TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
+  TestServer server;
+  StreamClient stream(server.client().stub(), absl::Seconds(30));
+  const std::string id = stream.Open(OpenRequest("mamba")).session_id();
+  const v1::AppendResult first = stream.Append(AppendRequest(1, {1, 2, 3}));
+  EXPECT_EQ(first.position(), 3);
+  const v1::AppendResult again = stream.Append(AppendRequest(1, {1, 2, 3}));
+  EXPECT_TRUE(again.replayed());
+  EXPECT_EQ(again.position(), 3);
+  ASSERT_TRUE(stream.Send(AppendRequest(1, {1, 2, 4})));
+  grpc::Status status = stream.Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("was applied with other tokens"));
+  // The session is as it was.
+  v1::SessionInfo info;
+  ASSERT_TRUE(server.client().GetSession(id, &info).ok());
+  EXPECT_EQ(info.position(), 3);
+  EXPECT_EQ(info.last_sequence_number(), 1);
+  EXPECT_TRUE(server.client().CloseSession(id).ok());
+}
+
+TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
+  TestServerOptions options;
+  options.service.retry_window = 2;
+  TestServer server(options);
+  StreamClient stream(server.client().stub(), absl::Seconds(30));
+  stream.Open(OpenRequest("mamba"));
+  for (int seq = 1; seq <= 3; ++seq) stream.Append(AppendRequest(seq, {seq}));
+  EXPECT_TRUE(stream.Append(AppendRequest(2, {2})).replayed());
+  ASSERT_TRUE(stream.Send(AppendRequest(1, {1})));
+  grpc::Status status = stream.Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("the last 2 are"));
+}
+
+}  // namespace
+}  // namespace attnserve::server::testing

@@ -1,0 +1,60 @@
+// The policy against models' real limits: a Linformer's max length is its linformer_max_len
+// when that is the smaller, and a rule whose variant cannot take the request is skipped.
+#include "server/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "server/model/default_models.h"
+#include "server/model/model_io.h"
+#include "server/model/model_repository.h"
+
+namespace attnserve::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(PolicyTest, ALinformerShorterThanItsRuleIsSkippedForLongerRequests) {
+  v1::ModelConfig config = *model::DefaultModelConfig("linformer");
+  config.set_linformer_max_len(40);
+  config.clear_max_sequence_length();
+  config.set_max_sequence_length(1 << 20);  // what a config.json without the field gets
+  auto linformer =
+      model::Model::Create("linformer40", config, model::Model::RandomWeights(config, 1));
+  ASSERT_TRUE(linformer.ok()) << linformer.status();
+  EXPECT_EQ((*linformer)->max_sequence_length(), 40);
+
+  const fs::path dir = fs::temp_directory_path() /
+                       ("attnserve_policy_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ASSERT_TRUE(model::WriteModelFolder(**linformer, (dir / "linformer40").string()).ok());
+  ASSERT_TRUE(
+      model::WriteModelFolder(**model::BuildDefaultModel("mamba"), (dir / "mamba").string()).ok());
+  auto repository = model::ModelRepository::LoadFolder(dir.string());
+  ASSERT_TRUE(repository.ok()) << repository.status();
+  EXPECT_EQ((*repository)->Find("linformer40")->max_sequence_length(), 40);
+  auto policy = Policy::Parse("linformer40:64,mamba", **repository);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  auto short_request = policy->Resolve("auto", 40, /*stream=*/false);
+  auto long_request = policy->Resolve("auto", 41, /*stream=*/false);
+  ASSERT_TRUE(short_request.ok() && long_request.ok()) << long_request.status();
+  EXPECT_EQ(short_request->model->name(), "linformer40");
+  EXPECT_EQ(long_request->model->name(), "mamba") << long_request->reason;
+  fs::remove_all(dir);
+}
+
+TEST(PolicyTest, AnUnknownModelNameIsEchoedShortAndEscaped) {
+  auto repository = model::ModelRepository::BuildDefault();
+  ASSERT_TRUE(repository.ok());
+  auto policy = Policy::Parse(Policy::kDefaultSpec, **repository);
+  ASSERT_TRUE(policy.ok());
+  const std::string name = std::string(10000, 'x') + "\n\x01";
+  auto resolved = policy->Resolve(name, 1, false);
+  EXPECT_EQ(resolved.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_LT(resolved.status().message().size(), 300u) << resolved.status().message();
+  EXPECT_EQ(resolved.status().message().find('\n'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attnserve::server
