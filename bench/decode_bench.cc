@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/barrier.h"
+#include "common/parse_flags.h"
 #include "attnserve/v1/inference.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
@@ -99,7 +100,7 @@ double Percentile(std::vector<double> values, double q) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  attnserve::ParseFlags(argc, argv);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   // One channel (HTTP/2 connection) per 16 sessions, as separate clients would have.

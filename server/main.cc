@@ -22,6 +22,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/parse_flags.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
 #include "kernels/common/memory_reuse.h"
@@ -105,7 +106,7 @@ int main(int argc, char** argv) {
   using namespace attnserve;
   absl::SetProgramUsageMessage(
       "attnserve-server [--port=50051] [--model_repository=DIR] [--policy=RULES] ...");
-  absl::ParseCommandLine(argc, argv);
+  attnserve::ParseFlags(argc, argv);
   // Before any thread starts: big per-call buffers are reused rather than page-faulted in again.
   kernels::KeepFreedMemoryForReuse();
   // The metrics endpoint first: it is useful while models load.

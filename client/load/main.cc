@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/parse_flags.h"
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "client/common/channel.h"
 #include "client/common/grpc_status.h"
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
       "Runs one phase per mode x load level x variant x length, in that order, and prints a\n"
       "table (times in ms). Exit status: 0 when the run completed (request errors are\n"
       "reported, not fatal), 1 when it could not run, 2 for a usage error.");
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = attnserve::ParseFlags(argc, argv);
   if (positional.size() > 1) Die(absl::StrCat("unexpected argument: ", positional[1]), kUsageError);
 
   load::RunReport report;

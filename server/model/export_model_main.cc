@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "common/parse_flags.h"
 #include "server/model/default_models.h"
 #include "server/model/model_config.h"
 #include "server/model/model_io.h"
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "attnserve-export-model --models=mamba,hybrid --out=/path/to/repository\n"
       "attnserve-export-model --config=config.json --name=mamba-130m --out=/path/to/repository");
-  absl::ParseCommandLine(argc, argv);
+  attnserve::ParseFlags(argc, argv);
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("--out is required");
 
