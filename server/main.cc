@@ -197,6 +197,7 @@ int main(int argc, char** argv) {
   options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   options.retry_window = absl::GetFlag(FLAGS_retry_window);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
   options.metrics = &metrics;
   absl::StatusOr<v1::ServerIdentity> identity = server::MakeServerIdentity(
@@ -208,6 +209,7 @@ int main(int argc, char** argv) {
   server::ServerMetrics::Sources sources;
   sources.sessions = &sessions;
   for (const model::Model* m : (*repository)->models()) sources.variants.push_back(m->name());
+  metrics.InitializeRequestSeries(sources.variants);
   sources.inflight = [&service] { return service.inflight(); };
   sources.queue_depth = [&scheduler] { return scheduler.waiting_jobs(); };
   metrics.SetSources(std::move(sources));

@@ -182,6 +182,24 @@ void ServerMetrics::RecordRequest(const std::string& rpc, const std::string& var
   request_duration_.Add({{"rpc", rpc}, {"variant", v}}, DurationBuckets()).Observe(seconds);
 }
 
+void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& variants) {
+  static const char* const kModelRpcs[] = {"Infer", "StreamOpen", "StreamAppend", "StreamClose"};
+  static const char* const kTableRpcs[] = {"GetSession", "CloseSession", "ListSessions",
+                                           "ListModels", "StreamEmpty"};
+  static const char* const kCodes[] = {
+      "OK",        "CANCELLED",           "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "RESOURCE_EXHAUSTED",  "FAILED_PRECONDITION", "ABORTED",
+      "UNAVAILABLE", "INTERNAL"};
+  std::vector<std::string> with_none = variants;
+  with_none.push_back("none");
+  for (const char* code : kCodes) {
+    for (const char* rpc : kModelRpcs) {
+      for (const std::string& v : with_none) requests_.Add({{"rpc", rpc}, {"variant", v}, {"code", code}});
+    }
+    for (const char* rpc : kTableRpcs) requests_.Add({{"rpc", rpc}, {"variant", "none"}, {"code", code}});
+  }
+}
+
 void ServerMetrics::RecordQueue(const std::string& variant, double seconds) {
   queue_duration_.Add({{"variant", variant.empty() ? "none" : variant}}, DurationBuckets())
       .Observe(seconds);

@@ -59,6 +59,11 @@ class ServerMetrics {
 
   void RecordRequest(const std::string& rpc, const std::string& variant, const std::string& code,
                      double seconds);
+  // Creates at 0 every attnserve_requests_total series known at start-up (each rpc with each
+  // served variant, or "none" for the session and listing rpcs, and each code the server
+  // answers), so that rate() and ratios work before the first error (Prometheus' guidance on
+  // missing series).
+  void InitializeRequestSeries(const std::vector<std::string>& variants);
   void RecordQueue(const std::string& variant, double seconds);
   void AddTokens(const std::string& variant, const std::string& phase, int64_t count);
   // One scheduler iteration of `variant`: `sessions` jobs computing `tokens` tokens in total.

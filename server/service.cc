@@ -46,6 +46,17 @@ absl::Status AttnServeService::CheckServing() const {
   return absl::OkStatus();
 }
 
+absl::Status AttnServeService::CheckResponseSize(const google::protobuf::Message& message) const {
+  const size_t bytes = message.ByteSizeLong();
+  if (options_.max_message_bytes <= 0 || bytes <= static_cast<size_t>(options_.max_message_bytes)) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the response would be ", bytes, " bytes, above --max_message_bytes=",
+      options_.max_message_bytes, "; ask for less (last logits or top-k instead of all logits, "
+      "or fewer tokens per request)"));
+}
+
 absl::Status AttnServeService::OnThisInstance(absl::Status status) const {
   const v1::ServerIdentity& id = options_.identity;
   if (status.code() != absl::StatusCode::kNotFound ||
@@ -115,6 +126,7 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
                      const absl::Status& done, scheduler::JobResult result) {
     absl::Status status = done;
     if (status.ok()) status = FillOutputs(result.output, request->output(), response->mutable_outputs());
+    if (status.ok()) status = CheckResponseSize(*response);
     if (status.ok()) {
       if (session != nullptr) {
         response->set_session_position(session->position());

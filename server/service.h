@@ -21,6 +21,10 @@ namespace attnserve::server {
 struct ServiceOptions {
   int64_t max_tokens_per_request = 65536;
   int max_new_tokens = 1024;
+  // Largest message the server sends (--max_message_bytes): a response above it is refused
+  // with RESOURCE_EXHAUSTED by the service itself, so the code counted is the one the client
+  // gets. 0: no limit.
+  int64_t max_message_bytes = 0;
   // Bytes of responses one stream may have waiting for its client before the server stops
   // reading that stream's requests (--max_stream_buffer_bytes).
   int64_t max_stream_buffer_bytes = int64_t{16} << 20;
@@ -70,6 +74,8 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   class StreamReactor;
 
   absl::Status CheckServing() const;
+  // RESOURCE_EXHAUSTED when `message` is larger than max_message_bytes.
+  absl::Status CheckResponseSize(const google::protobuf::Message& message) const;
   // A session lookup's NOT_FOUND with the instance that answered appended (other statuses
   // unchanged): with several instances, "no session" alone does not say where it was asked.
   absl::Status OnThisInstance(absl::Status status) const;

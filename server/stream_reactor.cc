@@ -261,6 +261,7 @@ class AttnServeService::StreamReactor final
         v1::StreamResponse response;
         *response.mutable_result() = stored.result;
         response.mutable_result()->set_replayed(true);
+        RETURN_IF_ERROR(service_->CheckResponseSize(response));
         Send(std::move(response));
         replayed_ = true;
         return false;
@@ -299,10 +300,14 @@ class AttnServeService::StreamReactor final
     t->set_compute_seconds(computed.compute_seconds);
     t->set_total_seconds(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - arrival).count());
+    // A result too large to send still applied: it is kept for a retry, which gets the same
+    // error (the client asks again with a smaller output on the next sequence number).
+    const absl::Status size = service_->CheckResponseSize(response);
     s.recent_results.push_back({request_hash, *result});
     while (static_cast<int>(s.recent_results.size()) > service_->options_.retry_window) {
       s.recent_results.pop_front();
     }
+    RETURN_IF_ERROR(size);
     Send(std::move(response));
     return absl::OkStatus();
   }

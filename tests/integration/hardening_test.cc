@@ -3,12 +3,16 @@
 // was applied is refused.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include <map>
 
 #include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "server/metrics.h"
 #include "tests/integration/test_server.h"
 
 namespace attnserve::server::testing {
@@ -129,6 +133,43 @@ TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
   grpc::Status status = stream.Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(status.error_message(), HasSubstr("the last 2 are"));
+}
+
+TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
+  ServerMetrics metrics;
+  TestServerOptions options;
+  options.service.metrics = &metrics;
+  options.service.max_message_bytes = 1 << 20;
+  TestServer server(options);
+  // 100 positions x 4096 logits x 4 bytes: 1.6 MB.
+  v1::InferResponse response;
+  grpc::Status status = server.client().Infer(
+      MakeInfer("mamba", RandomTokens(100, 1), v1::OUTPUT_KIND_ALL_LOGITS), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(), HasSubstr("above --max_message_bytes=1048576"));
+  auto count = [&](const std::string& code) {
+    for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
+      if (family.name != "attnserve_requests_total") continue;
+      for (const prometheus::ClientMetric& m : family.metric) {
+        std::map<std::string, std::string> labels;
+        for (const auto& l : m.label) labels[l.name] = l.value;
+        if (labels["rpc"] == "Infer" && labels["variant"] == "mamba" && labels["code"] == code) {
+          return m.counter.value;
+        }
+      }
+    }
+    return 0.0;
+  };
+  EXPECT_EQ(count("RESOURCE_EXHAUSTED"), 1);
+  EXPECT_EQ(count("OK"), 0);
+  // The same on a stream: the append is applied, its too-large result refused.
+  StreamClient stream(server.client().stub(), absl::Seconds(30));
+  const std::string id = stream.Open(OpenRequest("mamba")).session_id();
+  ASSERT_TRUE(stream.Send(AppendRequest(1, RandomTokens(100, 2), v1::OUTPUT_KIND_ALL_LOGITS)));
+  EXPECT_EQ(stream.Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  v1::InferResponse small;
+  EXPECT_TRUE(server.client().Infer(MakeInfer("mamba", RandomTokens(100, 1)), &small).ok());
+  EXPECT_TRUE(server.client().CloseSession(id).ok());
 }
 
 }  // namespace

@@ -158,6 +158,18 @@ class MetricsTest(unittest.TestCase):
                                code="OK"), 6)
         self.assertEqual(value("attnserve_requests_total", rpc="StreamClose", variant="mamba",
                                code="OK"), 2)
+        # Series known at start-up exist at 0 before their first event (rate() works).
+        for labels in (dict(rpc="Infer", variant="mamba", code="DEADLINE_EXCEEDED"),
+                       dict(rpc="StreamAppend", variant="linear", code="CANCELLED"),
+                       dict(rpc="GetSession", variant="none", code="INVALID_ARGUMENT")):
+            self.assertIn(("attnserve_requests_total", frozenset(labels.items())), m, labels)
+            self.assertEqual(value("attnserve_requests_total", **labels), 0, labels)
+        # The scheduler's histograms: every Infer above ran in some iteration of its variant.
+        for variant in VARIANTS:
+            self.assertGreater(value("attnserve_iteration_duration_seconds_count",
+                                     variant=variant), 0, variant)
+            self.assertGreater(value("attnserve_batch_sessions_count", variant=variant), 0)
+            self.assertGreater(value("attnserve_batch_tokens_sum", variant=variant), 0)
         # Prefill counts requests of more than one token; single tokens on a session: decode.
         self.assertEqual(value("attnserve_tokens_total", variant="mamba", phase="decode"), 3)
         self.assertEqual(value("attnserve_policy_decisions_total", variant="standard", rule="1"), 1)
