@@ -33,6 +33,7 @@ RUN apt-get update && \
     apt-get install -y --no-install-recommends \
       libabsl20220623 \
       libgrpc++1.51 \
+      libmicrohttpd12 \
       libopenblas0-openmp \
       libprometheus-cpp-core1.0 \
       libprotobuf32 \

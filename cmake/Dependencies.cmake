@@ -1,10 +1,13 @@
-# The five dependencies, each found once here; targets link the imported targets.
+# The dependencies, each found once here; targets link the imported targets.
 find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_package(absl CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+# libmicrohttpd (Debian's libmicrohttpd-dev): the /metrics HTTP server (server/metrics_endpoint.h).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 
 # Torch's config exports flags as variables; wrap them in one interface target so that only
 # the targets that need torch see its headers and definitions.

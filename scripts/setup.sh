@@ -7,7 +7,7 @@ BUILD_PACKAGES=(
   g++ cmake ninja-build pkg-config ccache
   libtorch-dev libopenblas0-openmp
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgtest-dev libgmock-dev libbenchmark-dev
 )
 # python3-yaml and nodejs (npm below): the deploy tests (tests/deploy).
 TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl python3-yaml nodejs)

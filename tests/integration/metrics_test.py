@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.parse
@@ -97,8 +98,9 @@ class MetricsTest(unittest.TestCase):
         if cls.prometheus:
             cls.prometheus.terminate()
             cls.prometheus.wait(10)
-        cls.server.send_signal(signal.SIGTERM)
-        cls.server.wait(30)
+        if cls.server.poll() is None:
+            cls.server.send_signal(signal.SIGTERM)
+            cls.server.wait(30)
         shutil.rmtree(cls.tmp, ignore_errors=True)
         shutil.rmtree(STUBS, ignore_errors=True)
 
@@ -222,6 +224,42 @@ class MetricsTest(unittest.TestCase):
             result = body.get("data", {}).get("result", [])
             return result and float(result[0]["value"][1])
         self.assertEqual(wait_for(answered, 90, "Prometheus to scrape"), 2 * len(VARIANTS) + 1 + 1)
+
+    def test_zz_slow_clients_stall_neither_scrapes_nor_shutdown(self):
+        # Clients that send "GET /metrics HTTP/1.1" and then a byte every 0.5 s.
+        stop = threading.Event()
+        sockets = []
+
+        def slow():
+            s = socket.create_connection(("127.0.0.1", self.metrics_port))
+            sockets.append(s)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")
+            while not stop.is_set():
+                try:
+                    s.sendall(b"X")
+                except OSError:
+                    return
+                time.sleep(0.5)
+
+        threads = [threading.Thread(target=slow, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(1.5)
+        for _ in range(3):
+            start = time.time()
+            self.assertIn("attnserve_requests_total", self.scrape())
+            self.assertLess(time.time() - start, 2.0, "a scrape waited for a slow client")
+        # SIGTERM with the slow clients still connected: the server exits at once (nothing
+        # else is in flight), not when they give up.
+        sigterm = time.time()
+        self.server.send_signal(signal.SIGTERM)
+        code = self.server.wait(30)
+        exited = time.time() - sigterm
+        stop.set()
+        for s in sockets:
+            s.close()
+        self.assertEqual(code, 0)
+        self.assertLess(exited, 5.0, "shutdown waited for slow metrics clients")
 
     def _expired(self, session_id):
         try:
