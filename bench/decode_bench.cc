@@ -31,8 +31,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/barrier.h"
-#include "common/parse_flags.h"
 #include "attnserve/v1/inference.grpc.pb.h"
+#include "common/parse_flags.h"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "Server address.");
 ABSL_FLAG(std::string, model, "mamba", "Model to decode with.");
@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
     }
     for (std::thread& t : threads) t.join();
     int errors = 0;
-    Clock::time_point window_start = Clock::time_point::min(), window_end = Clock::time_point::max();
+    Clock::time_point window_start = Clock::time_point::min(),
+                      window_end = Clock::time_point::max();
     std::vector<double> all_gaps_ms, gaps_ms;
     for (const SessionTrace& t : traces) {
       if (!t.status.ok() || t.tokens.size() < 2) {

@@ -27,8 +27,9 @@ double BestMs(const std::function<void()>& fn, int repeats) {
   for (int i = 0; i < repeats; ++i) {
     const auto start = std::chrono::steady_clock::now();
     fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - start).count());
+    best = std::min(
+        best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count());
   }
   return best;
 }
@@ -42,32 +43,37 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::atoi(argv[i] + 10);
   }
   at::set_num_threads(threads);
-  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix", "rows",
-              "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s",
-              "GFLOP/s");
-  for (auto [name, out, in] : {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
-                               {"in_proj", 3072, 768}}) {
+  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix", "rows", "f32 ms",
+              "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s", "GFLOP/s");
+  for (auto [name, out, in] :
+       {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768}, {"in_proj", 3072, 768}}) {
     const at::Tensor w = at::randn({out, in}).to(at::kBFloat16).to(at::kFloat).contiguous();
     const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
     for (int64_t rows : {1, 4, 16, 32, 64}) {
       const at::Tensor x = at::randn({rows, in});
       at::Tensor y = at::empty({rows, out});
-      const double f32 = BestMs([&] {
-        attnserve::kernels::SkinnyGemmF32(w.data_ptr<float>(), out, in, x.data_ptr<float>(), in,
-                                          rows, y.data_ptr<float>());
-      }, repeats);
-      const double bf16 = BestMs([&] {
-        attnserve::kernels::SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()),
-                                           out, in, x.data_ptr<float>(), in, rows,
-                                           y.data_ptr<float>());
-      }, repeats);
-      const double blas = BestMs([&] {
-        if (rows == 1) {
-          y = at::mv(w, x[0]);
-        } else {
-          y = at::linear(x, w);
-        }
-      }, repeats);
+      const double f32 = BestMs(
+          [&] {
+            attnserve::kernels::SkinnyGemmF32(w.data_ptr<float>(), out, in, x.data_ptr<float>(), in,
+                                              rows, y.data_ptr<float>());
+          },
+          repeats);
+      const double bf16 = BestMs(
+          [&] {
+            attnserve::kernels::SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()),
+                                               out, in, x.data_ptr<float>(), in, rows,
+                                               y.data_ptr<float>());
+          },
+          repeats);
+      const double blas = BestMs(
+          [&] {
+            if (rows == 1) {
+              y = at::mv(w, x[0]);
+            } else {
+              y = at::linear(x, w);
+            }
+          },
+          repeats);
       const double flop = 2.0 * out * in * rows, bytes = 4.0 * out * in;
       auto row = [&](double ms, double b) {
         std::printf(" | %9.3f %7.1f %7.1f", ms, b / ms / 1e6, flop / ms / 1e6);
@@ -82,8 +88,8 @@ int main(int argc, char** argv) {
   // A decode step's layers: 24 distinct in_proj (3072 x 768) and out_proj (768 x 1536)
   // matrices, one after another, each cold (226 MB in all in fp32): the streaming of
   // mid-sized matrices, parallel-region overhead included.
-  std::printf("\n%-18s %5s | %9s %7s | %9s %7s\n", "24 layers", "rows", "f32 ms", "GB/s",
-              "bf16 ms", "GB/s");
+  std::printf("\n%-18s %5s | %9s %7s | %9s %7s\n", "24 layers", "rows", "f32 ms", "GB/s", "bf16 ms",
+              "GB/s");
   std::vector<at::Tensor> f32s, bf16s;
   for (int l = 0; l < 24; ++l) {
     for (auto [out, in] : {std::pair<int64_t, int64_t>{3072, 768}, {768, 1536}}) {

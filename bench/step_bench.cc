@@ -60,8 +60,10 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
-      const double ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start).count() / steps;
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count() /
+          steps;
       std::printf("%-12s %6d %12.2f %14.1f\n", m->name().c_str(), b, ms, b * 1000.0 / ms);
     }
   }

@@ -10,9 +10,8 @@
 namespace attnserve::server {
 
 std::string ClientText(absl::string_view text) {
-  std::string out =
-      absl::StrCat("'", absl::CHexEscape(text.substr(0, std::min(text.size(), kClientTextBytes))),
-                   "'");
+  std::string out = absl::StrCat(
+      "'", absl::CHexEscape(text.substr(0, std::min(text.size(), kClientTextBytes))), "'");
   if (text.size() > kClientTextBytes) absl::StrAppend(&out, "... (", text.size(), " bytes)");
   return out;
 }

@@ -231,8 +231,8 @@ int main(int argc, char** argv) {
   std::cout << "attnserve-server listening on " << absl::GetFlag(FLAGS_host) << ":" << bound_port
             << " (scheduler: " << intra_op_threads << " kernel threads, batches of at most "
             << scheduler_options.max_batch_sessions << " sessions and "
-            << scheduler_options.max_batch_tokens << " tokens; "
-            << kernels::DescribeCudaDevices() << ")" << std::endl;
+            << scheduler_options.max_batch_tokens << " tokens; " << kernels::DescribeCudaDevices()
+            << ")" << std::endl;
   std::cout << "instance " << identity->instance_name() << ", advertised as "
             << (identity->advertise_address().empty() ? "(none)" : identity->advertise_address())
             << std::endl;

@@ -186,17 +186,25 @@ void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& vari
   static const char* const kModelRpcs[] = {"Infer", "StreamOpen", "StreamAppend", "StreamClose"};
   static const char* const kTableRpcs[] = {"GetSession", "CloseSession", "ListSessions",
                                            "ListModels", "StreamEmpty"};
-  static const char* const kCodes[] = {
-      "OK",        "CANCELLED",           "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-      "NOT_FOUND", "RESOURCE_EXHAUSTED",  "FAILED_PRECONDITION", "ABORTED",
-      "UNAVAILABLE", "INTERNAL"};
+  static const char* const kCodes[] = {"OK",
+                                       "CANCELLED",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "UNAVAILABLE",
+                                       "INTERNAL"};
   std::vector<std::string> with_none = variants;
   with_none.push_back("none");
   for (const char* code : kCodes) {
     for (const char* rpc : kModelRpcs) {
-      for (const std::string& v : with_none) requests_.Add({{"rpc", rpc}, {"variant", v}, {"code", code}});
+      for (const std::string& v : with_none)
+        requests_.Add({{"rpc", rpc}, {"variant", v}, {"code", code}});
     }
-    for (const char* rpc : kTableRpcs) requests_.Add({{"rpc", rpc}, {"variant", "none"}, {"code", code}});
+    for (const char* rpc : kTableRpcs)
+      requests_.Add({{"rpc", rpc}, {"variant", "none"}, {"code", code}});
   }
 }
 
@@ -211,9 +219,9 @@ void ServerMetrics::AddTokens(const std::string& variant, const std::string& pha
   }
 }
 
-void ServerMetrics::RecordIteration(const std::string& variant, int64_t sessions,
-                                    int64_t tokens, double seconds) {
-  static const prometheus::Histogram::BucketBoundaries kCounts = {1,  2,  4,   8,   16,  32,
+void ServerMetrics::RecordIteration(const std::string& variant, int64_t sessions, int64_t tokens,
+                                    double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kCounts = {1,  2,   4,   8,   16,   32,
                                                                   64, 128, 256, 512, 1024, 4096};
   batch_sessions_.Add({{"variant", variant}}, kCounts).Observe(static_cast<double>(sessions));
   batch_tokens_.Add({{"variant", variant}}, kCounts).Observe(static_cast<double>(tokens));

@@ -61,9 +61,9 @@ MHD_Result Respond(MHD_Connection* connection, unsigned status, const std::strin
 }
 
 // libmicrohttpd's request callback (on its thread).
-MHD_Result HandleRequest(void* cls, MHD_Connection* connection, const char* url,
-                         const char* method, const char* /*version*/, const char* /*upload*/,
-                         size_t* upload_size, void** /*state*/) {
+MHD_Result HandleRequest(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                         const char* /*version*/, const char* /*upload*/, size_t* upload_size,
+                         void** /*state*/) {
   const auto* endpoint = static_cast<const MetricsEndpoint*>(cls);
   if (*upload_size != 0) {  // a body we do not want: drop it
     *upload_size = 0;
@@ -92,11 +92,11 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
       new MetricsEndpoint(BoundPort(fd), std::move(collectables)));
   endpoint->daemon_ = MHD_start_daemon(
       MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ITC, 0, nullptr, nullptr,
-      &HandleRequest, endpoint.get(), MHD_OPTION_LISTEN_SOCKET, fd,
-      MHD_OPTION_CONNECTION_TIMEOUT, kIdleTimeoutSeconds, MHD_OPTION_CONNECTION_LIMIT,
-      kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerIp,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(64 << 10),
-      MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes, MHD_OPTION_END);
+      &HandleRequest, endpoint.get(), MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+      kIdleTimeoutSeconds, MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerIp, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      static_cast<size_t>(64 << 10), MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes,
+      MHD_OPTION_END);
   if (endpoint->daemon_ == nullptr) {
     close(fd);
     return absl::UnavailableError(

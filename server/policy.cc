@@ -125,9 +125,8 @@ absl::StatusOr<PolicyDecision> Policy::Resolve(const std::string& name, int64_t 
   if (m == nullptr) {
     std::vector<std::string> names;
     for (const model::Model* model : repository_->models()) names.push_back(model->name());
-    return absl::NotFoundError(
-        absl::StrCat("no model ", ClientText(name), "; models: ", absl::StrJoin(names, ", "),
-                     ", or auto"));
+    return absl::NotFoundError(absl::StrCat("no model ", ClientText(name),
+                                            "; models: ", absl::StrJoin(names, ", "), ", or auto"));
   }
   if (stream && !m->can_stream()) {
     return absl::FailedPreconditionError(absl::StrCat(

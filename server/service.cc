@@ -31,8 +31,8 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
 }  // namespace
 
 AttnServeService::AttnServeService(const model::ModelRepository& repository, const Policy& policy,
-                                   SessionTable& sessions,
-                                   scheduler::BatchScheduler& scheduler, ServiceOptions options)
+                                   SessionTable& sessions, scheduler::BatchScheduler& scheduler,
+                                   ServiceOptions options)
     : repository_(repository),
       policy_(policy),
       sessions_(sessions),
@@ -51,10 +51,11 @@ absl::Status AttnServeService::CheckResponseSize(const google::protobuf::Message
   if (options_.max_message_bytes <= 0 || bytes <= static_cast<size_t>(options_.max_message_bytes)) {
     return absl::OkStatus();
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the response would be ", bytes, " bytes, above --max_message_bytes=",
-      options_.max_message_bytes, "; ask for less (last logits or top-k instead of all logits, "
-      "or fewer tokens per request)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the response would be ", bytes,
+                   " bytes, above --max_message_bytes=", options_.max_message_bytes,
+                   "; ask for less (last logits or top-k instead of all logits, "
+                   "or fewer tokens per request)"));
 }
 
 absl::Status AttnServeService::OnThisInstance(absl::Status status) const {
@@ -86,10 +87,10 @@ void AttnServeService::CountDecision(const PolicyDecision& decision) const {
 }
 
 absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
-                                          grpc::ServerUnaryReactor* reactor,
-                                          const v1::InferRequest* request,
-                                          v1::InferResponse* response,
-                                          std::chrono::steady_clock::time_point arrival) {
+                                           grpc::ServerUnaryReactor* reactor,
+                                           const v1::InferRequest* request,
+                                           v1::InferResponse* response,
+                                           std::chrono::steady_clock::time_point arrival) {
   RETURN_IF_ERROR(ValidateOutputSpec(request->output()));
   ASSIGN_OR_RETURN(at::Tensor tokens,
                    TokensTensor(request->tokens(), options_.max_tokens_per_request));
@@ -125,7 +126,8 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
   job->on_done = [this, reactor, request, response, arrival, session, decision](
                      const absl::Status& done, scheduler::JobResult result) {
     absl::Status status = done;
-    if (status.ok()) status = FillOutputs(result.output, request->output(), response->mutable_outputs());
+    if (status.ok())
+      status = FillOutputs(result.output, request->output(), response->mutable_outputs());
     if (status.ok()) status = CheckResponseSize(*response);
     if (status.ok()) {
       if (session != nullptr) {

@@ -13,8 +13,8 @@
 #include "server/metrics.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
-#include "server/session_table.h"
 #include "server/scheduler/batch_scheduler.h"
+#include "server/session_table.h"
 
 namespace attnserve::server {
 

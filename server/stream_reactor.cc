@@ -8,15 +8,14 @@
 // produced. A cancelled stream ends its generation within one scheduler step. The session
 // outlives the stream: a broken stream leaves it for resumption.
 #include <ATen/ATen.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
 #include <random>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
@@ -143,9 +142,9 @@ class AttnServeService::StreamReactor final
       SessionUse use = *std::move(found);
       const std::string& name = use->model()->name();
       if (!open.model().empty() && open.model() != "auto" && open.model() != name) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "session '", use->id(), "' belongs to model '", name, "', not ",
-            ClientText(open.model())));
+        return absl::InvalidArgumentError(absl::StrCat("session '", use->id(),
+                                                       "' belongs to model '", name, "', not ",
+                                                       ClientText(open.model())));
       }
       reason = absl::StrCat("resumed session of model ", name);
       session_.emplace(std::move(use));
@@ -266,11 +265,11 @@ class AttnServeService::StreamReactor final
         replayed_ = true;
         return false;
       }
-      return absl::AbortedError(absl::StrCat(
-          "sequence number ", seq,
-          " was already applied and its result is no longer kept (the last ",
-          service_->options_.retry_window, " are, --retry_window); the session is at ",
-          s.last_sequence_number));
+      return absl::AbortedError(
+          absl::StrCat("sequence number ", seq,
+                       " was already applied and its result is no longer kept (the last ",
+                       service_->options_.retry_window, " are, --retry_window); the session is at ",
+                       s.last_sequence_number));
     }
     if (seq != s.last_sequence_number + 1) {
       return absl::AbortedError(absl::StrCat("sequence number gap: got ", seq, ", expected ",

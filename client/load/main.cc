@@ -21,7 +21,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/parse_flags.h"
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "client/common/channel.h"
 #include "client/common/grpc_status.h"
@@ -32,6 +31,7 @@
 #include "client/load/report_html.h"
 #include "client/load/report_json.h"
 #include "client/load/report_table.h"
+#include "common/parse_flags.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051", "Server address, host:port.");
 ABSL_FLAG(std::string, variants, "all",

@@ -56,10 +56,10 @@ at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
-  if (const int64_t rows = weight.is_cpu() && weight.is_contiguous() &&
-                                   weight.scalar_type() == at::kFloat
-                               ? SkinnyRows(x)
-                               : 0;
+  if (const int64_t rows =
+          weight.is_cpu() && weight.is_contiguous() && weight.scalar_type() == at::kFloat
+              ? SkinnyRows(x)
+              : 0;
       rows > 0) {
     return SkinnyProduct(x, rows, weight, at::Tensor());
   }

@@ -126,8 +126,8 @@ absl::Status CheckStepBatch(const at::Tensor& x_t, const std::vector<MixerState*
     return s;
   }
   if (static_cast<int64_t>(states.size()) != x_t.size(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("StepBatch: ", x_t.size(0), " rows but ",
-                                                   states.size(), " states"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("StepBatch: ", x_t.size(0), " rows but ", states.size(), " states"));
   }
   for (size_t i = 0; i < states.size(); ++i) {
     if (states[i] == nullptr) {

@@ -23,7 +23,8 @@ typedef float Float4 __attribute__((vector_size(4 * sizeof(float))));
 ATTNSERVE_VEC_INLINE float Sum(Float16 v) {
   const Float8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
                    __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Float4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  const Float4 b =
+      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
@@ -56,7 +57,7 @@ constexpr int64_t kPrefetchBytes = 512;
 // arithmetic for every tile shape.
 template <int WR, int XR>
 ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, int64_t in,
-                                    float* const* y, int64_t j) {
+                                  float* const* y, int64_t j) {
   const int64_t vec_in = in - in % kLanes;
   Float16 acc[WR][XR] = {};
   for (int64_t k = 0; k < vec_in; k += kLanes) {
@@ -83,8 +84,8 @@ ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, 
 // lined up with LoadBf16Pairs; x[l] the row itself, for the tail.
 template <int WR, int XR>
 ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const* xe,
-                                     const float* const* xo, const float* const* x, int64_t in,
-                                     float* const* y, int64_t j) {
+                                   const float* const* xo, const float* const* x, int64_t in,
+                                   float* const* y, int64_t j) {
   constexpr int64_t kStep = 2 * kLanes;
   const int64_t vec_in = in - in % kStep;
   Float16 acc[WR][XR] = {};
@@ -111,16 +112,56 @@ ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const*
 constexpr int kTileW = 4, kTileX = 4;
 
 // Calls Tile<wr, xr>(args...) for run-time sizes wr, xr in [1, 4] (every shape inlined).
-#define ATTNSERVE_TILE_SWITCH(Tile, wr, xr, ...)                                        \
-  switch ((wr) * 8 + (xr)) {                                                            \
-    case 9: Tile<1, 1>(__VA_ARGS__); break;  case 10: Tile<1, 2>(__VA_ARGS__); break;   \
-    case 11: Tile<1, 3>(__VA_ARGS__); break; case 12: Tile<1, 4>(__VA_ARGS__); break;   \
-    case 17: Tile<2, 1>(__VA_ARGS__); break; case 18: Tile<2, 2>(__VA_ARGS__); break;   \
-    case 19: Tile<2, 3>(__VA_ARGS__); break; case 20: Tile<2, 4>(__VA_ARGS__); break;   \
-    case 25: Tile<3, 1>(__VA_ARGS__); break; case 26: Tile<3, 2>(__VA_ARGS__); break;   \
-    case 27: Tile<3, 3>(__VA_ARGS__); break; case 28: Tile<3, 4>(__VA_ARGS__); break;   \
-    case 33: Tile<4, 1>(__VA_ARGS__); break; case 34: Tile<4, 2>(__VA_ARGS__); break;   \
-    case 35: Tile<4, 3>(__VA_ARGS__); break; case 36: Tile<4, 4>(__VA_ARGS__); break;   \
+#define ATTNSERVE_TILE_SWITCH(Tile, wr, xr, ...) \
+  switch ((wr)*8 + (xr)) {                       \
+    case 9:                                      \
+      Tile<1, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 10:                                     \
+      Tile<1, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 11:                                     \
+      Tile<1, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 12:                                     \
+      Tile<1, 4>(__VA_ARGS__);                   \
+      break;                                     \
+    case 17:                                     \
+      Tile<2, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 18:                                     \
+      Tile<2, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 19:                                     \
+      Tile<2, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 20:                                     \
+      Tile<2, 4>(__VA_ARGS__);                   \
+      break;                                     \
+    case 25:                                     \
+      Tile<3, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 26:                                     \
+      Tile<3, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 27:                                     \
+      Tile<3, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 28:                                     \
+      Tile<3, 4>(__VA_ARGS__);                   \
+      break;                                     \
+    case 33:                                     \
+      Tile<4, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 34:                                     \
+      Tile<4, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 35:                                     \
+      Tile<4, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 36:                                     \
+      Tile<4, 4>(__VA_ARGS__);                   \
+      break;                                     \
   }
 
 // Weight-row tiles per task: at least ~256 Ki multiply-adds, so that the small matrices of a
@@ -180,23 +221,25 @@ void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const f
 
 void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                    int64_t rows, float* y) {
-  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
-    F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
-  });
+  at::parallel_for(
+      0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
+        F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
+      });
 }
 
-void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x,
-                    int64_t x_stride, int64_t rows, float* y) {
+void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                    int64_t rows, float* y) {
   const int64_t half = (in + 1) / 2;
   std::vector<float> even(rows * half), odd(rows * half);
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * x_stride;
     for (int64_t c = 0; c < in; ++c) (c % 2 ? odd : even)[r * half + c / 2] = row[c];
   }
-  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
-    Bf16Rows(w, begin * kTileW, std::min(out, end * kTileW), in, even.data(), odd.data(), half, x,
-             x_stride, rows, y, out);
-  });
+  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows),
+                   [&](int64_t begin, int64_t end) {
+                     Bf16Rows(w, begin * kTileW, std::min(out, end * kTileW), in, even.data(),
+                              odd.data(), half, x, x_stride, rows, y, out);
+                   });
 }
 
 }  // namespace attnserve::kernels

@@ -24,7 +24,7 @@ void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int6
                    int64_t rows, float* y);
 
 // W as raw bfloat16 bits (each widened to float32 exactly; float32 accumulation).
-void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x,
-                    int64_t x_stride, int64_t rows, float* y);
+void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                    int64_t rows, float* y);
 
 }  // namespace attnserve::kernels

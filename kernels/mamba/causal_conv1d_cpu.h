@@ -19,7 +19,7 @@ struct CausalConv1dParams {
   // Or one state per batch row, each (dim, width) contiguous (separate sessions' states decoded
   // in one batch): when set, `state` is ignored.
   float* const* row_states = nullptr;
-  float* out = nullptr;             // (batch, seqlen, dim) contiguous
+  float* out = nullptr;  // (batch, seqlen, dim) contiguous
 };
 
 // Parallel over (batch, blocks of time steps) with ATen's thread pool.

@@ -127,7 +127,8 @@ class MambaMixer final : public Mixer {
 
   // x (B, L, d_model) -> (B, L, d_model); `state` (or, when it is null, the row states) is
   // continued in place. Only `state`'s position is advanced here.
-  at::Tensor Forward(const at::Tensor& x, MixerState* state, const RowStates* rows = nullptr) const {
+  at::Tensor Forward(const at::Tensor& x, MixerState* state,
+                     const RowStates* rows = nullptr) const {
     static const at::Tensor kNone;
     const int64_t n_state = config_.d_state;
     at::Tensor xz = in_proj_(x);  // (B, L, 2·d_inner): x half, then z half
@@ -175,10 +176,11 @@ class MambaMixer final : public Mixer {
   }
 
   // The selective scan with softplus(delta + bias), the D skip and the silu(z) gate, continuing
-  // from ssm_state (or row_states, as in ConvSilu), which is updated in place. b_mat and c_mat are views into one x_dbl row.
+  // from ssm_state (or row_states, as in ConvSilu), which is updated in place. b_mat and c_mat are
+  // views into one x_dbl row.
   at::Tensor Scan(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& z,
-                  const at::Tensor& b_mat, const at::Tensor& c_mat,
-                  const at::Tensor& ssm_state, float* const* row_states) const {
+                  const at::Tensor& b_mat, const at::Tensor& c_mat, const at::Tensor& ssm_state,
+                  float* const* row_states) const {
     if (u.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
       return mamba::SelectiveScanCuda(u, delta, dt_proj_bias_, /*delta_softplus=*/true, z, b_mat,

@@ -45,7 +45,8 @@ void AttendHead(const float* q, const float* k, const float* v, int64_t length, 
     const float p = scores[t] * inv;
     const float* vt = v + t * d;
     int64_t i = 0;
-    for (; i + kLanes <= d; i += kLanes) vec::Store(out + i, vec::Load(out + i) + p * vec::Load(vt + i));
+    for (; i + kLanes <= d; i += kLanes)
+      vec::Store(out + i, vec::Load(out + i) + p * vec::Load(vt + i));
     for (; i < d; ++i) out[i] += p * vt[i];
   }
 }

@@ -333,7 +333,8 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
                                             const std::vector<ModelState*>& states) const {
   if (tokens.empty() || tokens.size() != states.size()) {
     return absl::InvalidArgumentError(absl::StrCat("StepBatch: ", tokens.size(), " tokens and ",
-                                                   states.size(), " states; expected B > 0 of each"));
+                                                   states.size(),
+                                                   " states; expected B > 0 of each"));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= vocab_size()) {
@@ -347,10 +348,9 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
           absl::StrCat("StepBatch: state ", i, " is not a state of model '", name_, "'"));
     }
     if (state->position + 1 > max_sequence_length()) {
-      return absl::ResourceExhaustedError(absl::StrCat("sequence of ", state->position + 1,
-                                                       " tokens exceeds model '", name_,
-                                                       "' max_sequence_length ",
-                                                       max_sequence_length()));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("sequence of ", state->position + 1, " tokens exceeds model '", name_,
+                       "' max_sequence_length ", max_sequence_length()));
     }
   }
   return kernels::GuardTorch("Model::StepBatch", [&]() -> absl::StatusOr<at::Tensor> {

@@ -20,10 +20,10 @@ struct BatchScheduler::Active {
   QueueKey key = nullptr;
   bool started = false;
   bool done = false;
-  bool reserved = false;      // the session's state budget was raised for this job
-  int64_t consumed = 0;       // prompt tokens computed
-  int generated = 0;          // tokens sampled
-  bool pending = false;       // the last sampled token has not been fed back yet
+  bool reserved = false;  // the session's state budget was raised for this job
+  int64_t consumed = 0;   // prompt tokens computed
+  int generated = 0;      // tokens sampled
+  bool pending = false;   // the last sampled token has not been fed back yet
   int64_t pending_token = 0;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
@@ -64,9 +64,8 @@ BatchScheduler::BatchScheduler(SchedulerOptions options) : options_(std::move(op
 BatchScheduler::~BatchScheduler() { Stop(); }
 
 absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
-  if (job == nullptr || job->model == nullptr || !job->tokens.defined() ||
-      job->tokens.dim() != 2 || job->tokens.size(0) != 1 || job->tokens.size(1) < 1 ||
-      !job->on_done) {
+  if (job == nullptr || job->model == nullptr || !job->tokens.defined() || job->tokens.dim() != 2 ||
+      job->tokens.size(0) != 1 || job->tokens.size(1) < 1 || !job->on_done) {
     return absl::InvalidArgumentError(
         "scheduler: a job needs a model, (1, n >= 1) tokens and on_done");
   }
@@ -241,23 +240,22 @@ bool BatchScheduler::Begin(Active& a) {
   const at::Tensor& tokens = a.job->tokens;
   const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
   if (lo < 0 || hi >= m.vocab_size()) {
-    Finish(a, absl::InvalidArgumentError(absl::StrCat("token id ", lo < 0 ? lo : hi,
-                                                      " is outside the vocabulary [0, ",
-                                                      m.vocab_size(), ") of model '", m.name(),
-                                                      "'")));
+    Finish(a, absl::InvalidArgumentError(
+                  absl::StrCat("token id ", lo < 0 ? lo : hi, " is outside the vocabulary [0, ",
+                               m.vocab_size(), ") of model '", m.name(), "'")));
     return false;
   }
   Session* s = a.session();
   const int64_t position = s != nullptr ? s->state.position : 0;
   const int64_t length = position + a.prompt_length() + a.job->max_new_tokens;
   if (length > m.max_sequence_length()) {
-    Finish(a, absl::ResourceExhaustedError(
-                  s != nullptr
-                      ? absl::StrCat("session '", s->id(), "' would hold ", length,
-                                     " tokens; model '", m.name(), "' takes at most ",
-                                     m.max_sequence_length())
-                      : absl::StrCat("sequence of ", length, " tokens exceeds model '", m.name(),
-                                     "' max_sequence_length ", m.max_sequence_length())));
+    Finish(a,
+           absl::ResourceExhaustedError(
+               s != nullptr
+                   ? absl::StrCat("session '", s->id(), "' would hold ", length, " tokens; model '",
+                                  m.name(), "' takes at most ", m.max_sequence_length())
+                   : absl::StrCat("sequence of ", length, " tokens exceeds model '", m.name(),
+                                  "' max_sequence_length ", m.max_sequence_length())));
     return false;
   }
   if (s != nullptr && options_.sessions != nullptr) {
@@ -286,8 +284,8 @@ BatchScheduler::Batch BatchScheduler::FormBatch(const std::vector<Active*>& live
   });
   // Decode rows first, oldest first; when a prompt waits too, they leave it at least one token
   // of the budget, so the oldest job always takes part.
-  const bool prompt_waits = std::any_of(mine.begin(), mine.end(),
-                                        [](const Active* a) { return !a->decode_row(); });
+  const bool prompt_waits =
+      std::any_of(mine.begin(), mine.end(), [](const Active* a) { return !a->decode_row(); });
   const int64_t max_rows = std::max<int64_t>(
       1, std::min(options_.max_batch_sessions, options_.max_batch_tokens - (prompt_waits ? 1 : 0)));
   for (Active* a : mine) {

@@ -96,7 +96,7 @@ class BatchScheduler {
   // Under no lock, on the loop thread: starts or ends the ready jobs, then forms and runs
   // one batch. Returns the jobs that finished.
   void RunIteration(const std::vector<Active*>& ready, const absl::Status& abort);
-  bool Begin(Active& a);                       // on_start and reservation; false: it ended
+  bool Begin(Active& a);  // on_start and reservation; false: it ended
   absl::Status CheckStillWanted(const Active& a) const;  // cancelled, deadline, closed
   Batch FormBatch(const std::vector<Active*>& ready) const;
   void RunDecodeRows(const std::vector<Active*>& rows);

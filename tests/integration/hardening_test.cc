@@ -5,9 +5,8 @@
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
 
-#include <map>
-
 #include <atomic>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,7 +72,8 @@ TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
   std::atomic<int> sent{0};
   std::thread writer([&] {
     for (int seq = 1; seq <= kAppends; ++seq) {
-      if (!stream.Send(AppendRequest(seq, RandomTokens(kTokens, seq), v1::OUTPUT_KIND_ALL_LOGITS))) {
+      if (!stream.Send(
+              AppendRequest(seq, RandomTokens(kTokens, seq), v1::OUTPUT_KIND_ALL_LOGITS))) {
         break;
       }
       sent++;

@@ -4,9 +4,8 @@
 // alone, and 200 sessions generating at once for 20 s (soak).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <prometheus/registry.h>
-
 #include <malloc.h>
+#include <prometheus/registry.h>
 
 #include <atomic>
 #include <fstream>
@@ -123,16 +122,16 @@ TEST(SchedulerRpcTest, CancelledGenerationStopsAndItsSessionStays) {
   }
   // Give the server a moment to see the cancellation, then the counter must stand still.
   absl::SleepFor(absl::Milliseconds(300));
-  const double generated = MetricValue(metrics, "attnserve_tokens_total",
-                                       {{"variant", "mamba"}, {"phase", "generate"}});
+  const double generated =
+      MetricValue(metrics, "attnserve_tokens_total", {{"variant", "mamba"}, {"phase", "generate"}});
   v1::SessionInfo before;
   ASSERT_TRUE(server.client().GetSession(id, &before).ok());
   absl::SleepFor(absl::Milliseconds(500));
   v1::SessionInfo after;
   ASSERT_TRUE(server.client().GetSession(id, &after).ok());
-  EXPECT_EQ(MetricValue(metrics, "attnserve_tokens_total",
-                        {{"variant", "mamba"}, {"phase", "generate"}}),
-            generated);
+  EXPECT_EQ(
+      MetricValue(metrics, "attnserve_tokens_total", {{"variant", "mamba"}, {"phase", "generate"}}),
+      generated);
   EXPECT_EQ(after.position(), before.position());
   EXPECT_LT(generated, 1000) << "the cancelled generation ran to its end";
   EXPECT_EQ(MetricValue(metrics, "attnserve_requests_total",
@@ -172,9 +171,9 @@ TEST(SchedulerRpcTest, RequestsPastTheirDeadlineAreNotComputed) {
   v1::SessionInfo info;
   ASSERT_TRUE(server.client().GetSession(a.id(), &info).ok());
   EXPECT_EQ(info.position(), 3 + 1000) << "a request past its deadline was applied";
-  EXPECT_EQ(MetricValue(metrics, "attnserve_tokens_total",
-                        {{"variant", "mamba"}, {"phase", "prefill"}}),
-            3)
+  EXPECT_EQ(
+      MetricValue(metrics, "attnserve_tokens_total", {{"variant", "mamba"}, {"phase", "prefill"}}),
+      3)
       << "a request past its deadline was computed";
 }
 

@@ -34,9 +34,9 @@
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
+#include "server/scheduler/batch_scheduler.h"
 #include "server/service.h"
 #include "server/session_table.h"
-#include "server/scheduler/batch_scheduler.h"
 
 namespace attnserve::server::testing {
 

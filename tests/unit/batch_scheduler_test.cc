@@ -65,7 +65,8 @@ std::vector<Outcome> RunAlone(const model::Model& m, const std::vector<Request>&
       float logprob;
       const int64_t token = SampleToken(logits, r.generate, rng, &logprob);
       o.generated.push_back(token);
-      logits = *m.Forward(at::full({1, 1}, token, at::kLong), &state, model::OutputKind::kLastLogits);
+      logits =
+          *m.Forward(at::full({1, 1}, token, at::kLong), &state, model::OutputKind::kLastLogits);
     }
     out.push_back(std::move(o));
   }
@@ -175,12 +176,11 @@ TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {
           EXPECT_GT(got.done_order, outcomes[s][q - 1].done_order);
         }
       }
-      EXPECT_EQ(uses[s]->state.position,
-                [&] {
-                  int64_t n = 0;
-                  for (const Request& r : scripts[s]) n += r.tokens.size(1) + r.max_new_tokens;
-                  return n;
-                }());
+      EXPECT_EQ(uses[s]->state.position, [&] {
+        int64_t n = 0;
+        for (const Request& r : scripts[s]) n += r.tokens.size(1) + r.max_new_tokens;
+        return n;
+      }());
     }
   }
 }
@@ -205,12 +205,20 @@ TEST(BatchSchedulerTest, RequestsWithoutSessionCutIntoChunksEqualOneWholePass) {
   }
 }
 
-TEST(BatchSchedulerTest, OtherSessionsAreServedDuringALongGeneration) {
-  SessionTable table({});
-  SchedulerOptions options;
-  options.sessions = &table;
-  options.intra_op_threads = 1;
-  BatchScheduler scheduler(options);
+// A session table and a scheduler on it (one kernel thread), for the tests below.
+class BatchSchedulerSessionTest : public ::testing::Test {
+ protected:
+  static SchedulerOptions Options(SessionTable* table) {
+    SchedulerOptions options;
+    options.sessions = table;
+    options.intra_op_threads = 1;
+    return options;
+  }
+  SessionTable table{SessionLimits{}};
+  BatchScheduler scheduler{Options(&table)};
+};
+
+TEST_F(BatchSchedulerSessionTest, OtherSessionsAreServedDuringALongGeneration) {
   const model::Model* mamba = Repository().Find("mamba");
   const model::Model* standard = Repository().Find("standard");
   SessionUse a = *table.Create(mamba, absl::ZeroDuration());
@@ -221,16 +229,24 @@ TEST(BatchSchedulerTest, OtherSessionsAreServedDuringALongGeneration) {
   long_generation.generate.set_max_new_tokens(400);
   Request short_request{RandomTokens(3, 2), model::OutputKind::kLastLogits, 0, {}};
   Outcome a_long, a_next, b_short, no_session;
-  ASSERT_TRUE(scheduler.Submit(MakeJob(mamba, SessionUse(a.get()), long_generation, &a_long,
-                                       &order, &remaining)).ok());
+  ASSERT_TRUE(
+      scheduler
+          .Submit(MakeJob(mamba, SessionUse(a.get()), long_generation, &a_long, &order, &remaining))
+          .ok());
   ASSERT_TRUE(WaitUntil([&] { return a_long.streamed.size() >= 2; }));  // generating
   // Queued behind A's generation: waits for it, holding no thread.
-  ASSERT_TRUE(scheduler.Submit(MakeJob(mamba, SessionUse(a.get()), short_request, &a_next,
-                                       &order, &remaining)).ok());
-  ASSERT_TRUE(scheduler.Submit(MakeJob(standard, SessionUse(b.get()), short_request, &b_short,
-                                       &order, &remaining)).ok());
-  ASSERT_TRUE(scheduler.Submit(MakeJob(standard, std::nullopt, short_request, &no_session,
-                                       &order, &remaining)).ok());
+  ASSERT_TRUE(
+      scheduler
+          .Submit(MakeJob(mamba, SessionUse(a.get()), short_request, &a_next, &order, &remaining))
+          .ok());
+  ASSERT_TRUE(scheduler
+                  .Submit(MakeJob(standard, SessionUse(b.get()), short_request, &b_short, &order,
+                                  &remaining))
+                  .ok());
+  ASSERT_TRUE(
+      scheduler
+          .Submit(MakeJob(standard, std::nullopt, short_request, &no_session, &order, &remaining))
+          .ok());
   ASSERT_TRUE(WaitUntil([&] { return remaining.load() == 0; }));
   ASSERT_TRUE(a_long.status.ok() && a_next.status.ok() && b_short.status.ok() &&
               no_session.status.ok());
@@ -240,12 +256,7 @@ TEST(BatchSchedulerTest, OtherSessionsAreServedDuringALongGeneration) {
   EXPECT_EQ(a->state.position, 4 + 400 + 3);
 }
 
-TEST(BatchSchedulerTest, CancelledGenerationStopsWithinOneStepAndLateJobsAreNotComputed) {
-  SessionTable table({});
-  SchedulerOptions options;
-  options.sessions = &table;
-  options.intra_op_threads = 1;
-  BatchScheduler scheduler(options);
+TEST_F(BatchSchedulerSessionTest, CancelledGenerationStopsWithinOneStepAndLateJobsAreNotComputed) {
   const model::Model* mamba = Repository().Find("mamba");
   SessionUse a = *table.Create(mamba, absl::ZeroDuration());
   std::atomic<int64_t> order{0};
@@ -285,12 +296,7 @@ TEST(BatchSchedulerTest, CancelledGenerationStopsWithinOneStepAndLateJobsAreNotC
       << "a refused job's reservation was given back";
 }
 
-TEST(BatchSchedulerTest, AbortEndsEveryJobAndStopRefusesNewOnes) {
-  SessionTable table({});
-  SchedulerOptions options;
-  options.sessions = &table;
-  options.intra_op_threads = 1;
-  BatchScheduler scheduler(options);
+TEST_F(BatchSchedulerSessionTest, AbortEndsEveryJobAndStopRefusesNewOnes) {
   const model::Model* mamba = Repository().Find("mamba");
   SessionUse a = *table.Create(mamba, absl::ZeroDuration());
   std::atomic<int64_t> order{0};
@@ -299,8 +305,8 @@ TEST(BatchSchedulerTest, AbortEndsEveryJobAndStopRefusesNewOnes) {
   r.generate.set_max_new_tokens(1000);
   std::vector<Outcome> got(3);
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(scheduler.Submit(MakeJob(mamba, SessionUse(a.get()), r, &got[i], &order,
-                                         &remaining)).ok());
+    ASSERT_TRUE(
+        scheduler.Submit(MakeJob(mamba, SessionUse(a.get()), r, &got[i], &order, &remaining)).ok());
   }
   ASSERT_TRUE(WaitUntil([&] { return got[0].streamed.size() >= 1; }));
   scheduler.Abort(absl::UnavailableError("draining"));

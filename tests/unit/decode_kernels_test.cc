@@ -29,8 +29,8 @@ TEST(DecodeAttentionTest, RaggedRowsMatchFloat64) {
       const int64_t length = 1 + rng() % 300, capacity = length + rng() % 50;
       keys.push_back(RandomTensor({heads, capacity, d}, 100 * trial + 2 * b));
       values.push_back(RandomTensor({heads, capacity, d}, 100 * trial + 2 * b + 1));
-      rows.push_back({keys.back().data_ptr<float>(), values.back().data_ptr<float>(), length,
-                      capacity});
+      rows.push_back(
+          {keys.back().data_ptr<float>(), values.back().data_ptr<float>(), length, capacity});
     }
     at::Tensor out = at::full({batch, heads, d}, std::nanf(""));
     DecodeAttentionCpu(q.data_ptr<float>(), rows.data(), batch, heads, d, out.data_ptr<float>());

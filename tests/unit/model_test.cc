@@ -191,9 +191,9 @@ TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
       auto state = m.NewState();
       ASSERT_TRUE(state.ok());
       if (i > 0) {
-        ASSERT_TRUE(m.Forward(RandomTokens(7 * i, m.vocab_size(), 30 + i), &*state,
-                              OutputKind::kLastLogits)
-                        .ok());
+        ASSERT_TRUE(
+            m.Forward(RandomTokens(7 * i, m.vocab_size(), 30 + i), &*state, OutputKind::kLastLogits)
+                .ok());
       }
       alone.push_back(state->Clone());
       batched.push_back(*std::move(state));
@@ -207,8 +207,8 @@ TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
       }
       auto logits = m.StepBatch(tokens, states);
       ASSERT_TRUE(logits.ok()) << logits.status();
-      ASSERT_EQ(logits->sizes(), at::IntArrayRef({static_cast<int64_t>(tokens.size()),
-                                                  m.vocab_size()}));
+      ASSERT_EQ(logits->sizes(),
+                at::IntArrayRef({static_cast<int64_t>(tokens.size()), m.vocab_size()}));
       for (size_t r = 0; r < tokens.size(); ++r) {
         const int i = static_cast<int>(r) + step % 2;
         auto one = m.Forward(Tokens({tokens[r]}), &alone[i], OutputKind::kLastLogits);

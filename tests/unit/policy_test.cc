@@ -25,8 +25,8 @@ TEST(PolicyTest, ALinformerShorterThanItsRuleIsSkippedForLongerRequests) {
   ASSERT_TRUE(linformer.ok()) << linformer.status();
   EXPECT_EQ((*linformer)->max_sequence_length(), 40);
 
-  const fs::path dir = fs::temp_directory_path() /
-                       ("attnserve_policy_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("attnserve_policy_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   ASSERT_TRUE(model::WriteModelFolder(**linformer, (dir / "linformer40").string()).ok());
   ASSERT_TRUE(
