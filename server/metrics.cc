@@ -183,7 +183,8 @@ void ServerMetrics::RecordRequest(const std::string& rpc, const std::string& var
 }
 
 void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& variants) {
-  static const char* const kModelRpcs[] = {"Infer", "StreamOpen", "StreamAppend", "StreamClose"};
+  static const char* const kModelRpcs[] = {"Infer", "StreamOpen", "StreamAppend", "StreamClose",
+                                           "StreamInvalid"};
   static const char* const kTableRpcs[] = {"GetSession", "CloseSession", "ListSessions",
                                            "ListModels", "StreamEmpty"};
   static const char* const kCodes[] = {"OK",

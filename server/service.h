@@ -37,7 +37,16 @@ struct ServiceOptions {
   v1::ServerIdentity identity;
 };
 
-class AttnServeService final : public v1::AttnServe::CallbackService {
+// The callback service with Stream registered raw (ByteBuffer in and out), so that the
+// reactor parses each message itself and can answer a corrupted one with INVALID_ARGUMENT
+// (stream_reactor.cc); every other method as v1::AttnServe::CallbackService has it.
+using AttnServeBase = v1::AttnServe::WithCallbackMethod_Infer<
+    v1::AttnServe::WithRawCallbackMethod_Stream<v1::AttnServe::WithCallbackMethod_GetSession<
+        v1::AttnServe::WithCallbackMethod_CloseSession<v1::AttnServe::WithCallbackMethod_ListSessions<
+            v1::AttnServe::WithCallbackMethod_ListModels<
+                v1::AttnServe::WithCallbackMethod_GetModel<v1::AttnServe::Service>>>>>>>;
+
+class AttnServeService final : public AttnServeBase {
  public:
   // Borrows everything; all must outlive the service.
   AttnServeService(const model::ModelRepository& repository, const Policy& policy,
@@ -52,7 +61,7 @@ class AttnServeService final : public v1::AttnServe::CallbackService {
   grpc::ServerUnaryReactor* Infer(grpc::CallbackServerContext* context,
                                   const v1::InferRequest* request,
                                   v1::InferResponse* response) override;
-  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
                                        const v1::GetSessionRequest* request,

@@ -9,6 +9,7 @@
 // outlives the stream: a broken stream leaves it for resumption.
 #include <ATen/ATen.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <atomic>
@@ -29,12 +30,12 @@
 namespace attnserve::server {
 
 class AttnServeService::StreamReactor final
-    : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(AttnServeService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {
     service_->inflight_.fetch_add(1);
-    StartRead(&request_);
+    StartRead(&read_buffer_);
   }
 
   void OnReadDone(bool ok) override {
@@ -43,6 +44,16 @@ class AttnServeService::StreamReactor final
       return;
     }
     const auto arrival = std::chrono::steady_clock::now();
+    // Parsed here rather than by gRPC, which reports a message it cannot parse as the end of
+    // the client's writes: a corrupted append would end the stream with OK.
+    grpc::ProtoBufferReader reader(&read_buffer_);
+    if (!request_.ParseFromZeroCopyStream(&reader)) {
+      Done("StreamInvalid", absl::InvalidArgumentError(
+                                "a message on this stream is not a valid attnserve.v1.StreamRequest "
+                                "(corrupted or of another type); the stream ends here"),
+           arrival);
+      return;
+    }
     const v1::StreamRequest::KindCase kind = request_.kind_case();
     if (kind == v1::StreamRequest::kAppend) {
       absl::Status submitted = SubmitAppend(request_.append(), arrival);
@@ -63,11 +74,11 @@ class AttnServeService::StreamReactor final
   void OnCancel() override { cancelled_.store(true); }
 
   void OnWriteDone(bool ok) override {
-    const v1::StreamResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false, read = false;
     {
       absl::MutexLock lock(&mu_);
-      queued_bytes_ -= static_cast<int64_t>(writes_.front().ByteSizeLong());
+      queued_bytes_ -= static_cast<int64_t>(writes_.front().Length());
       writes_.pop_front();
       if (!ok) {
         write_failed_ = true;
@@ -87,7 +98,7 @@ class AttnServeService::StreamReactor final
       }
     }
     if (next != nullptr) StartWrite(next);
-    if (read) StartRead(&request_);
+    if (read) StartRead(&read_buffer_);
     if (finish) Finish(finish_status_);
   }
 
@@ -119,7 +130,7 @@ class AttnServeService::StreamReactor final
         return;
       }
     }
-    StartRead(&request_);
+    StartRead(&read_buffer_);
   }
 
   absl::Status Open(const v1::StreamOpen& open) {
@@ -325,13 +336,19 @@ class AttnServeService::StreamReactor final
   }
 
   // Queues a response; writes it now when no write is in flight.
-  void Send(v1::StreamResponse response) {
-    const v1::StreamResponse* start = nullptr;
+  void Send(const v1::StreamResponse& response) {
+    grpc::ByteBuffer buffer;
+    bool own_buffer = false;
+    if (!grpc::SerializationTraits<v1::StreamResponse>::Serialize(response, &buffer, &own_buffer)
+             .ok()) {
+      return;  // cannot happen for a message we built; nothing to send
+    }
+    const grpc::ByteBuffer* start = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (write_failed_) return;  // the client is gone; the work still counts
-      queued_bytes_ += static_cast<int64_t>(response.ByteSizeLong());
-      writes_.push_back(std::move(response));
+      queued_bytes_ += static_cast<int64_t>(buffer.Length());
+      writes_.push_back(std::move(buffer));
       if (!writing_) {
         writing_ = true;
         start = &writes_.front();
@@ -362,15 +379,16 @@ class AttnServeService::StreamReactor final
   AttnServeService* const service_;
   grpc::CallbackServerContext* const context_;
   std::atomic<bool> cancelled_{false};
-  v1::StreamRequest request_;
+  grpc::ByteBuffer read_buffer_;  // the message being read, raw
+  v1::StreamRequest request_;      // the last message read, parsed
   bool replayed_ = false;  // the append being served was answered from the stored results
   std::optional<SessionUse> session_;  // touched only by the one step running at a time
   bool closed_ = false;
 
   absl::Mutex mu_;
-  std::deque<v1::StreamResponse> writes_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // serialized responses
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // serialized size of writes_
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // bytes in writes_
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;  // a read waits for the client to catch up
   bool write_failed_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -378,10 +396,10 @@ class AttnServeService::StreamReactor final
   grpc::Status finish_status_;  // written once under mu_ before Finish
 };
 
-grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* AttnServeService::Stream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttnServeService::Stream(
     grpc::CallbackServerContext* context) {
   if (absl::Status s = CheckServing(); !s.ok()) {
-    class Refused : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+    class Refused : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
      public:
       explicit Refused(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
       void OnDone() override { delete this; }

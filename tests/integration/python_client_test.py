@@ -211,6 +211,42 @@ class PythonClientTest(unittest.TestCase):
             logits = list(self.infer("standard", prompt + greedy[:i]).outputs.tensor.float_data)
             self.assertEqual(token, logits.index(max(logits)), "token %d" % i)
 
+    def test_4_unparseable_messages_are_errors(self):
+        # Raw bytes that are not a StreamRequest, after a good open: the stream ends with
+        # INVALID_ARGUMENT (not OK, as if the client had closed), the server keeps serving.
+        grpc, pb = self.grpc, self.pb
+        raw = self.channel.stream_stream(
+            "/attnserve.v1.AttnServe/Stream", request_serializer=lambda b: b,
+            response_deserializer=pb.StreamResponse.FromString)
+        good = pb.StreamRequest(open=pb.StreamOpen(model="mamba")).SerializeToString()
+        outbox = queue.Queue()
+        outbox.put(good)
+
+        def requests():
+            while True:
+                item = outbox.get()
+                if item is None:
+                    return
+                yield item
+
+        call = raw(requests(), timeout=30)
+        self.assertTrue(next(call).HasField("opened"))
+        outbox.put(b"\xff\xff\xff\xff\x0f not a protobuf")
+        with self.assertRaises(grpc.RpcError) as error:
+            next(call)
+        outbox.put(None)
+        self.assertEqual(error.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("not a valid attnserve.v1.StreamRequest", error.exception.details())
+        # A unary request that does not parse is refused by gRPC itself before the service
+        # sees it (gRPC 1.51 answers UNIMPLEMENTED); either way it is an error, never OK.
+        unary = self.channel.unary_unary(
+            "/attnserve.v1.AttnServe/Infer", request_serializer=lambda b: b,
+            response_deserializer=pb.InferResponse.FromString)
+        with self.assertRaises(grpc.RpcError) as unary_error:
+            unary(b"\xff\xff\xff\xff\x0f not a protobuf", timeout=10)
+        self.assertNotEqual(unary_error.exception.code(), grpc.StatusCode.OK)
+        self.assertEqual(self.infer("mamba", [1, 2, 3]).model, "mamba")
+
     def test_9_sigterm_drains_and_exits_zero(self):
         grpc, pb, health_pb = self.grpc, self.pb, self.health_pb
         serving = self.health.Check(health_pb.HealthCheckRequest(service=""), timeout=10)
