@@ -13,46 +13,12 @@ namespace attnserve::server {
 
 absl::StatusOr<at::Tensor> TokensTensor(const google::protobuf::RepeatedField<int64_t>& tokens,
                                         int64_t max_tokens) {
-  if (tokens.empty()) return absl::InvalidArgumentError("no tokens given; send at least one id");
-  if (tokens.size() > max_tokens) {
-    return absl::ResourceExhaustedError(absl::StrCat(tokens.size(),
-                                                     " tokens in one request; the "
-                                                     "limit is --max_tokens_per_request=",
-                                                     max_tokens));
-  }
+  if (absl::Status count = ValidateTokenCount(tokens, max_tokens); !count.ok()) return count;
   return kernels::GuardTorch("TokensTensor", [&]() -> absl::StatusOr<at::Tensor> {
     at::Tensor t = at::empty({1, tokens.size()}, at::kLong);
     std::copy(tokens.begin(), tokens.end(), t.data_ptr<int64_t>());
     return t;
   });
-}
-
-absl::Status ValidateOutputSpec(const v1::OutputSpec& spec) {
-  if (!v1::OutputKind_IsValid(spec.kind())) {
-    return absl::InvalidArgumentError(absl::StrCat("output.kind ", spec.kind(), " is unknown"));
-  }
-  if (spec.top_k() < 0 || spec.top_k() > 100) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output.top_k must be in [0, 100] (0: 5), got ", spec.top_k()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateGenerateSpec(const v1::GenerateSpec& spec, int max_new_tokens) {
-  if (spec.max_new_tokens() < 1 || spec.max_new_tokens() > max_new_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("generate.max_new_tokens must be in [1, ",
-                                                   max_new_tokens, "] (--max_new_tokens), got ",
-                                                   spec.max_new_tokens()));
-  }
-  if (!(spec.temperature() >= 0) || !std::isfinite(spec.temperature())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "generate.temperature must be finite and >= 0 (0: greedy), got ", spec.temperature()));
-  }
-  if (spec.top_k() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("generate.top_k must be >= 0 (0: all tokens), got ", spec.top_k()));
-  }
-  return absl::OkStatus();
 }
 
 model::OutputKind ModelOutputKind(const v1::OutputSpec& spec) {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/inference.pb.h"
 #include "server/model/model.h"
+#include "server/request_validation.h"
 
 namespace attnserve::server {
 
@@ -17,12 +18,6 @@ namespace attnserve::server {
 // `allow_empty`), RESOURCE_EXHAUSTED above `max_tokens` (--max_tokens_per_request).
 absl::StatusOr<at::Tensor> TokensTensor(const google::protobuf::RepeatedField<int64_t>& tokens,
                                         int64_t max_tokens);
-
-// Checks the output spec (kind known, top_k in [0, 100]).
-absl::Status ValidateOutputSpec(const v1::OutputSpec& spec);
-
-// Checks a generate spec against --max_new_tokens.
-absl::Status ValidateGenerateSpec(const v1::GenerateSpec& spec, int max_new_tokens);
 
 // What the model has to compute for `spec` (top-k and none need only the last logits).
 model::OutputKind ModelOutputKind(const v1::OutputSpec& spec);

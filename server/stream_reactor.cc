@@ -9,8 +9,8 @@
 // outlives the stream: a broken stream leaves it for resumption.
 #include <ATen/ATen.h>
 #include <google/protobuf/io/coded_stream.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include <atomic>
 #include <chrono>
@@ -48,9 +48,10 @@ class AttnServeService::StreamReactor final
     // the client's writes: a corrupted append would end the stream with OK.
     grpc::ProtoBufferReader reader(&read_buffer_);
     if (!request_.ParseFromZeroCopyStream(&reader)) {
-      Done("StreamInvalid", absl::InvalidArgumentError(
-                                "a message on this stream is not a valid attnserve.v1.StreamRequest "
-                                "(corrupted or of another type); the stream ends here"),
+      Done("StreamInvalid",
+           absl::InvalidArgumentError(
+               "a message on this stream is not a valid attnserve.v1.StreamRequest "
+               "(corrupted or of another type); the stream ends here"),
            arrival);
       return;
     }
@@ -380,8 +381,8 @@ class AttnServeService::StreamReactor final
   grpc::CallbackServerContext* const context_;
   std::atomic<bool> cancelled_{false};
   grpc::ByteBuffer read_buffer_;  // the message being read, raw
-  v1::StreamRequest request_;      // the last message read, parsed
-  bool replayed_ = false;  // the append being served was answered from the stored results
+  v1::StreamRequest request_;     // the last message read, parsed
+  bool replayed_ = false;         // the append being served was answered from the stored results
   std::optional<SessionUse> session_;  // touched only by the one step running at a time
   bool closed_ = false;
 
