@@ -234,8 +234,14 @@ class AttnServeService::StreamReactor final
     };
     job->on_done = [this, seq, request_hash, arrival](const absl::Status& status,
                                                       scheduler::JobResult result) {
+      // An append whose prompt ran is applied even when its generation was cut short (the
+      // client went away, the deadline or the drain came): its result, with the tokens generated
+      // so far, is what a retry of this sequence number gets.
       absl::Status s = status;
-      if (s.ok() && !replayed_) s = Applied(seq, request_hash, std::move(result), arrival);
+      if (!replayed_ && result.prompt_applied) {
+        const absl::Status applied = Applied(seq, request_hash, std::move(result), arrival);
+        if (s.ok()) s = applied;
+      }
       Done("StreamAppend", s, arrival);
     };
     return service_->scheduler_.Submit(std::move(job));

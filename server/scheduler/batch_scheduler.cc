@@ -37,6 +37,14 @@ struct BatchScheduler::Active {
   // Whether a prompt can be cut into chunks: it continues a state (a session's, or one of its
   // own when the model can stream).
   bool chunkable() const { return session() != nullptr || job->model->can_stream(); }
+  // A session's prompt, once begun, runs to its end even when its client has gone or its
+  // deadline passed: stopping halfway would leave tokens in the state that no sequence number
+  // accounts for (a retry would apply them twice). Only a closed session stops it. Generation
+  // stops at once.
+  bool MustFinishPrompt(const absl::Status& why) const {
+    return session() != nullptr && consumed > 0 && remaining() > 0 &&
+           why.code() != absl::StatusCode::kNotFound;
+  }
   // Whether the next computation is one token on a state: a row of the iteration's StepBatch.
   bool decode_row() const {
     if (pending) return true;
@@ -164,7 +172,8 @@ void BatchScheduler::RunIteration(const std::vector<Active*>& ready, const absl:
       Finish(*a, abort);
     } else if (!a->started) {
       if (Begin(*a)) live.push_back(a);
-    } else if (absl::Status wanted = CheckStillWanted(*a); !wanted.ok()) {
+    } else if (absl::Status wanted = CheckStillWanted(*a);
+               !wanted.ok() && !a->MustFinishPrompt(wanted)) {
       Finish(*a, wanted);
     } else {
       live.push_back(a);
@@ -339,6 +348,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
     }
     // The last token of a prompt (or the only one).
     a.consumed += 1;
+    a.result.prompt_applied = a.session() != nullptr;
     if (options_.metrics != nullptr) {
       options_.metrics->AddTokens(m.name(), a.prompt_length() == 1 ? "decode" : "prefill", 1);
     }
@@ -385,6 +395,7 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
     a.chunk_outputs.push_back(*out);
   }
   if (a.remaining() > 0) return;
+  a.result.prompt_applied = a.session() != nullptr;
   if (a.job->output != model::OutputKind::kLastLogits) {
     a.result.output =
         a.chunk_outputs.size() == 1 ? a.chunk_outputs.front() : at::cat(a.chunk_outputs, 1);

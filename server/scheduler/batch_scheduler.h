@@ -24,7 +24,9 @@
 //
 // Cancellation and deadlines are checked before every iteration: a job whose client has gone
 // (CANCELLED), whose deadline has passed (DEADLINE_EXCEEDED) or whose session was closed
-// (NOT_FOUND) ends before it computes again; a cancelled generation stops within one step.
+// (NOT_FOUND) ends before it computes again; a cancelled generation stops within one step. A
+// session's prompt that has begun runs to its end first (JobResult::prompt_applied), so that a
+// session never holds part of an append.
 // Abort() ends every job with a status at the next iteration (the drain deadline).
 //
 // Threads: Submit, Abort, Stop and the getters are thread-safe; all jobs' hooks and every

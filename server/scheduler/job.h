@@ -30,9 +30,13 @@ struct JobResult {
   // The prompt's output, as `Job::output` asks (on the CPU, batch 1): (1, vocab) last logits,
   // (1, L, vocab) all logits or (1, L, hidden). Undefined for a job that on_start ended.
   at::Tensor output;
-  std::vector<int64_t> generated;  // the tokens sampled, in order
-  double queue_seconds = 0;        // from Submit to its first computation
-  double compute_seconds = 0;      // from its first computation to its end
+  std::vector<int64_t> generated;  // the tokens sampled, in order (each fed back)
+  // The whole prompt ran on the session's state (and `generated` after it): the session has
+  // moved, whatever the status. A job that ends before its prompt leaves the state as it was
+  // (a begun prompt always runs to its end, unless the session is closed).
+  bool prompt_applied = false;
+  double queue_seconds = 0;    // from Submit to its first computation
+  double compute_seconds = 0;  // from its first computation to its end
 };
 
 struct Job {

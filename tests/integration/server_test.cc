@@ -989,8 +989,13 @@ std::vector<MalformedCase> MalformedCases() {
        [](Client& c) { return StreamStatus(c, {OpenRequest("mamba", 0, 7200)}); },
        StatusCode::INVALID_ARGUMENT, "session ttl must be in (0, 3600] seconds, got 7200"},
       {"StreamResumeUnknownSession",
-       [](Client& c) { return StreamStatus(c, {ResumeRequest("feedfacefeedface")}); },
-       StatusCode::NOT_FOUND, "no session 'feedfacefeedface'"},
+       [](Client& c) {
+         return StreamStatus(c, {ResumeRequest("feedfacefeedfacefeedfacefeedface")});
+       },
+       StatusCode::NOT_FOUND, "no session 'feedfacefeedfacefeedfacefeedface'"},
+      {"StreamResumeMalformedSessionId",
+       [](Client& c) { return StreamStatus(c, {ResumeRequest("feedface")}); },
+       StatusCode::INVALID_ARGUMENT, "session_id must be 32 lowercase hex digits"},
       {"StreamResumeClosedSession",
        [](Client& c) {
          const std::string id = c.NewSession("linear");
@@ -1013,11 +1018,18 @@ std::vector<MalformedCase> MalformedCases() {
       {"GetSessionUnknown",
        [](Client& c) {
          v1::SessionInfo info;
+         return c.GetSession("feedfacefeedfacefeedfacefeedface", &info);
+       },
+       StatusCode::NOT_FOUND, "no session 'feedfacefeedfacefeedfacefeedface'"},
+      {"GetSessionMalformedId",
+       [](Client& c) {
+         v1::SessionInfo info;
          return c.GetSession("nope", &info);
        },
-       StatusCode::NOT_FOUND, "no session 'nope'"},
-      {"CloseSessionUnknown", [](Client& c) { return c.CloseSession("nope"); },
-       StatusCode::NOT_FOUND, "no session 'nope' to close"},
+       StatusCode::INVALID_ARGUMENT, "got 'nope'"},
+      {"CloseSessionUnknown",
+       [](Client& c) { return c.CloseSession("feedfacefeedfacefeedfacefeedface"); },
+       StatusCode::NOT_FOUND, "no session 'feedfacefeedfacefeedfacefeedface' to close"},
       {"ListSessionsNegativeLimit",
        [](Client& c) {
          v1::ListSessionsResponse response;
