@@ -21,6 +21,7 @@ using ::testing::HasSubstr;
 
 TEST(HardeningTest, OversizedSessionIdsAreRefusedShortlyAndTheConnectionKeepsWorking) {
   TestServer server;
+  const int64_t resident_before = TrimmedResidentBytes();
   Client& client = server.client();
   v1::InferRequest infer = MakeInfer("", {1, 2, 3});
   infer.set_session_id(std::string(10 * 1024, 'a'));
@@ -59,49 +60,66 @@ TEST(HardeningTest, OversizedSessionIdsAreRefusedShortlyAndTheConnectionKeepsWor
   }
   EXPECT_EQ(client.GetSession(std::string(32, '0'), &info).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // The server keeps serving (checked above) and holds no more memory than before.
+  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
 }
 
 TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
   TestServerOptions options;
   options.service.max_stream_buffer_bytes = 4 << 20;
   TestServer server(options);
-  StreamClient stream(server.client().stub(), absl::Seconds(120));
-  const std::string id = stream.Open(OpenRequest("mamba")).session_id();
-  // 40 appends of 240 tokens with all logits: 240 x 4096 floats, 3.9 MB per result.
-  constexpr int kAppends = 40, kTokens = 240;
-  std::atomic<int> sent{0};
-  std::thread writer([&] {
-    for (int seq = 1; seq <= kAppends; ++seq) {
-      if (!stream.Send(
-              AppendRequest(seq, RandomTokens(kTokens, seq), v1::OUTPUT_KIND_ALL_LOGITS))) {
-        break;
-      }
-      sent++;
-    }
-  });
-  // The server applies a few, then stops reading while the results wait for the client.
-  absl::SleepFor(absl::Seconds(3));
-  v1::SessionInfo info;
-  ASSERT_TRUE(server.client().GetSession(id, &info).ok());
-  const int64_t applied = info.position() / kTokens;
-  EXPECT_LT(applied, 16) << "the server kept reading a stream whose client does not read";
-  // Once the client reads, every append is served in order.
-  int results = 0;
-  while (results < kAppends) {
-    std::optional<v1::StreamResponse> r = stream.Receive();
-    ASSERT_TRUE(r.has_value()) << "the stream ended after " << results << " results";
-    if (r->has_result()) {
-      EXPECT_EQ(r->result().sequence_number(), results + 1);
-      ++results;
-    }
+  {  // One such append first, so that the level below is that of a server that has run them.
+    StreamClient warm(server.client().stub(), absl::Seconds(60));
+    const std::string id = warm.Open(OpenRequest("mamba")).session_id();
+    warm.Append(AppendRequest(1, RandomTokens(240, 0), v1::OUTPUT_KIND_ALL_LOGITS));
+    EXPECT_TRUE(warm.Close(id).ok());
   }
-  writer.join();
-  EXPECT_EQ(sent.load(), kAppends);
-  EXPECT_TRUE(stream.Close(id).ok());
+  ASSERT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
+  const int64_t resident_before = TrimmedResidentBytes();
+  {
+    StreamClient stream(server.client().stub(), absl::Seconds(120));
+    const std::string id = stream.Open(OpenRequest("mamba")).session_id();
+    // 40 appends of 240 tokens with all logits: 240 x 4096 floats, 3.9 MB per result.
+    constexpr int kAppends = 40, kTokens = 240;
+    std::atomic<int> sent{0};
+    std::thread writer([&] {
+      for (int seq = 1; seq <= kAppends; ++seq) {
+        if (!stream.Send(
+                AppendRequest(seq, RandomTokens(kTokens, seq), v1::OUTPUT_KIND_ALL_LOGITS))) {
+          break;
+        }
+        sent++;
+      }
+    });
+    // The server applies a few, then stops reading while the results wait for the client.
+    absl::SleepFor(absl::Seconds(3));
+    v1::SessionInfo info;
+    ASSERT_TRUE(server.client().GetSession(id, &info).ok());
+    const int64_t applied = info.position() / kTokens;
+    EXPECT_LT(applied, 16) << "the server kept reading a stream whose client does not read";
+    // Once the client reads, every append is served in order.
+    int results = 0;
+    while (results < kAppends) {
+      std::optional<v1::StreamResponse> r = stream.Receive();
+      ASSERT_TRUE(r.has_value()) << "the stream ended after " << results << " results";
+      if (r->has_result()) {
+        EXPECT_EQ(r->result().sequence_number(), results + 1);
+        ++results;
+      }
+    }
+    writer.join();
+    EXPECT_EQ(sent.load(), kAppends);
+    EXPECT_TRUE(stream.Close(id).ok());
+  }
+  // The stream is done on both sides; the session (and the results it kept for retries) gone.
+  ASSERT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
+  // The server keeps serving (checked above) and holds no more memory than before.
+  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
 }
 
 TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
   TestServer server;
+  const int64_t resident_before = TrimmedResidentBytes();
   StreamClient stream(server.client().stub(), absl::Seconds(30));
   const std::string id = stream.Open(OpenRequest("mamba")).session_id();
   const v1::AppendResult first = stream.Append(AppendRequest(1, {1, 2, 3}));
@@ -119,12 +137,15 @@ TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
   EXPECT_EQ(info.position(), 3);
   EXPECT_EQ(info.last_sequence_number(), 1);
   EXPECT_TRUE(server.client().CloseSession(id).ok());
+  // The server keeps serving (checked above) and holds no more memory than before.
+  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
 }
 
 TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
   TestServerOptions options;
   options.service.retry_window = 2;
   TestServer server(options);
+  const int64_t resident_before = TrimmedResidentBytes();
   StreamClient stream(server.client().stub(), absl::Seconds(30));
   stream.Open(OpenRequest("mamba"));
   for (int seq = 1; seq <= 3; ++seq) stream.Append(AppendRequest(seq, {seq}));
@@ -133,6 +154,8 @@ TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
   grpc::Status status = stream.Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(status.error_message(), HasSubstr("the last 2 are"));
+  // The server keeps serving (checked above) and holds no more memory than before.
+  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
 }
 
 TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
@@ -141,6 +164,7 @@ TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
   options.service.metrics = &metrics;
   options.service.max_message_bytes = 1 << 20;
   TestServer server(options);
+  const int64_t resident_before = TrimmedResidentBytes();
   // 100 positions x 4096 logits x 4 bytes: 1.6 MB.
   v1::InferResponse response;
   grpc::Status status = server.client().Infer(
@@ -170,6 +194,8 @@ TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
   v1::InferResponse small;
   EXPECT_TRUE(server.client().Infer(MakeInfer("mamba", RandomTokens(100, 1)), &small).ok());
   EXPECT_TRUE(server.client().CloseSession(id).ok());
+  // The server keeps serving (checked above) and holds no more memory than before.
+  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
 }
 
 }  // namespace

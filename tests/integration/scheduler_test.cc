@@ -8,7 +8,6 @@
 #include <prometheus/registry.h>
 
 #include <atomic>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -202,13 +201,6 @@ TEST(SchedulerRpcTest, SessionsBatchedTogetherGenerateWhatTheyGenerateAlone) {
   for (int i = 0; i < kSessions; ++i) EXPECT_EQ(together[i], alone[i]) << "session " << i;
 }
 
-int64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
 TEST(SoakTest, TwoHundredSessionsGeneratingAtOnceForTwentySeconds) {
   constexpr int kSessions = 200;
   const absl::Duration kRun = absl::Seconds(20);
@@ -247,16 +239,14 @@ TEST(SoakTest, TwoHundredSessionsGeneratingAtOnceForTwentySeconds) {
   // The level: every session open and generating (client threads, connections, buffers and
   // the sessions' states all allocated once).
   ASSERT_TRUE(WaitFor([&] { return rounds.load() >= 2 * kSessions; }, kRun));
-  malloc_trim(0);
-  const int64_t resident_before = ResidentBytes();
+  const int64_t resident_before = TrimmedResidentBytes();
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(errors.load(), 0) << ::testing::PrintToString(first_errors);
   EXPECT_GE(rounds.load(), kSessions);
   EXPECT_EQ(server.sessions().size(), 0);
   EXPECT_EQ(server.sessions().state_bytes(), 0);
   EXPECT_TRUE(WaitFor([&] { return server.scheduler().queued_jobs() == 0; }));
-  malloc_trim(0);
-  const int64_t growth = ResidentBytes() - resident_before;
+  const int64_t growth = TrimmedResidentBytes() - resident_before;
   std::cout << rounds.load() << " generations, " << generated.load() << " tokens by " << kSessions
             << " sessions in " << absl::FormatDuration(kRun) << "; resident memory "
             << (growth >= 0 ? "+" : "") << growth / (1 << 20) << " MiB" << std::endl;

@@ -14,12 +14,14 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -406,6 +408,16 @@ inline std::shared_ptr<grpc::Channel> NewChannel(const std::string& target) {
   // Each channel its own connection, so that clients on different channels do not share one.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+// Resident memory of this process (the test server runs in it), after giving freed memory
+// back to the system (malloc_trim), so that what is left is what is held.
+inline int64_t TrimmedResidentBytes() {
+  malloc_trim(0);
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
 }
 
 // ---- the server ----
