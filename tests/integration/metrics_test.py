@@ -241,6 +241,11 @@ class MetricsTest(unittest.TestCase):
                     return
                 time.sleep(0.5)
 
+        def resident():
+            with open("/proc/%d/statm" % self.server.pid) as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+        resident_before = resident()
         threads = [threading.Thread(target=slow, daemon=True) for _ in range(4)]
         for t in threads:
             t.start()
@@ -249,6 +254,7 @@ class MetricsTest(unittest.TestCase):
             start = time.time()
             self.assertIn("attnserve_requests_total", self.scrape())
             self.assertLess(time.time() - start, 2.0, "a scrape waited for a slow client")
+        self.assertLess(resident(), resident_before * 1.1)
         # SIGTERM with the slow clients still connected: the server exits at once (nothing
         # else is in flight), not when they give up.
         sigterm = time.time()

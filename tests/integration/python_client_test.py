@@ -63,6 +63,12 @@ def generate_stubs(source_dir, out_dir):
     sys.path.insert(0, out_dir)
 
 
+def resident_bytes(pid):
+    """Resident memory of process `pid`."""
+    with open("/proc/%d/statm" % pid) as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 class Server:
     """attnserve-server on 127.0.0.1 with a port of its choosing."""
 
@@ -215,6 +221,7 @@ class PythonClientTest(unittest.TestCase):
         # Raw bytes that are not a StreamRequest, after a good open: the stream ends with
         # INVALID_ARGUMENT (not OK, as if the client had closed), the server keeps serving.
         grpc, pb = self.grpc, self.pb
+        resident_before = resident_bytes(self.server.proc.pid)
         raw = self.channel.stream_stream(
             "/attnserve.v1.AttnServe/Stream", request_serializer=lambda b: b,
             response_deserializer=pb.StreamResponse.FromString)
@@ -246,6 +253,7 @@ class PythonClientTest(unittest.TestCase):
             unary(b"\xff\xff\xff\xff\x0f not a protobuf", timeout=10)
         self.assertNotEqual(unary_error.exception.code(), grpc.StatusCode.OK)
         self.assertEqual(self.infer("mamba", [1, 2, 3]).model, "mamba")
+        self.assertLess(resident_bytes(self.server.proc.pid), resident_before * 1.1)
 
     def test_9_sigterm_drains_and_exits_zero(self):
         grpc, pb, health_pb = self.grpc, self.pb, self.health_pb
