@@ -61,7 +61,9 @@ TEST(HardeningTest, OversizedSessionIdsAreRefusedShortlyAndTheConnectionKeepsWor
   EXPECT_EQ(client.GetSession(std::string(32, '0'), &info).error_code(),
             grpc::StatusCode::NOT_FOUND);
   // The server keeps serving (checked above) and holds no more memory than before.
-  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  }
 }
 
 TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
@@ -114,7 +116,9 @@ TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
   // The stream is done on both sides; the session (and the results it kept for retries) gone.
   ASSERT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
   // The server keeps serving (checked above) and holds no more memory than before.
-  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  }
 }
 
 TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
@@ -138,7 +142,9 @@ TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
   EXPECT_EQ(info.last_sequence_number(), 1);
   EXPECT_TRUE(server.client().CloseSession(id).ok());
   // The server keeps serving (checked above) and holds no more memory than before.
-  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  }
 }
 
 TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
@@ -155,7 +161,9 @@ TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(status.error_message(), HasSubstr("the last 2 are"));
   // The server keeps serving (checked above) and holds no more memory than before.
-  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  }
 }
 
 TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
@@ -195,7 +203,9 @@ TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
   EXPECT_TRUE(server.client().Infer(MakeInfer("mamba", RandomTokens(100, 1)), &small).ok());
   EXPECT_TRUE(server.client().CloseSession(id).ok());
   // The server keeps serving (checked above) and holds no more memory than before.
-  EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  }
 }
 
 }  // namespace

@@ -250,7 +250,9 @@ TEST(SoakTest, TwoHundredSessionsGeneratingAtOnceForTwentySeconds) {
   std::cout << rounds.load() << " generations, " << generated.load() << " tokens by " << kSessions
             << " sessions in " << absl::FormatDuration(kRun) << "; resident memory "
             << (growth >= 0 ? "+" : "") << growth / (1 << 20) << " MiB" << std::endl;
-  EXPECT_LT(growth, int64_t{32} << 20) << "memory did not come back after the sessions closed";
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(growth, int64_t{32} << 20) << "memory did not come back after the sessions closed";
+  }
 }
 
 }  // namespace

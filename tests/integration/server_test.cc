@@ -737,30 +737,19 @@ TEST(LimitsTest, FullSchedulerQueueRefusesWithResourceExhausted) {
   TestServerOptions options;
   options.scheduler.max_queued_jobs = 1;
   TestServer server(options);
-  constexpr int kCalls = 8;
-  std::vector<grpc::Status> statuses(kCalls);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kCalls; ++i) {
-    threads.emplace_back([&, i] {
-      v1::InferResponse response;
-      statuses[i] = server.client().Infer(MakeInfer("standard", RandomTokens(2500, i)), &response);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  int ok = 0, refused = 0;
-  for (const grpc::Status& status : statuses) {
-    if (status.ok()) {
-      ++ok;
-    } else {
-      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-      EXPECT_THAT(status.error_message(), HasSubstr("request queue is full"));
-      ++refused;
-    }
-  }
-  EXPECT_GE(ok, 1);
-  EXPECT_GE(refused, 1);
-  EXPECT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
+  // A long generation holds the only place in the scheduler's queue.
+  StreamClient stream(server.client().stub(), absl::Seconds(60));
+  stream.Open(OpenRequest("mamba"));
+  ASSERT_TRUE(stream.Send(GenerateRequest(1, {1, 2, 3}, 1000)));
+  std::optional<v1::StreamResponse> first = stream.Receive();
+  ASSERT_TRUE(first.has_value() && first->has_generated());
   v1::InferResponse response;
+  const grpc::Status refused = server.client().Infer(MakeInfer("standard", {1, 2}), &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("request queue is full"));
+  // Once the generation ends (its client goes away), the place is free again.
+  stream.Cancel();
+  EXPECT_TRUE(WaitFor([&] { return server.scheduler().queued_jobs() == 0; }));
   EXPECT_TRUE(server.client().Infer(MakeInfer("mamba", {1, 2}), &response).ok());
 }
 
