@@ -63,6 +63,15 @@ def generate_stubs(source_dir, out_dir):
     sys.path.insert(0, out_dir)
 
 
+def queued(outbox):
+    """The requests put on `outbox` (a queue.Queue), as a stream's request iterator; None ends it."""
+    while True:
+        item = outbox.get()
+        if item is None:
+            return
+        yield item
+
+
 def resident_bytes(pid):
     """Resident memory of process `pid`."""
     with open("/proc/%d/statm" % pid) as f:
@@ -229,14 +238,7 @@ class PythonClientTest(unittest.TestCase):
         outbox = queue.Queue()
         outbox.put(good)
 
-        def requests():
-            while True:
-                item = outbox.get()
-                if item is None:
-                    return
-                yield item
-
-        call = raw(requests(), timeout=30)
+        call = raw(queued(outbox), timeout=30)
         self.assertTrue(next(call).HasField("opened"))
         outbox.put(b"\xff\xff\xff\xff\x0f not a protobuf")
         with self.assertRaises(grpc.RpcError) as error:
@@ -263,14 +265,7 @@ class PythonClientTest(unittest.TestCase):
         # A stream in flight keeps the server draining until the stream ends.
         outbox = queue.Queue()
 
-        def requests():
-            while True:
-                item = outbox.get()
-                if item is None:
-                    return
-                yield item
-
-        stream = self.stub.Stream(requests(), timeout=60)
+        stream = self.stub.Stream(queued(outbox), timeout=60)
         outbox.put(pb.StreamRequest(open=pb.StreamOpen(model="linear")))
         opened = next(stream).opened
         self.assertEqual(opened.model, "linear")
@@ -352,14 +347,7 @@ class DrainDeadlineTest(unittest.TestCase):
                 for r in requests:
                     outbox.put(r)
 
-                def pending():
-                    while True:
-                        item = outbox.get()
-                        if item is None:
-                            return
-                        yield item
-
-                stream = stub.Stream(pending(), timeout=120)
+                stream = stub.Stream(queued(outbox), timeout=120)
                 self.assertTrue(next(stream).HasField("opened"))
                 for _ in range(5):  # generating
                     self.assertTrue(next(stream).HasField("generated"))
