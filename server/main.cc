@@ -62,6 +62,9 @@ ABSL_FLAG(int64_t, max_batch_sessions, 64,
 ABSL_FLAG(int64_t, max_batch_tokens, 256,
           "Most tokens one scheduler iteration computes (decode rows plus prefill chunks): "
           "longer prompts are cut into chunks, so decoding sessions keep getting steps.");
+ABSL_FLAG(int64_t, max_queue_per_session, 64,
+          "Requests queued on one session before RESOURCE_EXHAUSTED, so that one client piling "
+          "requests onto its session cannot take the whole --max_queue from the others.");
 ABSL_FLAG(int64_t, max_queue, 1024,
           "Requests submitted to the scheduler and not finished, over all sessions, before "
           "RESOURCE_EXHAUSTED.");
@@ -183,12 +186,15 @@ int main(int argc, char** argv) {
   scheduler_options.max_batch_sessions = absl::GetFlag(FLAGS_max_batch_sessions);
   scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   scheduler_options.max_queued_jobs = absl::GetFlag(FLAGS_max_queue);
+  scheduler_options.max_queued_per_session = absl::GetFlag(FLAGS_max_queue_per_session);
   scheduler_options.intra_op_threads = intra_op_threads;
   scheduler_options.sessions = &sessions;
   scheduler_options.metrics = &metrics;
   if (scheduler_options.max_batch_sessions < 1 || scheduler_options.max_batch_tokens < 1 ||
-      scheduler_options.max_queued_jobs < 1) {
-    return Fail("--max_batch_sessions, --max_batch_tokens and --max_queue must be >= 1");
+      scheduler_options.max_queued_jobs < 1 || scheduler_options.max_queued_per_session < 1) {
+    return Fail(
+        "--max_batch_sessions, --max_batch_tokens, --max_queue and --max_queue_per_session must "
+        "be >= 1");
   }
   server::scheduler::BatchScheduler scheduler(scheduler_options);
 

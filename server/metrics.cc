@@ -220,17 +220,16 @@ void ServerMetrics::AddTokens(const std::string& variant, const std::string& pha
   }
 }
 
-void ServerMetrics::RecordIteration(const std::string& variant, int64_t sessions, int64_t tokens,
-                                    double seconds) {
+void ServerMetrics::RecordIteration(const std::string& variant, int64_t tokens, double seconds,
+                                    const std::vector<double>& waits) {
   static const prometheus::Histogram::BucketBoundaries kCounts = {1,  2,   4,   8,   16,   32,
                                                                   64, 128, 256, 512, 1024, 4096};
-  batch_sessions_.Add({{"variant", variant}}, kCounts).Observe(static_cast<double>(sessions));
-  batch_tokens_.Add({{"variant", variant}}, kCounts).Observe(static_cast<double>(tokens));
-  iteration_duration_.Add({{"variant", variant}}, DurationBuckets()).Observe(seconds);
-}
-
-void ServerMetrics::RecordBatchWait(const std::string& variant, double seconds) {
-  batch_wait_.Add({{"variant", variant}}, DurationBuckets()).Observe(seconds);
+  const prometheus::Labels labels = {{"variant", variant}};
+  batch_sessions_.Add(labels, kCounts).Observe(static_cast<double>(waits.size()));
+  batch_tokens_.Add(labels, kCounts).Observe(static_cast<double>(tokens));
+  iteration_duration_.Add(labels, DurationBuckets()).Observe(seconds);
+  prometheus::Histogram& wait = batch_wait_.Add(labels, DurationBuckets());  // looked up once
+  for (double w : waits) wait.Observe(w);
 }
 
 void ServerMetrics::RecordPolicyDecision(const std::string& variant, const std::string& rule) {

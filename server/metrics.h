@@ -66,10 +66,10 @@ class ServerMetrics {
   void InitializeRequestSeries(const std::vector<std::string>& variants);
   void RecordQueue(const std::string& variant, double seconds);
   void AddTokens(const std::string& variant, const std::string& phase, int64_t count);
-  // One scheduler iteration of `variant`: `sessions` jobs computing `tokens` tokens in total.
-  void RecordIteration(const std::string& variant, int64_t sessions, int64_t tokens,
-                       double seconds);
-  void RecordBatchWait(const std::string& variant, double seconds);
+  // One scheduler iteration of `variant`: its jobs computed `tokens` tokens in total; `waits`
+  // holds how long each of them waited for this batch (seconds), one entry a job.
+  void RecordIteration(const std::string& variant, int64_t tokens, double seconds,
+                       const std::vector<double>& waits);
   void RecordPolicyDecision(const std::string& variant, const std::string& rule);
   void RecordEviction(EvictionReason reason);
   void SetModelLoadSeconds(const std::string& model, double seconds);

@@ -73,10 +73,12 @@ BatchScheduler::~BatchScheduler() { Stop(); }
 
 absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
   if (job == nullptr || job->model == nullptr || !job->tokens.defined() || job->tokens.dim() != 2 ||
-      job->tokens.size(0) != 1 || job->tokens.size(1) < 1 || !job->on_done) {
+      job->tokens.scalar_type() != at::kLong || job->tokens.size(0) != 1 ||
+      job->tokens.size(1) < 1 || !job->on_done) {
     return absl::InvalidArgumentError(
-        "scheduler: a job needs a model, (1, n >= 1) tokens and on_done");
+        "scheduler: a job needs a model, (1, n >= 1) int64 tokens and on_done");
   }
+  job->tokens = job->tokens.contiguous();  // read by index below
   auto active = std::make_unique<Active>();
   active->key = job->session ? static_cast<QueueKey>(job->session->get().get())
                              : static_cast<QueueKey>(active.get());
@@ -90,9 +92,18 @@ absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
                                                      options_.max_queued_jobs,
                                                      " waiting; see --max_queue); retry later"));
   }
+  std::deque<std::unique_ptr<Active>>& queue = queues_[active->key];
+  if (active->job->session &&
+      static_cast<int64_t>(queue.size()) >= options_.max_queued_per_session) {
+    const std::string id = (*active->job->session)->id();
+    if (queue.empty()) queues_.erase(active->key);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session '", id, "' already has ", options_.max_queued_per_session,
+        " requests waiting (--max_queue_per_session); wait for them, or use another session"));
+  }
   ++queued_jobs_;
   waiting_jobs_.fetch_add(1);
-  queues_[active->key].push_back(std::move(active));
+  queue.push_back(std::move(active));
   return absl::OkStatus();
 }
 
@@ -114,11 +125,6 @@ void BatchScheduler::Stop() {
 int64_t BatchScheduler::queued_jobs() const {
   absl::MutexLock lock(&mu_);
   return queued_jobs_;
-}
-
-int64_t BatchScheduler::iterations() const {
-  absl::MutexLock lock(&mu_);
-  return iterations_;
 }
 
 void BatchScheduler::Loop() {
@@ -144,7 +150,6 @@ void BatchScheduler::Loop() {
           for (auto& a : queue) ready.push_back(a.get());
         }
       }
-      ++iterations_;
     }
     RunIteration(ready, abort);
     absl::MutexLock lock(&mu_);
@@ -183,14 +188,9 @@ void BatchScheduler::RunIteration(const std::vector<Active*>& ready, const absl:
   Batch batch = FormBatch(live);
   const int64_t start = NowNanos();
   const std::string& variant = batch.model->name();
-  if (options_.metrics != nullptr) {
-    for (Active* a : batch.decode) {
-      options_.metrics->RecordBatchWait(variant, (start - a->ready_since_ns) * 1e-9);
-    }
-    for (auto& [a, chunk] : batch.prefill) {
-      options_.metrics->RecordBatchWait(variant, (start - a->ready_since_ns) * 1e-9);
-    }
-  }
+  std::vector<double> waits;  // how long each job of the batch waited for it
+  for (Active* a : batch.decode) waits.push_back((start - a->ready_since_ns) * 1e-9);
+  for (auto& [a, chunk] : batch.prefill) waits.push_back((start - a->ready_since_ns) * 1e-9);
   auto first_compute = [&](Active& a) {
     if (a.first_compute_ns != 0) return;
     a.first_compute_ns = start;
@@ -208,9 +208,7 @@ void BatchScheduler::RunIteration(const std::vector<Active*>& ready, const absl:
   for (Active* a : batch.decode) a->ready_since_ns = end;
   for (auto& [a, chunk] : batch.prefill) a->ready_since_ns = end;
   if (options_.metrics != nullptr) {
-    options_.metrics->RecordIteration(
-        variant, static_cast<int64_t>(batch.decode.size() + batch.prefill.size()), batch.tokens,
-        (end - start) * 1e-9);
+    options_.metrics->RecordIteration(variant, batch.tokens, (end - start) * 1e-9, waits);
   }
 }
 
@@ -329,7 +327,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
   std::vector<model::ModelState*> states;
   for (Active* a : rows) {
     tokens.push_back(a->pending ? a->pending_token
-                                : a->job->tokens[0][a->consumed].item<int64_t>());
+                                : a->job->tokens.data_ptr<int64_t>()[a->consumed]);
     states.push_back(&a->session()->state);
   }
   absl::StatusOr<at::Tensor> logits = m.StepBatch(tokens, states);

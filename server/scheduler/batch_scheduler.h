@@ -58,6 +58,9 @@ struct SchedulerOptions {
   // Most jobs submitted and not finished, over all sessions (--max_queue): RESOURCE_EXHAUSTED
   // beyond.
   int64_t max_queued_jobs = 1024;
+  // Most of them queued on one session (--max_queue_per_session), so that one client piling
+  // requests onto its session cannot take the whole queue from the others.
+  int64_t max_queued_per_session = 64;
   // Threads the kernels use inside each computation (--intra_op_threads; 0: one per core).
   int intra_op_threads = 0;
   SessionTable* sessions = nullptr;  // borrowed: state reservations of session jobs
@@ -86,8 +89,6 @@ class BatchScheduler {
   int64_t queued_jobs() const;
   // Jobs submitted that have not computed yet (waiting for their session or for a batch).
   int64_t waiting_jobs() const { return waiting_jobs_.load(); }
-  // Iterations run so far.
-  int64_t iterations() const;
 
  private:
   struct Active;
@@ -114,7 +115,6 @@ class BatchScheduler {
   int64_t queued_jobs_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status abort_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t iterations_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> waiting_jobs_{0};
   std::thread thread_;
 };

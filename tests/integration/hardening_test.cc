@@ -208,5 +208,47 @@ TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
   }
 }
 
+TEST(HardeningTest, ASessionPiledWithRequestsCannotTakeTheQueueFromOthers) {
+  TestServerOptions options;
+  // Without the per-session bound the 13 requests below would fill all 8 places.
+  options.scheduler.max_queued_jobs = 8;
+  options.scheduler.max_queued_per_session = 4;
+  TestServer server(options);
+  const int64_t resident_before = TrimmedResidentBytes();
+  // The hostile client: a long generation on its session, then 12 more Infers piled on it.
+  Client& hostile = server.client();
+  StreamClient stream(hostile.stub(), absl::Seconds(60));
+  const std::string id = stream.Open(OpenRequest("mamba")).session_id();
+  ASSERT_TRUE(stream.Send(GenerateRequest(1, {1, 2, 3}, 1000)));
+  std::optional<v1::StreamResponse> first = stream.Receive();
+  ASSERT_TRUE(first.has_value() && first->has_generated());
+  std::atomic<int> refused{0};
+  std::vector<std::thread> piled;
+  for (int i = 0; i < 12; ++i) {
+    piled.emplace_back([&] {
+      v1::InferRequest request = MakeInfer("", {1});
+      request.set_session_id(id);
+      v1::InferResponse response;
+      const grpc::Status status = hostile.Infer(request, &response, absl::Seconds(30));
+      if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+          status.error_message().find("--max_queue_per_session") != std::string::npos) {
+        refused++;
+      }
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return refused.load() >= 12 - 3; }));
+  // Another client is still admitted and served while the hostile session's queue is full.
+  auto other = server.NewClient();
+  v1::InferResponse response;
+  EXPECT_TRUE(other->Infer(MakeInfer("standard", {4, 5, 6}), &response).ok());
+  stream.Cancel();
+  for (std::thread& t : piled) t.join();
+  EXPECT_EQ(refused.load(), 12 - 3);  // the generation and 3 of the Infers fit in 4
+  EXPECT_TRUE(WaitFor([&] { return server.scheduler().queued_jobs() == 0; }));
+  if (kResidentMemoryIsMeaningful) {
+    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
+  }
+}
+
 }  // namespace
 }  // namespace attnserve::server::testing
