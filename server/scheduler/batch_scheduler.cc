@@ -96,7 +96,6 @@ absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
   if (active->job->session &&
       static_cast<int64_t>(queue.size()) >= options_.max_queued_per_session) {
     const std::string id = (*active->job->session)->id();
-    if (queue.empty()) queues_.erase(active->key);
     return absl::ResourceExhaustedError(absl::StrCat(
         "session '", id, "' already has ", options_.max_queued_per_session,
         " requests waiting (--max_queue_per_session); wait for them, or use another session"));
