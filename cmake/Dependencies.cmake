@@ -8,6 +8,10 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 # libmicrohttpd (Debian's libmicrohttpd-dev): the /metrics HTTP server (server/metrics_endpoint.h).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+# hiredis (libhiredis-dev): the Redis session store; xxHash (libxxhash-dev): session snapshot
+# checksums (server/sessions/).
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 
 # Torch's config exports flags as variables; wrap them in one interface target so that only
 # the targets that need torch see its headers and definitions.

@@ -2,7 +2,6 @@
 // with health checking and reflection, until SIGTERM or SIGINT; then drains: health goes
 // NOT_SERVING, new calls are refused, calls in flight get --drain_deadline_s to finish.
 #include <ATen/Parallel.h>
-#include <CivetServer.h>
 #include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -33,7 +32,9 @@
 #include "server/scheduler/batch_scheduler.h"
 #include "server/server_identity.h"
 #include "server/service.h"
-#include "server/session_table.h"
+#include "server/sessions/session_persistence.h"
+#include "server/sessions/session_store.h"
+#include "server/sessions/session_table.h"
 
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
@@ -87,6 +88,27 @@ ABSL_FLAG(std::string, weight_precision, "fp32",
           "bfloat16 copies of the weight matrices (half the bytes per token; outputs differ from "
           "fp32 by the rounding of the weights).");
 ABSL_FLAG(int, drain_deadline_s, 10, "Seconds calls in flight get to finish on shutdown.");
+ABSL_FLAG(std::string, session_store, "",
+          "Where sessions go when they leave memory, so that they outlive the process: "
+          "dir:PATH (a local folder, one file per session) or redis://HOST:PORT (shared by "
+          "replicas: any of them resumes any session). Sessions spill there when the table is "
+          "full, are saved there at drain and every --checkpoint_every_appends appends, and are "
+          "restored from there on their next use. Empty: memory only.");
+ABSL_FLAG(int64_t, session_store_max_bytes, int64_t{8} << 30,
+          "dir: store: most bytes of snapshots the folder holds.");
+ABSL_FLAG(int, session_store_timeout_ms, 1000,
+          "redis: store: connect and command timeout in milliseconds.");
+ABSL_FLAG(int64_t, session_store_queue_bytes, int64_t{1} << 30,
+          "Most bytes of session snapshots waiting to be written to the store; a spill or "
+          "checkpoint beyond is dropped (counted; a spill then leaves the session in memory).");
+ABSL_FLAG(int, checkpoint_every_appends, 0,
+          "Write a session to the store every N appends applied to it (0: only when it spills "
+          "and at drain). After a crash a session resumes at its last checkpoint.");
+ABSL_FLAG(int, drain_save_deadline_s, 10,
+          "Seconds the drain gives to writing every changed session to the store, after the "
+          "calls in flight have finished (--drain_deadline_s).");
+ABSL_FLAG(int64_t, max_snapshot_bytes, int64_t{1} << 30,
+          "Largest session snapshot ImportSession takes.");
 ABSL_FLAG(std::string, instance_name, "",
           "This instance's name, returned with its sessions and named in NOT_FOUND for a session "
           "it does not hold (empty: the hostname, which is the pod name in Kubernetes).");
@@ -177,10 +199,34 @@ int main(int argc, char** argv) {
   for (const model::Model* m : (*repository)->models()) {
     metrics.SetModelLoadSeconds(m->name(), (*repository)->load_seconds(m->name()));
   }
-  server::SessionTable sessions(limits,
-                                [&metrics](const server::Session&, server::EvictionReason reason) {
-                                  metrics.RecordEviction(reason);
-                                });
+  std::unique_ptr<server::SessionPersistence> persistence;
+  if (const std::string spec = absl::GetFlag(FLAGS_session_store); !spec.empty()) {
+    server::SessionStoreOptions store_options;
+    store_options.max_bytes = absl::GetFlag(FLAGS_session_store_max_bytes);
+    store_options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_session_store_timeout_ms));
+    absl::StatusOr<std::unique_ptr<server::SessionStore>> store =
+        server::OpenSessionStore(spec, store_options);
+    if (!store.ok()) return Fail(std::string(store.status().message()));
+    server::PersistenceOptions persistence_options;
+    persistence_options.checkpoint_every_appends = absl::GetFlag(FLAGS_checkpoint_every_appends);
+    persistence_options.max_queued_bytes = absl::GetFlag(FLAGS_session_store_queue_bytes);
+    if (persistence_options.checkpoint_every_appends < 0 ||
+        persistence_options.max_queued_bytes <= 0) {
+      return Fail("--checkpoint_every_appends must be >= 0 and --session_store_queue_bytes > 0");
+    }
+    persistence = std::make_unique<server::SessionPersistence>(
+        *std::move(store), **repository, persistence_options, &metrics);
+    std::cout << "session store " << persistence->Describe() << ", checkpoint every "
+              << persistence_options.checkpoint_every_appends << " appends" << std::endl;
+  } else {
+    std::cout << "session store none: sessions live in this process's memory only" << std::endl;
+  }
+  server::SessionTable sessions(
+      limits,
+      [&metrics](const server::Session&, server::EvictionReason reason) {
+        metrics.RecordEviction(reason);
+      },
+      persistence.get());
 
   server::scheduler::SchedulerOptions scheduler_options;
   scheduler_options.max_batch_sessions = absl::GetFlag(FLAGS_max_batch_sessions);
@@ -202,6 +248,7 @@ int main(int argc, char** argv) {
   options.max_tokens_per_request = absl::GetFlag(FLAGS_max_tokens_per_request);
   options.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   options.retry_window = absl::GetFlag(FLAGS_retry_window);
+  options.max_snapshot_bytes = absl::GetFlag(FLAGS_max_snapshot_bytes);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
@@ -263,6 +310,17 @@ int main(int argc, char** argv) {
   }
   server->Shutdown(absl::ToChronoTime(absl::Now()));
   scheduler.Stop();
+  if (persistence != nullptr) {
+    // No job runs now: every session's state is still.
+    const absl::Time save_start = absl::Now();
+    const int queued = sessions.SaveChanged();
+    const int64_t left =
+        persistence->Flush(save_start + absl::Seconds(absl::GetFlag(FLAGS_drain_save_deadline_s)));
+    std::cout << "attnserve-server: saved " << queued - left << " of " << queued
+              << " changed sessions to " << persistence->Describe() << " in "
+              << absl::ToDoubleSeconds(absl::Now() - save_start) << " s"
+              << (left > 0 ? " (the save deadline passed)" : "") << std::endl;
+  }
   std::cout << "attnserve-server: stopped" << std::endl;
   return 0;
 }

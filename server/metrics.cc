@@ -155,8 +155,23 @@ ServerMetrics::ServerMetrics()
                             .Register(*registry_)),
       evictions_(prometheus::BuildCounter()
                      .Name("attnserve_session_evictions_total")
-                     .Help("Sessions that left the table, by reason (ttl, capacity, closed).")
+                     .Help("Sessions that left memory, by reason (ttl, capacity: dropped for "
+                           "memory, spilled: written to the session store for memory, closed).")
                      .Register(*registry_)),
+      store_operations_(prometheus::BuildCounter()
+                            .Name("attnserve_session_store_operations_total")
+                            .Help("Session store operations (put, get, delete) by result (ok, "
+                                  "not_found, error, dropped: the write queue was full).")
+                            .Register(*registry_)),
+      store_duration_(prometheus::BuildHistogram()
+                          .Name("attnserve_session_store_duration_seconds")
+                          .Help("Seconds one session store operation took.")
+                          .Register(*registry_)),
+      store_queued_bytes_(prometheus::BuildGauge()
+                              .Name("attnserve_session_store_queued_bytes")
+                              .Help("Bytes of session snapshots waiting to be written.")
+                              .Register(*registry_)
+                              .Add({})),
       model_load_seconds_(prometheus::BuildGauge()
                               .Name("attnserve_model_load_seconds")
                               .Help("Seconds it took to load or build each model.")
@@ -166,8 +181,14 @@ ServerMetrics::ServerMetrics()
                       .Help("Always 1; the labels describe the build.")
                       .Register(*registry_)) {
   for (EvictionReason r :
-       {EvictionReason::kTtl, EvictionReason::kCapacity, EvictionReason::kClosed}) {
+       {EvictionReason::kTtl, EvictionReason::kCapacity, EvictionReason::kSpilled,
+        EvictionReason::kClosed}) {
     evictions_.Add({{"reason", EvictionReasonName(r)}});  // present at 0 from the start
+  }
+  for (const char* op : {"put", "get", "delete"}) {
+    for (const char* result : {"ok", "not_found", "error", "dropped"}) {
+      store_operations_.Add({{"op", op}, {"result", result}});
+    }
   }
 }
 
@@ -238,6 +259,16 @@ void ServerMetrics::RecordPolicyDecision(const std::string& variant, const std::
 
 void ServerMetrics::RecordEviction(EvictionReason reason) {
   evictions_.Add({{"reason", EvictionReasonName(reason)}}).Increment();
+}
+
+void ServerMetrics::RecordStoreOperation(const std::string& op, const std::string& result,
+                                         double seconds) {
+  store_operations_.Add({{"op", op}, {"result", result}}).Increment();
+  if (result != "dropped") store_duration_.Add({{"op", op}}, DurationBuckets()).Observe(seconds);
+}
+
+void ServerMetrics::SetStoreQueuedBytes(int64_t bytes) {
+  store_queued_bytes_.Set(static_cast<double>(bytes));
 }
 
 void ServerMetrics::SetModelLoadSeconds(const std::string& model, double seconds) {

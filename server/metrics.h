@@ -17,7 +17,12 @@
 //   attnserve_policy_decisions_total{variant, rule}         counter; rule = 1-based rule index,
 //       "named" (model given by name) or "session" (a session's model)
 //   attnserve_sessions{variant}, attnserve_session_state_bytes{variant}   gauges
-//   attnserve_session_evictions_total{reason}               counter; reason = ttl, capacity, closed
+//   attnserve_session_evictions_total{reason}               counter; reason = ttl, capacity
+//       (dropped for memory), spilled (written to the session store for memory), closed
+//   attnserve_session_store_operations_total{op, result}    counter; op = put, get, delete;
+//       result = ok, not_found, error, dropped (a write the full queue could not take)
+//   attnserve_session_store_duration_seconds{op}            histogram: one store operation
+//   attnserve_session_store_queued_bytes                    gauge: snapshots waiting to be written
 //   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
 //       the scheduler that have not computed yet: waiting for their session or a batch)
 //   attnserve_model_load_seconds{model}, attnserve_build_info{version, cuda, torch}  gauges
@@ -36,7 +41,7 @@
 #include <string>
 #include <vector>
 
-#include "server/session_table.h"
+#include "server/sessions/session_table.h"
 
 namespace attnserve::server {
 
@@ -72,6 +77,9 @@ class ServerMetrics {
                        const std::vector<double>& waits);
   void RecordPolicyDecision(const std::string& variant, const std::string& rule);
   void RecordEviction(EvictionReason reason);
+  // One session-store operation (op: put, get, delete; result: ok, not_found, error, dropped).
+  void RecordStoreOperation(const std::string& op, const std::string& result, double seconds);
+  void SetStoreQueuedBytes(int64_t bytes);
   void SetModelLoadSeconds(const std::string& model, double seconds);
   void SetBuildInfo(const std::string& version, const std::string& cuda, const std::string& torch);
 
@@ -92,6 +100,9 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& batch_wait_;
   prometheus::Family<prometheus::Counter>& policy_decisions_;
   prometheus::Family<prometheus::Counter>& evictions_;
+  prometheus::Family<prometheus::Counter>& store_operations_;
+  prometheus::Family<prometheus::Histogram>& store_duration_;
+  prometheus::Gauge& store_queued_bytes_;
   prometheus::Family<prometheus::Gauge>& model_load_seconds_;
   prometheus::Family<prometheus::Gauge>& build_info_;
 };

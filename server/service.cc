@@ -129,6 +129,7 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
     if (status.ok())
       status = FillOutputs(result.output, request->output(), response->mutable_outputs());
     if (status.ok()) status = CheckResponseSize(*response);
+    if (session != nullptr && result.prompt_applied) sessions_.Applied(*session);
     if (status.ok()) {
       if (session != nullptr) {
         response->set_session_position(session->position());

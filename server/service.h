@@ -14,7 +14,7 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/scheduler/batch_scheduler.h"
-#include "server/session_table.h"
+#include "server/sessions/session_table.h"
 
 namespace attnserve::server {
 
@@ -30,6 +30,8 @@ struct ServiceOptions {
   int64_t max_stream_buffer_bytes = int64_t{16} << 20;
   // Appends whose results a session keeps for retries (--retry_window).
   int retry_window = Session::kDefaultRetryWindow;
+  // Largest snapshot ImportSession takes (--max_snapshot_bytes): RESOURCE_EXHAUSTED beyond.
+  int64_t max_snapshot_bytes = int64_t{1} << 30;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
   // Returned with every session (StreamOpened, SessionInfo) and Infer response, and named in
   // NOT_FOUND for a session this instance does not hold, so that clients route a session's
@@ -40,12 +42,12 @@ struct ServiceOptions {
 // The callback service with Stream registered raw (ByteBuffer in and out), so that the
 // reactor parses each message itself and can answer a corrupted one with INVALID_ARGUMENT
 // (stream_reactor.cc); every other method as v1::AttnServe::CallbackService has it.
-using AttnServeBase =
-    v1::AttnServe::WithCallbackMethod_Infer<v1::AttnServe::WithRawCallbackMethod_Stream<
-        v1::AttnServe::WithCallbackMethod_GetSession<v1::AttnServe::WithCallbackMethod_CloseSession<
-            v1::AttnServe::WithCallbackMethod_ListSessions<
-                v1::AttnServe::WithCallbackMethod_ListModels<
-                    v1::AttnServe::WithCallbackMethod_GetModel<v1::AttnServe::Service>>>>>>>;
+using AttnServeBase = v1::AttnServe::WithCallbackMethod_Infer<
+    v1::AttnServe::WithRawCallbackMethod_Stream<v1::AttnServe::WithCallbackMethod_GetSession<
+        v1::AttnServe::WithCallbackMethod_CloseSession<v1::AttnServe::WithCallbackMethod_ListSessions<
+            v1::AttnServe::WithCallbackMethod_ListModels<v1::AttnServe::WithCallbackMethod_GetModel<
+                v1::AttnServe::WithCallbackMethod_ExportSession<
+                    v1::AttnServe::WithCallbackMethod_ImportSession<v1::AttnServe::Service>>>>>>>>>;
 
 class AttnServeService final : public AttnServeBase {
  public:
@@ -79,9 +81,17 @@ class AttnServeService final : public AttnServeBase {
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* context,
                                      const v1::GetModelRequest* request,
                                      v1::ModelInfo* response) override;
+  // session_transfer.cc: the snapshot is taken by a state-only job at the head of the
+  // session's queue (between its requests), so it never holds part of an append.
+  grpc::ServerWriteReactor<v1::SessionSnapshotChunk>* ExportSession(
+      grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) override;
+  grpc::ServerReadReactor<v1::SessionSnapshotChunk>* ImportSession(
+      grpc::CallbackServerContext* context, v1::SessionInfo* response) override;
 
  private:
   class StreamReactor;
+  class ExportReactor;
+  class ImportReactor;
 
   absl::Status CheckServing() const;
   // RESOURCE_EXHAUSTED when `message` is larger than max_message_bytes.

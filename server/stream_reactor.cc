@@ -324,6 +324,7 @@ class AttnServeService::StreamReactor final
     while (static_cast<int>(s.recent_results.size()) > service_->options_.retry_window) {
       s.recent_results.pop_front();
     }
+    service_->sessions_.Applied(s);  // with its stored result: a checkpoint has it
     RETURN_IF_ERROR(size);
     Send(std::move(response));
     return absl::OkStatus();

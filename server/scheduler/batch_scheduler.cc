@@ -31,7 +31,7 @@ struct BatchScheduler::Active {
   int64_t submitted_ns = 0, ready_since_ns = 0, first_compute_ns = 0;
   JobResult result;
 
-  int64_t prompt_length() const { return job->tokens.size(1); }
+  int64_t prompt_length() const { return job->tokens.defined() ? job->tokens.size(1) : 0; }
   int64_t remaining() const { return prompt_length() - consumed; }
   Session* session() const { return job->session ? &**job->session : nullptr; }
   // Whether a prompt can be cut into chunks: it continues a state (a session's, or one of its
@@ -72,13 +72,18 @@ BatchScheduler::BatchScheduler(SchedulerOptions options) : options_(std::move(op
 BatchScheduler::~BatchScheduler() { Stop(); }
 
 absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
-  if (job == nullptr || job->model == nullptr || !job->tokens.defined() || job->tokens.dim() != 2 ||
-      job->tokens.scalar_type() != at::kLong || job->tokens.size(0) != 1 ||
-      job->tokens.size(1) < 1 || !job->on_done) {
+  const bool state_only =
+      job != nullptr && !job->tokens.defined() && job->session && job->on_start;
+  if (job == nullptr || job->model == nullptr || !job->on_done ||
+      (!state_only &&
+       (!job->tokens.defined() || job->tokens.dim() != 2 ||
+        job->tokens.scalar_type() != at::kLong || job->tokens.size(0) != 1 ||
+        job->tokens.size(1) < 1))) {
     return absl::InvalidArgumentError(
-        "scheduler: a job needs a model, (1, n >= 1) int64 tokens and on_done");
+        "scheduler: a job needs a model, on_done, and (1, n >= 1) int64 tokens or (a session "
+        "and on_start and no tokens)");
   }
-  job->tokens = job->tokens.contiguous();  // read by index below
+  if (!state_only) job->tokens = job->tokens.contiguous();  // read by index below
   auto active = std::make_unique<Active>();
   active->key = job->session ? static_cast<QueueKey>(job->session->get().get())
                              : static_cast<QueueKey>(active.get());
@@ -237,8 +242,8 @@ bool BatchScheduler::Begin(Active& a) {
   a.rng.seed(a.job->generate.seed());
   if (a.job->on_start) {
     absl::StatusOr<bool> run = a.job->on_start();
-    if (!run.ok() || !*run) {
-      Finish(a, run.status());
+    if (!run.ok() || !*run || !a.job->tokens.defined()) {
+      Finish(a, run.status());  // an error, a replay, or a state-only job: nothing to compute
       return false;
     }
   }

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "attnserve/v1/inference.pb.h"
 #include "server/model/model.h"
-#include "server/session_table.h"
+#include "server/sessions/session_table.h"
 
 namespace attnserve::server::scheduler {
 
@@ -47,6 +47,9 @@ struct Job {
   // order they were submitted.
   std::optional<SessionUse> session;
   // (1, n) int64 prompt, n >= 1, on the CPU (ids are checked against the vocabulary at start).
+  // Undefined for a state-only job: one with a session and on_start, which computes nothing
+  // and only runs on_start at the head of the session's queue, to read the session's state
+  // between its requests (a snapshot), and then ends OK (or with on_start's error).
   at::Tensor tokens;
   model::OutputKind output = model::OutputKind::kLastLogits;
   // Tokens to sample after the prompt (0: none); each is fed back, so a session continues

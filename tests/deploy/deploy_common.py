@@ -46,8 +46,9 @@ def one(resources, kind, predicate=lambda r: True):
 
 
 def server_container(resources):
-    """The Deployment and its container named attnserve."""
-    deployment = one(resources, "Deployment")
+    """The Deployment named attnserve (an overlay may add others: redis) and its container
+    named attnserve."""
+    deployment = one(resources, "Deployment", lambda r: r["metadata"]["name"] == "attnserve")
     containers = [c for c in deployment["spec"]["template"]["spec"]["containers"]
                   if c["name"] == "attnserve"]
     if len(containers) != 1:
@@ -79,12 +80,15 @@ class ServerConfig:
         pod = deployment["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         self.mounts = {}  # mount path -> the ConfigMap's data
+        self.empty_dirs = {}  # mount path -> the emptyDir volume source
         for mount in container.get("volumeMounts", []):
             source = volumes[mount["name"]].get("configMap")
             if source:
                 config_map = one(resources, "ConfigMap",
                                  lambda r: r["metadata"]["name"] == source["name"])
                 self.mounts[mount["mountPath"]] = config_map.get("data", {})
+            elif "emptyDir" in volumes[mount["name"]]:
+                self.empty_dirs[mount["mountPath"]] = volumes[mount["name"]]["emptyDir"]
         self.args = list(container.get("command", [])[1:]) + list(container.get("args", []))
         self.flags = []  # (name, value) in the order the server applies them
         self.flagfiles = []
@@ -112,31 +116,36 @@ class ServerConfig:
         return values[-1] if values else default
 
     def materialize(self, folder):
-        """Writes the mounted ConfigMaps under `folder`; returns the args with their mount
-        paths rewritten to it (what the kubelet would have mounted)."""
+        """Writes the mounted ConfigMaps under `folder` and makes an empty folder for each
+        emptyDir; returns the args with every mount path in them, and in the ConfigMap files
+        (--policy=@..., --session_store=dir:...), rewritten to its folder (what the kubelet
+        would have mounted)."""
         rewrites = {}
-        for i, (mount, data) in enumerate(sorted(self.mounts.items())):
+        self.folders = {}  # mount path -> its folder under `folder`
+        for i, mount in enumerate(sorted(self.mounts) + sorted(self.empty_dirs)):
             target = os.path.join(folder, f"mount{i}")
             os.makedirs(target)
-            for key, content in data.items():
+            for key, content in self.mounts.get(mount, {}).items():
                 with open(os.path.join(target, key), "w") as f:
                     f.write(content)
-            rewrites[mount.rstrip("/")] = target
-        out = []
-        for arg in self.args:
-            for mount, target in rewrites.items():
-                arg = arg.replace(mount + "/", target + "/")
-            out.append(arg)
-        for folder in rewrites.values():  # paths inside the files, e.g. --policy=@...
-            for name in os.listdir(folder):
-                path = os.path.join(folder, name)
+            rewrites[mount.rstrip("/")] = self.folders[mount] = target
+        # One pass, longest path first, whole path components only: a rewritten path (under
+        # /tmp) is never rewritten again, and /tmp does not match /tmpfoo.
+        pattern = re.compile(r"(?<![\w./-])(" + "|".join(
+            re.escape(m) for m in sorted(rewrites, key=len, reverse=True)) + r")(?![\w.-])")
+
+        def rewrite(text):
+            return pattern.sub(lambda m: rewrites[m.group(1)], text)
+
+        for mount in self.mounts:
+            target = rewrites[mount.rstrip("/")]
+            for name in os.listdir(target):
+                path = os.path.join(target, name)
                 with open(path) as f:
                     text = f.read()
-                for mount, target in rewrites.items():
-                    text = text.replace(mount + "/", target + "/")
                 with open(path, "w") as f:
-                    f.write(text)
-        return out
+                    f.write(rewrite(text))
+        return [rewrite(arg) for arg in self.args]
 
 
 def server_binary(build_dir):

@@ -3,22 +3,34 @@
 
 For each rendered overlay:
   * every flag the Deployment passes (its args and the flagfiles from the ConfigMap) is one
-    that attnserve-server --helpfull lists, and the ports, drain deadline, model repository
-    and state budget agree with the containers, probes, grace period, Dockerfile and alerts;
+    that attnserve-server --helpfull lists, and the ports, drain and save deadlines, model
+    repository, state budget and session store agree with the containers, probes, grace
+    period, volumes, Dockerfile and alerts;
   * a real attnserve-server started with exactly those args and ConfigMap files (mounted
-    into a temporary folder, ports moved to free ones) answers grpc.health.v1 SERVING for
-    every service name the probes ask for, NOT_FOUND for a name it does not serve, and after
-    SIGTERM drains and exits 0 well within terminationGracePeriodSeconds less the preStop;
+    into a temporary folder, emptyDirs made there too, ports moved to free ones) answers
+    grpc.health.v1 SERVING for every service name the probes ask for, NOT_FOUND for a name it
+    does not serve, and after SIGTERM drains and exits 0 well within
+    terminationGracePeriodSeconds less the preStop;
+  * sessions survive a restart: a session opened on such a server is in its store (the dir:
+    folder, or a real redis-server started with the redis overlay's Redis args) after SIGTERM,
+    a second server with the same args resumes it where it was, and closing it empties the
+    store;
   * the Services, headless Service, HPA, PDB and ServiceMonitor select the pods and ports
     they must; the pods run non-root with a read-only root; the pod identity reaches the
-    server; the gpu overlay asks for a GPU on GPU nodes and runs the CUDA image.
+    server; the gpu overlay asks for a GPU on GPU nodes and runs the CUDA image; the redis
+    overlay is the cpu overlay with its sessions in a Redis that the Service, NetworkPolicy,
+    probes, memory limit and a real redis-server agree with.
 
 Usage: manifests_test.py --build-dir BUILD --source-dir SOURCE (run by CTest).
 """
+import copy
 import os
 import re
 import shutil
+import socket
+import subprocess
 import tempfile
+import time
 import unittest
 
 import yaml
@@ -27,11 +39,97 @@ import deploy_common as dc
 
 ARGS = dc.parse_args()
 STUBS = dc.grpc_stubs(ARGS.source_dir)
-HEALTH = STUBS[2]
+PB, PB_GRPC, HEALTH = STUBS[:3]
+# The flags that say where sessions go (the base's config/store.flags, an overlay's store.flags).
+STORE_FLAGS = {"session_store", "session_store_max_bytes", "session_store_timeout_ms",
+               "session_store_queue_bytes", "checkpoint_every_appends"}
 
 
 def labels_match(selector, labels):
     return all(labels.get(k) == v for k, v in selector.items())
+
+
+def quantity_bytes(quantity):
+    """A Kubernetes memory or storage quantity ("5Gi", "512M", "1024") in bytes."""
+    m = re.fullmatch(r"(\d+)([KMGT]i?)?", str(quantity))
+    if not m:
+        raise AssertionError(f"quantity {quantity!r} not understood")
+    unit = m.group(2) or ""
+    if not unit:
+        return int(m.group(1))
+    scale = 1024 if unit.endswith("i") else 1000
+    return int(m.group(1)) * scale ** ("KMGT".index(unit[0]) + 1)
+
+
+def redis_bytes(value):
+    """A Redis memory value ("4gb" is 4 * 2^30, "4g" 4 * 10^9) in bytes."""
+    m = re.fullmatch(r"(\d+)(k|kb|m|mb|g|gb)?", value.lower())
+    if not m:
+        raise AssertionError(f"Redis memory value {value!r} not understood")
+    unit = m.group(2) or ""
+    if not unit:
+        return int(m.group(1))
+    scale = 1024 if unit.endswith("b") else 1000
+    return int(m.group(1)) * scale ** ("kmg".index(unit[0]) + 1)
+
+
+def redis_options(args):
+    """redis-server's command line (--option value...) as {option: [values]}."""
+    options, current = {}, None
+    for arg in args:
+        if arg.startswith("--"):
+            current = arg[2:]
+            options[current] = []
+        elif current is None:
+            raise AssertionError(f"redis-server argument {arg!r} before any --option")
+        else:
+            options[current].append(arg)
+    return options
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalRedis:
+    """redis-server on 127.0.0.1 with the given args, then a free port and a scratch folder."""
+
+    def __init__(self, args, folder):
+        self.port = free_port()
+        self.log = open(os.path.join(folder, "redis.log"), "w+")
+        self.process = subprocess.Popen(
+            ["redis-server", *args, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", folder], stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while self.cli("ping") != "PONG":
+            if self.process.poll() is not None or time.time() > deadline:
+                self.log.flush()
+                self.log.seek(0)
+                text = self.log.read()
+                self.stop()
+                raise AssertionError(f"redis-server {' '.join(args)} did not start:\n{text}")
+            time.sleep(0.1)
+
+    def cli(self, *command):
+        out = subprocess.run(["redis-cli", "-p", str(self.port), *command],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout[:-1] if out.stdout.endswith("\n") else out.stdout  # "" stays a line
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.log.close()
+
+
+def redis_container(resources):
+    deployment = dc.one(resources, "Deployment", lambda r: r["metadata"]["name"] != "attnserve")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    if len(containers) != 1:
+        raise AssertionError(f"expected one container in the Redis pod, found {len(containers)}")
+    return deployment, containers[0]
 
 
 def prestop_seconds(container):
@@ -90,12 +188,19 @@ class OverlayTest:
         # restart it for that.
         liveness = self.container["livenessProbe"]
         window = liveness.get("periodSeconds", 10) * liveness.get("failureThreshold", 3)
-        self.assertGreater(window, int(self.config.value("drain_deadline_s", "10")))
+        self.assertGreater(window, self.drain_seconds())
 
-    def test_grace_period_covers_prestop_and_drain(self):
-        drain = int(self.config.value("drain_deadline_s", "10"))
+    def drain_seconds(self):
+        """The server's longest shutdown after SIGTERM: calls in flight, then the save of the
+        sessions changed since their last write."""
+        return (int(self.config.value("drain_deadline_s", "10"))
+                + int(self.config.value("drain_save_deadline_s", "10")))
+
+    def test_grace_period_covers_prestop_drain_and_save(self):
+        self.assertIsNotNone(self.config.value("drain_save_deadline_s"),
+                             "--drain_save_deadline_s is stated with the grace period it needs")
         self.assertGreater(self.pod["terminationGracePeriodSeconds"],
-                           prestop_seconds(self.container) + drain)
+                           prestop_seconds(self.container) + self.drain_seconds())
 
     def test_security_context(self):
         pod_sc, sc = self.pod["securityContext"], self.container["securityContext"]
@@ -105,11 +210,16 @@ class OverlayTest:
         self.assertTrue(sc["readOnlyRootFilesystem"])
         self.assertFalse(sc["allowPrivilegeEscalation"])
         self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
-        # The one writable place is /tmp, an emptyDir.
+        # The writable places are emptyDirs: /tmp, and the session store's folder if any.
         volumes = {v["name"]: v for v in self.pod["volumes"]}
         tmp = [m for m in self.container["volumeMounts"] if m["mountPath"] == "/tmp"]
         self.assertEqual(len(tmp), 1)
-        self.assertIn("emptyDir", volumes[tmp[0]["name"]])
+        for mount in self.container["volumeMounts"]:
+            if not mount.get("readOnly"):
+                self.assertIn("emptyDir", volumes[mount["name"]], mount["mountPath"])
+        store = self.config.value("session_store", "")
+        expected = {"/tmp"} | ({store[len("dir:"):]} if store.startswith("dir:") else set())
+        self.assertEqual(set(self.config.empty_dirs), expected)
         # The image's user is the pod's.
         with open(os.path.join(ARGS.source_dir, "Dockerfile")) as f:
             users = re.findall(r"^USER\s+(\d+)(?::(\d+))?\s*$", f.read(), re.MULTILINE)
@@ -135,8 +245,43 @@ class OverlayTest:
         sessions = re.search(r">\s*0\.9\s*\*\s*(\d+)", rules["AttnserveSessionsNearMax"])
         self.assertEqual(int(sessions.group(1)), int(self.config.value("max_sessions")))
 
+    def test_session_store(self):
+        store = self.config.value("session_store", "")
+        self.assertRegex(store, r"^(dir:/|redis://)", "every overlay keeps sessions across restarts")
+        self.assertGreater(int(self.config.value("checkpoint_every_appends", "0")), 0,
+                           "without checkpoints a crash loses every session changed since a drain")
+        state_budget = int(self.config.value("state_budget_bytes"))
+        # Session state and the snapshots waiting to be written are both in memory, next to
+        # the models (326 MiB resident in scripts/image-test.sh).
+        queued = int(self.config.value("session_store_queue_bytes", str(1 << 30)))
+        self.assertLessEqual(state_budget + queued + (512 << 20),
+                             quantity_bytes(self.container["resources"]["limits"]["memory"]))
+        if store.startswith("dir:"):
+            # On a disk emptyDir of the pod (memory would count against the container's
+            # limit), which the kubelet evicts the pod for filling: above the store's bound,
+            # which holds a full drain; the scheduler is asked for all of it.
+            folder = store[len("dir:"):]
+            self.assertIn(folder, self.config.empty_dirs, "the dir: store is an emptyDir mount")
+            volume = self.config.empty_dirs[folder]
+            self.assertNotEqual(volume.get("medium"), "Memory")
+            max_bytes = int(self.config.value("session_store_max_bytes", str(8 << 30)))
+            self.assertGreaterEqual(max_bytes, state_budget, "a full pod's drain fits the store")
+            size_limit = quantity_bytes(volume["sizeLimit"])
+            self.assertGreaterEqual(size_limit - max_bytes, 512 << 20,
+                                    "sizeLimit leaves room for writes in flight")
+            requested = self.container["resources"]["requests"].get("ephemeral-storage")
+            self.assertIsNotNone(requested, "the pod asks the scheduler for the store's disk")
+            self.assertGreaterEqual(quantity_bytes(requested), size_limit)
+        else:
+            self.assertNotIn("ephemeral-storage", self.container["resources"].get("requests", {}))
+
+    def server_services(self):
+        """The Services of attnserve-server (not of another part, e.g. Redis)."""
+        return {s["metadata"]["name"]: s for s in self.resources if s["kind"] == "Service"
+                and s["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "attnserve"}
+
     def test_services_select_the_pods(self):
-        services = {s["metadata"]["name"]: s for s in self.resources if s["kind"] == "Service"}
+        services = self.server_services()
         headless = [s for s in services.values() if s["spec"].get("clusterIP") == "None"]
         self.assertEqual(len(headless), 1)
         self.assertFalse(headless[0]["spec"].get("publishNotReadyAddresses", False))
@@ -146,6 +291,7 @@ class OverlayTest:
                 self.assertIn(port["targetPort"], self.ports, service["metadata"]["name"])
                 self.assertEqual(port["port"], self.ports[port["targetPort"]])
         balanced = [s for s in services.values() if s["spec"].get("clusterIP") != "None"]
+        self.assertEqual(len(balanced), 1)
         self.assertEqual({p["name"] for p in balanced[0]["spec"]["ports"]}, {"grpc", "metrics"})
 
     def test_service_monitor_scrapes_each_pod_once(self):
@@ -177,8 +323,9 @@ class OverlayTest:
         self.assertTrue(labels_match(self.deployment["spec"]["selector"]["matchLabels"],
                                      self.pod_labels))
 
-    def test_real_server_serves_what_the_probes_ask(self):
-        tmp = tempfile.mkdtemp(prefix="attnserve_mounts_")
+    def server_args(self, tmp, redis=None):
+        """The server's args as deployed, with its mounts under `tmp` and its Redis, if it
+        has one, the LocalRedis `redis`."""
         args = self.config.materialize(tmp)
         # What the kubelet would expand; then the free ports, and the default models (the
         # image's repository holds the same models, written by attnserve-export-model).
@@ -187,8 +334,26 @@ class OverlayTest:
         args.append("--model_repository=")
         if self.config.value("device") == "cuda":
             args.append("--device=cpu")  # no GPU here: everything else as deployed
-        server = dc.Server(ARGS.build_dir, args)
+        if redis is not None:
+            args.append(f"--session_store=redis://127.0.0.1:{redis.port}")
+        return args
+
+    def local_redis(self, tmp):
+        """With a redis:// store: redis-server with the overlay's Redis args (None without
+        such a store; the test is skipped without redis-server)."""
+        if not self.config.value("session_store", "").startswith("redis://"):
+            return None
+        if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+            self.skipTest("redis-server and redis-cli are not installed (Debian: redis-server)")
+        _, container = redis_container(self.resources)
+        return LocalRedis(container.get("args", []), tmp)
+
+    def test_real_server_serves_what_the_probes_ask(self):
+        tmp = tempfile.mkdtemp(prefix="attnserve_mounts_")
+        redis = server = None
         try:
+            redis = self.local_redis(tmp)
+            server = dc.Server(ARGS.build_dir, self.server_args(tmp, redis))
             services = {self.container[p]["grpc"].get("service", "")
                         for p in ("startupProbe", "readinessProbe", "livenessProbe")}
             for service in services:
@@ -202,7 +367,73 @@ class OverlayTest:
             self.assertLess(seconds, self.pod["terminationGracePeriodSeconds"]
                             - prestop_seconds(self.container))
         finally:
-            server.stop()
+            if server:
+                server.stop()
+            if redis:
+                redis.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_real_server_keeps_sessions_across_a_restart(self):
+        tmp = tempfile.mkdtemp(prefix="attnserve_mounts_")
+        store = self.config.value("session_store")
+        redis, servers = None, []
+
+        def stored(session_id):
+            """Whether the store holds the session (checks its TTL on Redis)."""
+            if redis is None:
+                names = os.listdir(self.config.folders[store[len("dir:"):]])
+                return any(n.startswith(session_id) and ".tmp." not in n for n in names)
+            ttl_ms = int(redis.cli("pttl", f"attnserve:session:{session_id}"))
+            if ttl_ms == -1:
+                raise AssertionError("the session's key has no TTL")
+            self.assertLessEqual(ttl_ms, int(self.config.value("session_ttl_s")) * 1000)
+            return ttl_ms > 0
+
+        import grpc
+        try:
+            redis = self.local_redis(tmp)
+            args = self.server_args(tmp, redis)
+            # A session with two appends (5 tokens), left open: the stream ends without close.
+            servers.append(dc.Server(ARGS.build_dir, args))
+            with grpc.insecure_channel(f"127.0.0.1:{servers[0].grpc_port}") as channel:
+                stub = PB_GRPC.AttnServeStub(channel)
+                responses = list(stub.Stream(iter([
+                    PB.StreamRequest(open=PB.StreamOpen(model="mamba")),
+                    PB.StreamRequest(append=PB.StreamAppend(sequence_number=1, tokens=[1, 2, 3])),
+                    PB.StreamRequest(append=PB.StreamAppend(sequence_number=2, tokens=[4, 5])),
+                ]), timeout=60))
+            session_id = responses[0].opened.session_id
+            self.assertEqual(responses[-1].result.position, 5)
+            # Fewer appends than a checkpoint: the drain writes it.
+            self.assertGreater(int(self.config.value("checkpoint_every_appends")), 2)
+            code, _ = servers[0].terminate(self.pod["terminationGracePeriodSeconds"])
+            self.assertEqual(code, 0, servers[0].text())
+            self.assertTrue(stored(session_id), f"{store}: no session {session_id} after the "
+                            f"drain:\n{servers[0].text()}")
+
+            # A new process, the same store: the session is where it was, and goes on.
+            servers.append(dc.Server(ARGS.build_dir, args))
+            with grpc.insecure_channel(f"127.0.0.1:{servers[1].grpc_port}") as channel:
+                stub = PB_GRPC.AttnServeStub(channel)
+                info = stub.GetSession(PB.GetSessionRequest(session_id=session_id), timeout=30)
+                self.assertEqual((info.model, info.position, info.last_sequence_number),
+                                 ("mamba", 5, 2))
+                responses = list(stub.Stream(iter([
+                    PB.StreamRequest(open=PB.StreamOpen(session_id=session_id)),
+                    PB.StreamRequest(append=PB.StreamAppend(sequence_number=3, tokens=[6])),
+                ]), timeout=60))
+                self.assertEqual(responses[0].opened.position, 5)
+                self.assertEqual(responses[-1].result.position, 6)
+                stub.CloseSession(PB.CloseSessionRequest(session_id=session_id), timeout=30)
+            deadline = time.time() + 10
+            while stored(session_id) and time.time() < deadline:
+                time.sleep(0.1)
+            self.assertFalse(stored(session_id), "closing a session deletes it from the store")
+        finally:
+            for server in servers:
+                server.stop()
+            if redis:
+                redis.stop()
             shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -221,6 +452,150 @@ class GpuOverlayTest(OverlayTest, unittest.TestCase):
         self.assertRegex(self.container["image"], r":[^/]*cuda[^/]*$")
         if "device" in dc.server_flag_names(ARGS.build_dir):
             self.assertEqual(self.config.value("device"), "cuda")
+
+
+class RedisOverlayTest(OverlayTest, unittest.TestCase):
+    overlay = "redis"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.redis_deployment, cls.redis = redis_container(cls.resources)
+        cls.redis_pod = cls.redis_deployment["spec"]["template"]["spec"]
+        cls.redis_labels = cls.redis_deployment["spec"]["template"]["metadata"]["labels"]
+        cls.redis_options = redis_options(cls.redis.get("args", []))
+        cls.redis_ports = {p["name"]: p["containerPort"] for p in cls.redis["ports"]}
+
+    def test_the_cpu_overlay_with_its_sessions_in_redis(self):
+        cpu = dc.render(dc.overlays(ARGS.source_dir)["cpu"])
+        cpu_config = dc.ServerConfig(cpu)
+        self.assertEqual([f for f in self.config.flags if f[0] not in STORE_FLAGS],
+                         [f for f in cpu_config.flags if f[0] not in STORE_FLAGS])
+        self.assertEqual(self.config.value("session_store"), "redis://attnserve-redis:6379")
+        self.assertEqual(self.config.value("checkpoint_every_appends"), "16")
+        # cpu's resources, the same but for the ConfigMap (store.flags) and the server's
+        # Deployment, and Redis'.
+        ours = {(r["kind"], r["metadata"]["name"]): r for r in self.resources
+                if r["kind"] != "ConfigMap"}
+        theirs = {(r["kind"], r["metadata"]["name"]): r for r in cpu if r["kind"] != "ConfigMap"}
+        self.assertEqual(sorted(set(ours) - set(theirs)), [
+            ("Deployment", "attnserve-redis"), ("NetworkPolicy", "attnserve-redis"),
+            ("Service", "attnserve-redis")])
+        self.assertEqual(set(theirs) - set(ours), set())
+        for key in set(theirs) - {("Deployment", "attnserve")}:
+            self.assertEqual(ours[key], theirs[key], key)
+        # The server's Deployment is cpu's less the dir: store's volume, mount and disk.
+        expected = copy.deepcopy(theirs[("Deployment", "attnserve")])
+        spec = expected["spec"]["template"]["spec"]
+        folder = cpu_config.value("session_store")[len("dir:"):]
+        mount, = [m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == folder]
+        spec["containers"][0]["volumeMounts"].remove(mount)
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] != mount["name"]]
+        del spec["containers"][0]["resources"]["requests"]["ephemeral-storage"]
+        deployment = copy.deepcopy(self.deployment)
+        for d in (expected, deployment):
+            for v in d["spec"]["template"]["spec"]["volumes"]:
+                if "configMap" in v:
+                    v["configMap"]["name"] = "attnserve-config"
+        self.assertEqual(deployment, expected)
+
+    def test_the_store_address_is_the_redis_service(self):
+        host, port = re.fullmatch(r"redis://([^:/]+):(\d+)",
+                                  self.config.value("session_store")).groups()
+        service = dc.one(self.resources, "Service", lambda r: r["metadata"]["name"] == host)
+        self.assertTrue(labels_match(service["spec"]["selector"], self.redis_labels))
+        self.assertFalse(labels_match(service["spec"]["selector"], self.pod_labels))
+        self.assertEqual(service["spec"].get("type", "ClusterIP"), "ClusterIP")
+        ports = [p for p in service["spec"]["ports"] if p["port"] == int(port)]
+        self.assertEqual(len(ports), 1, f"{host} has no port {port}")
+        target = ports[0]["targetPort"]
+        self.assertEqual(self.redis_ports.get(target, target), int(port))
+        self.assertEqual(self.redis_options["port"], [port])
+
+    def test_redis_deployment(self):
+        spec = self.redis_deployment["spec"]
+        self.assertEqual(spec["replicas"], 1)
+        self.assertEqual(spec["strategy"]["type"], "Recreate", "never two Redis at once")
+        self.assertTrue(labels_match(spec["selector"]["matchLabels"], self.redis_labels))
+        self.assertFalse(labels_match(spec["selector"]["matchLabels"], self.pod_labels))
+        self.assertRegex(self.redis["image"], r"^redis:7(\.|$)")
+        self.assertEqual(self.redis.get("command"), ["redis-server"])
+        # In memory only, bounded, evicting by TTL or refusing, and room for it in the limit.
+        options = self.redis_options
+        self.assertEqual(options["save"], [""])
+        self.assertEqual(options["appendonly"], ["no"])
+        maxmemory = redis_bytes(options["maxmemory"][0])
+        self.assertGreaterEqual(maxmemory, int(self.config.value("state_budget_bytes")),
+                                "a full server pod's drain fits in Redis")
+        self.assertIn(options["maxmemory-policy"], (["volatile-ttl"], ["noeviction"]))
+        resources = self.redis["resources"]
+        for kind in ("cpu", "memory"):
+            self.assertIn(kind, resources["requests"])
+            self.assertIn(kind, resources["limits"])
+        self.assertGreaterEqual(quantity_bytes(resources["limits"]["memory"]),
+                                maxmemory * 5 // 4, "room beyond maxmemory")
+        self.assertEqual(resources["requests"]["memory"], resources["limits"]["memory"])
+        # Probes ask Redis itself; liveness (a restart empties the store) waits longer.
+        probes = {p: self.redis[p] for p in ("readinessProbe", "livenessProbe")}
+        for name, probe in probes.items():
+            self.assertIn(f"-p {options['port'][0]} ping", " ".join(probe["exec"]["command"]),
+                          name)
+
+        def window(p):
+            return p.get("periodSeconds", 10) * p.get("failureThreshold", 3)
+        self.assertGreaterEqual(window(probes["livenessProbe"]), 60)
+        self.assertGreater(window(probes["livenessProbe"]), window(probes["readinessProbe"]))
+        # Locked down like the server's pod; nothing writable (no persistence).
+        pod_sc, sc = self.redis_pod["securityContext"], self.redis["securityContext"]
+        self.assertTrue(pod_sc["runAsNonRoot"])
+        self.assertGreater(pod_sc["runAsUser"], 0)
+        self.assertEqual(pod_sc["seccompProfile"]["type"], "RuntimeDefault")
+        self.assertTrue(sc["readOnlyRootFilesystem"])
+        self.assertFalse(sc["allowPrivilegeEscalation"])
+        self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+        self.assertFalse(self.redis_pod.get("automountServiceAccountToken", True))
+        self.assertNotIn("volumeMounts", self.redis)
+
+    def test_network_policy_admits_the_server_pods_only(self):
+        policy = dc.one(self.resources, "NetworkPolicy")
+        spec = policy["spec"]
+        self.assertTrue(labels_match(spec["podSelector"]["matchLabels"], self.redis_labels))
+        self.assertFalse(labels_match(spec["podSelector"]["matchLabels"], self.pod_labels))
+        self.assertEqual(spec["policyTypes"], ["Ingress"])
+        rule, = spec["ingress"]
+        peer, = rule["from"]
+        self.assertEqual(set(peer), {"podSelector"})
+        self.assertTrue(labels_match(peer["podSelector"]["matchLabels"], self.pod_labels))
+        port, = rule["ports"]
+        self.assertEqual(self.redis_ports.get(port["port"], port["port"]),
+                         int(self.redis_options["port"][0]))
+
+    def test_real_redis_takes_the_args(self):
+        if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+            self.skipTest("redis-server and redis-cli are not installed (Debian: redis-server)")
+        tmp = tempfile.mkdtemp(prefix="attnserve_redis_")
+        redis = LocalRedis(self.redis.get("args", []), tmp)
+        try:
+            def config(name):
+                return redis.cli("config", "get", name).split("\n")[1:]
+            options = self.redis_options
+            self.assertEqual(config("maxmemory"), [str(redis_bytes(options["maxmemory"][0]))])
+            self.assertEqual(config("maxmemory-policy"), options["maxmemory-policy"])
+            self.assertEqual(config("save"), [""])
+            self.assertEqual(config("appendonly"), ["no"])
+            self.assertEqual(config("protected-mode"), options["protected-mode"])
+            # The probes' own commands, on this Redis' port.
+            for name in ("readinessProbe", "livenessProbe"):
+                command = [c.replace(f"-p {options['port'][0]} ", f"-p {redis.port} ")
+                           for c in self.redis[name]["exec"]["command"]]
+                self.assertEqual(subprocess.run(command, timeout=30).returncode, 0, name)
+            redis.process.kill()
+            redis.process.wait(10)
+            self.assertNotEqual(subprocess.run(command, timeout=30).returncode, 0,
+                                "the probe fails without Redis")
+        finally:
+            redis.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 class OverlaysTest(unittest.TestCase):

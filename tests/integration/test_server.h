@@ -38,7 +38,7 @@
 #include "server/policy.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/service.h"
-#include "server/session_table.h"
+#include "server/sessions/session_table.h"
 
 namespace attnserve::server::testing {
 

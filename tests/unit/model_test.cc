@@ -14,7 +14,6 @@
 #include "server/model/model_io.h"
 #include "server/model/model_repository.h"
 #include "server/model/safetensors.h"
-#include "server/model/state_serialization.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::model {
@@ -141,7 +140,7 @@ TEST_F(PythonReferenceTest, AttentionFolderMatchesPyTorch) { Check("attention", 
 
 class ModelStreamingTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ModelStreamingTest, ChunksStepsAndSerializedStatesEqualOneWholePass) {
+TEST_P(ModelStreamingTest, ChunksAndStepsEqualOneWholePass) {
   auto model = BuildDefaultModel(GetParam());
   ASSERT_TRUE(model.ok());
   const Model& m = **model;
@@ -153,15 +152,10 @@ TEST_P(ModelStreamingTest, ChunksStepsAndSerializedStatesEqualOneWholePass) {
   std::vector<at::Tensor> parts;
   parts.push_back(*m.Forward(tokens.narrow(1, 0, 33), &*state, OutputKind::kAllLogits));
   EXPECT_EQ(state->position, 33);
-  // Serialize mid-sequence, restore, continue on the restored copy.
-  const std::string bytes = SerializeState(m, *state);
-  EXPECT_LE(static_cast<int64_t>(bytes.size()), m.StateBytesPerSequence(33) + 4096);
-  auto restored = DeserializeState(m, bytes);
-  ASSERT_TRUE(restored.ok()) << restored.status();
-  EXPECT_EQ(restored->position, 33);
-  parts.push_back(*m.Forward(tokens.narrow(1, 33, 40), &*restored, OutputKind::kAllLogits));
+  // Snapshots of a session mid-sequence: tests/unit/session_snapshot_test.cc.
+  parts.push_back(*m.Forward(tokens.narrow(1, 33, 40), &*state, OutputKind::kAllLogits));
   for (int64_t t = 73; t < 90; ++t) {
-    parts.push_back(*m.Forward(tokens.narrow(1, t, 1), &*restored, OutputKind::kAllLogits));
+    parts.push_back(*m.Forward(tokens.narrow(1, t, 1), &*state, OutputKind::kAllLogits));
   }
   EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), whole), 1e-5);
 
@@ -225,32 +219,6 @@ TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(batched[1].position, before);
   }
-}
-
-TEST(StateSerializationTest, RefusesCorruptTruncatedAndForeignStates) {
-  auto mamba = BuildDefaultModel("mamba");
-  auto hybrid = BuildDefaultModel("hybrid");
-  auto state = (*mamba)->NewState();
-  ASSERT_TRUE((*mamba)->Forward(Tokens({1, 2, 3}), &*state, OutputKind::kLastLogits).ok());
-  std::string bytes = SerializeState(**mamba, *state);
-
-  auto foreign = DeserializeState(**hybrid, bytes);
-  EXPECT_EQ(foreign.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(foreign.status().message().find("another model"), std::string::npos);
-
-  std::string corrupt = bytes;
-  corrupt[corrupt.size() / 2] ^= 0x40;
-  EXPECT_EQ(DeserializeState(**mamba, corrupt).status().code(), absl::StatusCode::kDataLoss);
-
-  EXPECT_NE(DeserializeState(**mamba, bytes.substr(0, 10)).status().message().find("bad magic"),
-            std::string::npos);
-  // Truncated but with a valid checksum over what is left.
-  std::string cut = bytes.substr(0, 40);
-  uint32_t crc = Crc32(cut);
-  cut.append(reinterpret_cast<const char*>(&crc), 4);
-  EXPECT_NE(DeserializeState(**mamba, cut).status().message().find("truncated"), std::string::npos)
-      << DeserializeState(**mamba, cut).status();
-  EXPECT_EQ(Crc32("123456789"), 0xCBF43926u);  // the standard check value
 }
 
 TEST(ModelTest, RejectsBadTokensWithMessages) {
@@ -333,8 +301,9 @@ TEST(ModelTest, Bfloat16WeightsStreamConsistentlyAndDifferOnlyByRounding) {
       parts.push_back(*(*bf16)->Forward(tokens.narrow(1, t, 1), &*state, OutputKind::kAllLogits));
     }
     EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), whole), 1e-5);
-    const std::string bytes = SerializeState(**fp32, *(*fp32)->NewState());
-    EXPECT_FALSE(DeserializeState(**bf16, bytes).ok());
+    // Other weights, another fingerprint: a snapshot of one is refused by the other
+    // (tests/unit/session_snapshot_test.cc).
+    EXPECT_NE((*fp32)->fingerprint(), (*bf16)->fingerprint());
   }
 }
 

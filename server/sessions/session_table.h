@@ -4,11 +4,20 @@
 // after their TTL (a reaper thread), and evicts the least recently used idle session when
 // full if so configured. Thread-safe.
 //
+// With a session store (SessionPersistence, session_persistence.h) sessions outlive the
+// process: when full, the least recently used idle sessions spill to the store instead of
+// being refused or dropped; a session changed by --checkpoint_every_appends appends is written
+// to it; SaveChanged writes every changed session (at drain); closing or expiry removes the
+// stored copy; and a session that is not in memory is looked up in the store (Get, Peek,
+// Close) and restored whole, so a client resumes it after a restart, on any replica that
+// shares the store.
+//
 // Ownership: the table and the callers running a request share a Session through
 // shared_ptr; a closed or evicted session is marked closed and dropped from the table, and
 // whoever still holds it sees `closed()` and stops.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -29,16 +38,25 @@
 
 namespace attnserve::server {
 
-enum class EvictionReason { kTtl, kCapacity, kClosed };
-const char* EvictionReasonName(EvictionReason reason);  // "ttl", "capacity", "closed"
+class SessionPersistence;
+struct SessionSnapshot;
 
-class Session {
+// Why a session left memory: its TTL passed; dropped or spilled to the session store to make
+// room; closed.
+enum class EvictionReason { kTtl, kCapacity, kSpilled, kClosed };
+// "ttl", "capacity", "spilled", "closed"
+const char* EvictionReasonName(EvictionReason reason);
+
+class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::string id, const model::Model* model, absl::Duration ttl, model::ModelState state);
+  Session(std::string id, const model::Model* model, absl::Duration ttl, model::ModelState state,
+          std::string owner = "");
 
   const std::string& id() const { return id_; }
   const model::Model* model() const { return model_; }
   absl::Duration ttl() const { return ttl_; }
+  // The principal that opened the session (empty: the server has no authentication).
+  const std::string& owner() const { return owner_; }
 
   // The session's computation state. Read and written only by the job at the head of the
   // session's queue in the scheduler (server/scheduler/batch_scheduler.h), on the scheduler's
@@ -81,12 +99,30 @@ class Session {
 
   v1::SessionInfo Info() const;
 
+  // Changes (applied requests) to the session, and whether the session store has its latest:
+  // MarkSaved when its snapshot is queued for writing, MarkUnsaved when that write failed.
+  int64_t changes() const { return changes_.load(); }
+  int64_t unsaved_changes() const { return changes_.load() - std::max<int64_t>(saved_.load(), 0); }
+  bool saved() const { return saved_.load() == changes_.load(); }
+  void MarkSaved(int64_t changes) {
+    saved_.store(changes);
+    stored_once_.store(true);
+  }
+  void MarkUnsaved() { saved_.store(-1); }
+  // The store may hold a copy (one was queued, or the session came from it): closing or
+  // expiry removes it.
+  bool stored_once() const { return stored_once_.load(); }
+
  private:
   friend class SessionTable;
   friend class SessionUse;
   const std::string id_;
   const model::Model* const model_;
   const absl::Duration ttl_;
+  const std::string owner_;
+  std::atomic<int64_t> changes_{0};
+  std::atomic<int64_t> saved_{-1};  // changes() when last saved; -1: the store lacks it
+  std::atomic<bool> stored_once_{false};
   std::atomic<int64_t> position_{0};
   std::atomic<int64_t> state_bytes_{0};
   std::atomic<int64_t> last_sequence_{0};
@@ -126,7 +162,9 @@ class SessionTable {
   // locks but possibly under the admission lock: it must not call back into the table.
   using EvictionListener = std::function<void(const Session&, EvictionReason)>;
 
-  explicit SessionTable(SessionLimits limits, EvictionListener listener = nullptr);
+  // `persistence` (borrowed, may be null: memory only) must outlive the table.
+  explicit SessionTable(SessionLimits limits, EvictionListener listener = nullptr,
+                        SessionPersistence* persistence = nullptr);
   ~SessionTable();  // stops the reaper
 
   // A new session of `model` with a fresh state and an id of 128 random bits. `ttl` zero
@@ -136,14 +174,29 @@ class SessionTable {
 
   // NOT_FOUND for an unknown, expired or closed session (the message says which it may be);
   // INVALID_ARGUMENT for an id not of the table's format (ValidateSessionId), here and in Peek
-  // and Close, before any lookup.
+  // and Close, before any lookup (and so before the store sees it). A session that is not in
+  // memory is restored from the store when there is one (its errors: SessionPersistence::Load;
+  // RESOURCE_EXHAUSTED when it does not fit).
   absl::StatusOr<SessionUse> Get(const std::string& id);
 
   // The session for reading its info only: no use is recorded, so its idle time goes on.
-  absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id) const;
+  absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id);
 
-  // Removes the session; NOT_FOUND when it is not there.
+  // Removes the session, and its stored copy; NOT_FOUND when neither is there.
   absl::Status Close(const std::string& id);
+
+  // Makes the session of `snapshot` (ImportSession) a session of this table: ALREADY_EXISTS
+  // when the table holds its id, RESOURCE_EXHAUSTED when it does not fit.
+  absl::StatusOr<SessionUse> Import(SessionSnapshot snapshot);
+
+  // After a request changed `session` (on the scheduler's thread, once its results are
+  // stored, before the session's next job): counts the change, and writes a checkpoint to the
+  // store every --checkpoint_every_appends changes.
+  void Applied(Session& session);
+
+  // Queues a write of every session with changes the store lacks (at drain, once no job
+  // runs). Returns how many were queued.
+  int SaveChanged();
 
   // Before a request grows a session's state to `new_bytes`: reserves the difference in the
   // budget (evicting idle sessions when configured), or RESOURCE_EXHAUSTED naming the budget.
@@ -176,6 +229,13 @@ class SessionTable {
   // is in use. Null when nothing was removed.
   std::shared_ptr<Session> Remove(const std::string& id, bool only_if_idle);
   void Evicted(const std::shared_ptr<Session>& session, EvictionReason reason);
+  // Admits a restored or imported session: the existing one when `existing_ok` and the table
+  // holds its id already (a concurrent restore), else ALREADY_EXISTS.
+  absl::StatusOr<SessionUse> Admit(SessionSnapshot snapshot, bool existing_ok);
+  absl::StatusOr<SessionUse> Restore(const std::string& id);
+  // Takes an idle session out of the table to make room: spilled to the store when there is
+  // one (and the write queue takes it), else dropped when evict_when_full. Null when neither.
+  std::shared_ptr<Session> TakeForRoom(const std::string& id, EvictionReason* reason);
   // Evicts least recently used idle sessions until `count` sessions and `bytes` more bytes
   // fit. Returns whether they fit.
   bool MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const Session* keep);
@@ -183,6 +243,7 @@ class SessionTable {
 
   const SessionLimits limits_;
   const EvictionListener listener_;
+  SessionPersistence* const persistence_;
   Shard shards_[kShards];
   std::atomic<int64_t> count_{0};
   std::atomic<int64_t> bytes_{0};

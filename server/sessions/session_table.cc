@@ -1,4 +1,4 @@
-#include "server/session_table.h"
+#include "server/sessions/session_table.h"
 
 #include <algorithm>
 
@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/client_text.h"
+#include "server/sessions/session_persistence.h"
+#include "server/sessions/session_snapshot.h"
 
 namespace attnserve::server {
 
@@ -15,6 +17,8 @@ const char* EvictionReasonName(EvictionReason reason) {
       return "ttl";
     case EvictionReason::kCapacity:
       return "capacity";
+    case EvictionReason::kSpilled:
+      return "spilled";
     case EvictionReason::kClosed:
       return "closed";
   }
@@ -22,11 +26,13 @@ const char* EvictionReasonName(EvictionReason reason) {
 }
 
 Session::Session(std::string id, const model::Model* model, absl::Duration ttl,
-                 model::ModelState initial)
+                 model::ModelState initial, std::string owner)
     : state(std::move(initial)),
       id_(std::move(id)),
       model_(model),
       ttl_(ttl),
+      owner_(std::move(owner)),
+      position_(state.position),
       last_used_ns_(absl::GetCurrentTimeNanos()) {}
 
 v1::SessionInfo Session::Info() const {
@@ -53,8 +59,9 @@ SessionUse::~SessionUse() {
   session_->users_.fetch_sub(1);
 }
 
-SessionTable::SessionTable(SessionLimits limits, EvictionListener listener)
-    : limits_(limits), listener_(std::move(listener)) {
+SessionTable::SessionTable(SessionLimits limits, EvictionListener listener,
+                           SessionPersistence* persistence)
+    : limits_(limits), listener_(std::move(listener)), persistence_(persistence) {
   reaper_ = std::thread([this] {
     absl::MutexLock lock(&reaper_mu_);
     while (!reaper_mu_.AwaitWithTimeout(absl::Condition(&stop_reaper_), limits_.reap_interval)) {
@@ -105,7 +112,7 @@ absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl:
     absl::MutexLock admission(&admission_mu_);
     const bool full = count_.load() + 1 > limits_.max_sessions ||
                       bytes_.load() + bytes > limits_.state_budget_bytes;
-    if (full && !(limits_.evict_when_full && MakeRoom(1, bytes, nullptr))) {
+    if (full && !MakeRoom(1, bytes, nullptr)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "session table is full: ", count_.load(), " of --max_sessions=", limits_.max_sessions,
           " sessions, ", bytes_.load(), " of --state_budget_bytes=", limits_.state_budget_bytes,
@@ -131,20 +138,86 @@ absl::Status NoSession(const std::string& id) {
 
 absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
-  Shard& shard = ShardFor(id);
-  absl::MutexLock lock(&shard.mu);
-  auto it = shard.sessions.find(id);
-  if (it == shard.sessions.end()) return NoSession(id);
-  return SessionUse(it->second);
+  {
+    Shard& shard = ShardFor(id);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.sessions.find(id);
+    if (it != shard.sessions.end()) return SessionUse(it->second);
+  }
+  return Restore(id);
 }
 
-absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id) const {
+absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
-  const Shard& shard = ShardFor(id);
+  {
+    const Shard& shard = ShardFor(id);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.sessions.find(id);
+    if (it != shard.sessions.end()) return std::shared_ptr<const Session>(it->second);
+  }
+  absl::StatusOr<SessionUse> restored = Restore(id);
+  if (!restored.ok()) return restored.status();
+  return std::shared_ptr<const Session>(restored->get());
+}
+
+absl::StatusOr<SessionUse> SessionTable::Restore(const std::string& id) {
+  if (persistence_ == nullptr) return NoSession(id);
+  absl::StatusOr<SessionSnapshot> snapshot = persistence_->Load(id);
+  if (!snapshot.ok()) {
+    return snapshot.status().code() == absl::StatusCode::kNotFound ? NoSession(id)
+                                                                   : snapshot.status();
+  }
+  return Admit(*std::move(snapshot), /*existing_ok=*/true);
+}
+
+absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot) {
+  if (snapshot.expired()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session '", snapshot.session_id, "' in the snapshot has expired (idle ",
+                     absl::ToInt64Seconds(snapshot.idle), " s, TTL ",
+                     absl::ToInt64Seconds(snapshot.ttl), " s)"));
+  }
+  return Admit(std::move(snapshot), /*existing_ok=*/false);
+}
+
+absl::StatusOr<SessionUse> SessionTable::Admit(SessionSnapshot snapshot, bool existing_ok) {
+  const model::Model* model = snapshot.model;
+  const int64_t bytes = model->StateBytesPerSequence(snapshot.state.position);
+  auto session = std::make_shared<Session>(snapshot.session_id, model, snapshot.ttl,
+                                           std::move(snapshot.state), snapshot.owner);
+  session->last_sequence_number = snapshot.last_sequence_number;
+  session->recent_results = std::move(snapshot.recent_results);
+  session->Publish();
+  if (existing_ok) session->MarkSaved(0);  // restored: the store has it as it is
+  SessionUse use(session);
+  // Its last use is the snapshot's (restoring is not a use of its own).
+  session->last_used_ns_.store(absl::ToUnixNanos(absl::Now() - snapshot.idle));
+  absl::MutexLock admission(&admission_mu_);
+  {
+    Shard& shard = ShardFor(session->id());
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.sessions.find(session->id());
+    if (it != shard.sessions.end()) {
+      if (existing_ok) return SessionUse(it->second);  // restored meanwhile by another call
+      return absl::AlreadyExistsError(
+          absl::StrCat("session '", session->id(), "' is already on this instance"));
+    }
+  }
+  const bool full = count_.load() + 1 > limits_.max_sessions ||
+                    bytes_.load() + bytes > limits_.state_budget_bytes;
+  if (full && !MakeRoom(1, bytes, nullptr)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session '", session->id(), "' (", bytes, " state bytes) does not fit: ", count_.load(),
+        " of --max_sessions=", limits_.max_sessions, " sessions, ", bytes_.load(),
+        " of --state_budget_bytes=", limits_.state_budget_bytes, " state bytes in use"));
+  }
+  count_.fetch_add(1);
+  bytes_.fetch_add(bytes);
+  session->state_bytes_.store(bytes);
+  Shard& shard = ShardFor(session->id());
   absl::MutexLock lock(&shard.mu);
-  auto it = shard.sessions.find(id);
-  if (it == shard.sessions.end()) return NoSession(id);
-  return std::shared_ptr<const Session>(it->second);
+  shard.sessions[session->id()] = session;
+  return use;
 }
 
 std::shared_ptr<Session> SessionTable::Remove(const std::string& id, bool only_if_idle) {
@@ -169,11 +242,16 @@ void SessionTable::Evicted(const std::shared_ptr<Session>& session, EvictionReas
 absl::Status SessionTable::Close(const std::string& id) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   std::shared_ptr<Session> session = Remove(id, /*only_if_idle=*/false);
-  if (session == nullptr) {
-    return absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));
+  if (session != nullptr) {
+    Evicted(session, EvictionReason::kClosed);
+    if (persistence_ != nullptr && session->stored_once()) persistence_->Remove(id);
+    return absl::OkStatus();
   }
-  Evicted(session, EvictionReason::kClosed);
-  return absl::OkStatus();
+  if (persistence_ != nullptr) {
+    absl::Status removed = persistence_->RemoveNow(id);
+    if (removed.code() != absl::StatusCode::kNotFound) return removed;
+  }
+  return absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));
 }
 
 absl::Status SessionTable::Reserve(Session& session, int64_t new_bytes) {
@@ -183,7 +261,7 @@ absl::Status SessionTable::Reserve(Session& session, int64_t new_bytes) {
   }
   const int64_t delta = new_bytes - session.state_bytes_.load();
   if (delta > 0 && bytes_.load() + delta > limits_.state_budget_bytes &&
-      !(limits_.evict_when_full && MakeRoom(0, delta, &session))) {
+      !MakeRoom(0, delta, &session)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("state memory budget exhausted: session '", session.id(), "' needs ", delta,
                      " more bytes, ", bytes_.load(),
@@ -194,12 +272,36 @@ absl::Status SessionTable::Reserve(Session& session, int64_t new_bytes) {
   return absl::OkStatus();
 }
 
+std::shared_ptr<Session> SessionTable::TakeForRoom(const std::string& id,
+                                                  EvictionReason* reason) {
+  Shard& shard = ShardFor(id);
+  absl::MutexLock lock(&shard.mu);
+  auto it = shard.sessions.find(id);
+  // Idle, and staying so: new users come only through Get, under this lock.
+  if (it == shard.sessions.end() || it->second->in_use()) return nullptr;
+  if (persistence_ != nullptr && persistence_->Save(*it->second)) {
+    // Queued before it leaves the table, so a Get that misses it finds the queued snapshot.
+    *reason = EvictionReason::kSpilled;
+  } else if (limits_.evict_when_full) {
+    *reason = EvictionReason::kCapacity;
+  } else {
+    return nullptr;
+  }
+  std::shared_ptr<Session> session = std::move(it->second);
+  shard.sessions.erase(it);
+  session->closed_.store(true);
+  count_.fetch_sub(1);
+  bytes_.fetch_sub(session->state_bytes_.load());
+  return session;
+}
+
 bool SessionTable::MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const Session* keep) {
   auto fits = [&] {
     return count_.load() + extra_sessions <= limits_.max_sessions &&
            bytes_.load() + extra_bytes <= limits_.state_budget_bytes;
   };
   if (fits()) return true;
+  if (!limits_.evict_when_full && persistence_ == nullptr) return false;
   std::vector<std::shared_ptr<Session>> idle;
   for (Shard& shard : shards_) {
     absl::MutexLock lock(&shard.mu);
@@ -211,11 +313,33 @@ bool SessionTable::MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const S
             [](const auto& a, const auto& b) { return a->last_used() < b->last_used(); });
   for (const std::shared_ptr<Session>& s : idle) {
     if (fits()) break;
-    if (std::shared_ptr<Session> removed = Remove(s->id(), /*only_if_idle=*/true)) {
-      Evicted(removed, EvictionReason::kCapacity);
+    EvictionReason reason;
+    if (std::shared_ptr<Session> removed = TakeForRoom(s->id(), &reason)) {
+      Evicted(removed, reason);
     }
   }
   return fits();
+}
+
+void SessionTable::Applied(Session& session) {
+  session.changes_.fetch_add(1);
+  if (persistence_ == nullptr) return;
+  const int every = persistence_->checkpoint_every_appends();
+  if (every > 0 && session.unsaved_changes() >= every) persistence_->Save(session);
+}
+
+int SessionTable::SaveChanged() {
+  if (persistence_ == nullptr) return 0;
+  std::vector<std::shared_ptr<Session>> changed;
+  for (Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    for (const auto& [id, s] : shard.sessions) {
+      if (!s->saved()) changed.push_back(s);
+    }
+  }
+  int queued = 0;
+  for (const std::shared_ptr<Session>& s : changed) queued += persistence_->Save(*s) ? 1 : 0;
+  return queued;
 }
 
 int SessionTable::ReapExpired(absl::Time now) {
@@ -231,6 +355,7 @@ int SessionTable::ReapExpired(absl::Time now) {
     std::shared_ptr<Session> s = Remove(id, /*only_if_idle=*/true);
     if (s == nullptr) continue;  // picked up again since the scan
     Evicted(s, EvictionReason::kTtl);
+    if (persistence_ != nullptr && s->stored_once()) persistence_->Remove(id);
     ++removed_count;
   }
   return removed_count;

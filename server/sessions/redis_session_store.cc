@@ -1,0 +1,142 @@
+#include "server/sessions/redis_session_store.h"
+
+#include <hiredis/hiredis.h>
+
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/client_text.h"
+
+namespace attnserve::server {
+namespace {
+
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const { freeReplyObject(reply); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+constexpr absl::Duration kReconnectInterval = absl::Seconds(1);
+
+}  // namespace
+
+RedisSessionStore::RedisSessionStore(std::string host, int port, absl::Duration timeout)
+    : host_(std::move(host)), port_(port), timeout_(timeout) {}
+
+RedisSessionStore::~RedisSessionStore() {
+  absl::MutexLock lock(&mu_);
+  if (context_ != nullptr) redisFree(context_);
+}
+
+absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Open(
+    const std::string& address, absl::Duration timeout) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("redis session store address must be HOST:PORT, got ", ClientText(address)));
+  }
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--session_store_timeout_ms must be > 0");
+  }
+  std::unique_ptr<RedisSessionStore> store(
+      new RedisSessionStore(address.substr(0, colon), port, timeout));
+  {
+    absl::MutexLock lock(&store->mu_);
+    store->ConnectLocked().IgnoreError();  // a first connection if Redis is up; else later
+  }
+  return store;
+}
+
+absl::Status RedisSessionStore::ConnectLocked() {
+  if (context_ != nullptr) return absl::OkStatus();
+  const absl::Time now = absl::Now();
+  if (now - last_failed_connect_ < kReconnectInterval) {
+    return absl::UnavailableError(absl::StrCat("redis ", host_, ":", port_,
+                                               " is unreachable (retrying once a second)"));
+  }
+  const struct timeval tv = absl::ToTimeval(timeout_);
+  redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, tv);
+  if (c == nullptr || c->err != 0) {
+    const std::string reason = c != nullptr ? c->errstr : "out of memory";
+    if (c != nullptr) redisFree(c);
+    last_failed_connect_ = now;
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to redis ", host_, ":", port_, ": ", reason));
+  }
+  if (redisSetTimeout(c, tv) != REDIS_OK) {
+    redisFree(c);
+    last_failed_connect_ = now;
+    return absl::UnavailableError("cannot set the redis command timeout");
+  }
+  context_ = c;
+  return absl::OkStatus();
+}
+
+absl::Status RedisSessionStore::FailLocked(const char* what) {
+  const std::string reason = context_ != nullptr && context_->err != 0 ? context_->errstr
+                                                                       : "no reply";
+  if (context_ != nullptr) redisFree(context_);
+  context_ = nullptr;
+  last_failed_connect_ = absl::Now();
+  return absl::UnavailableError(
+      absl::StrCat("redis ", host_, ":", port_, " ", what, " failed: ", reason));
+}
+
+absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snapshot,
+                                    absl::Duration ttl) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  const std::string key = KeyOf(id);
+  const long long ms = std::max<long long>(1, absl::ToInt64Milliseconds(ttl));
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  Reply reply(static_cast<redisReply*>(redisCommand(context_, "SET %b %b PX %lld", key.data(),
+                                                    key.size(), snapshot.data(), snapshot.size(),
+                                                    ms)));
+  if (reply == nullptr) return FailLocked("SET");
+  if (reply->type == REDIS_REPLY_ERROR) {
+    // Redis answered (e.g. OOM under maxmemory): the connection is fine.
+    return absl::ResourceExhaustedError(absl::StrCat("redis refused SET: ", reply->str));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RedisSessionStore::Get(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  const std::string key = KeyOf(id);
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  Reply reply(static_cast<redisReply*>(redisCommand(context_, "GET %b", key.data(), key.size())));
+  if (reply == nullptr) return FailLocked("GET");
+  if (reply->type == REDIS_REPLY_NIL) {
+    return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
+  }
+  if (reply->type != REDIS_REPLY_STRING) {
+    return absl::UnavailableError(absl::StrCat(
+        "redis GET answered ", reply->type == REDIS_REPLY_ERROR ? reply->str : "a non-string"));
+  }
+  return std::string(reply->str, reply->len);
+}
+
+absl::Status RedisSessionStore::Delete(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  const std::string key = KeyOf(id);
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  Reply reply(static_cast<redisReply*>(redisCommand(context_, "DEL %b", key.data(), key.size())));
+  if (reply == nullptr) return FailLocked("DEL");
+  if (reply->type != REDIS_REPLY_INTEGER) {
+    return absl::UnavailableError(absl::StrCat(
+        "redis DEL answered ", reply->type == REDIS_REPLY_ERROR ? reply->str : "a non-integer"));
+  }
+  if (reply->integer == 0) return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
+  return absl::OkStatus();
+}
+
+std::string RedisSessionStore::Describe() const {
+  return absl::StrCat("redis://", host_, ":", port_, " (timeout ",
+                      absl::ToInt64Milliseconds(timeout_), " ms)");
+}
+
+}  // namespace attnserve::server

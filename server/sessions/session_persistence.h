@@ -1,0 +1,105 @@
+// Moves sessions between the session table's memory and a session store (session_store.h):
+// the one place that decides how, so the table only says when (sessions/session_table.h:
+// spill when full, checkpoint every N appends, save at drain, remove on close and expiry).
+//
+// Writes are write-behind: Save encodes the snapshot at once (the caller makes sure that the
+// session's state is not being written: it is idle, or this runs at the head of its queue, on
+// the scheduler's thread) and queues it for one writer thread, so no request waits on the
+// store. The queue holds the latest operation per session (a newer Save or Remove replaces an
+// older one not yet written) and at most `max_queued_bytes`; a Save beyond is refused (and
+// counted as dropped). A snapshot stays visible to Load while it is queued or being written,
+// so a spilled session comes back at once, never from an older copy in the store.
+//
+// Loads (Load, RemoveNow) run on the caller's thread and take as long as the store does
+// (bounded by its timeout). A store that fails never fails a request that did not need it:
+// errors are logged once a second at most and counted
+// (attnserve_session_store_operations_total{op, result}); a failed write marks the session
+// changed again, so that the next checkpoint or the drain writes it. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/model/model_repository.h"
+#include "server/sessions/session_snapshot.h"
+#include "server/sessions/session_store.h"
+
+namespace attnserve::server {
+
+class ServerMetrics;
+
+struct PersistenceOptions {
+  // Write a session every N appends applied to it (--checkpoint_every_appends; 0: never,
+  // only when it spills or at drain).
+  int checkpoint_every_appends = 0;
+  // Most bytes of snapshots waiting for the writer.
+  int64_t max_queued_bytes = int64_t{1} << 30;
+};
+
+class SessionPersistence {
+ public:
+  // Borrows `models` and `metrics` (may be null); both must outlive this.
+  SessionPersistence(std::unique_ptr<SessionStore> store, const model::ModelRepository& models,
+                     PersistenceOptions options, ServerMetrics* metrics);
+  ~SessionPersistence();  // stops the writer; what is still queued is not written (see Flush)
+  SessionPersistence(const SessionPersistence&) = delete;
+  SessionPersistence& operator=(const SessionPersistence&) = delete;
+
+  // Encodes `session` now and queues its write; marks it saved. False (counted as dropped)
+  // when the queue is full.
+  bool Save(Session& session);
+  // Queues the removal of `id`'s snapshot (replacing a queued write of it).
+  void Remove(const std::string& id);
+  // Removes `id`'s snapshot now, from the queue and the store: NOT_FOUND when neither had it.
+  absl::Status RemoveNow(const std::string& id);
+
+  // The session `id` from the queue or the store. NOT_FOUND when neither holds it or it has
+  // expired; the snapshot's own error (DATA_LOSS, FAILED_PRECONDITION) when it does not decode;
+  // UNAVAILABLE and the like when the store fails.
+  absl::StatusOr<SessionSnapshot> Load(const std::string& id);
+
+  // Waits until every queued operation is done or `deadline` passes; returns how many are left.
+  int64_t Flush(absl::Time deadline);
+
+  int checkpoint_every_appends() const { return options_.checkpoint_every_appends; }
+  std::string Describe() const { return store_->Describe(); }
+  int64_t queued_bytes() const;
+
+ private:
+  struct Operation {
+    std::shared_ptr<const std::string> snapshot;  // null: remove
+    absl::Duration ttl;
+    std::weak_ptr<Session> session;  // marked changed again when the write fails
+    int64_t generation = 0;
+  };
+  void WriterLoop();
+  void Queue(const std::string& id, Operation op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records one operation's outcome: metrics, and a log line for an error (at most once a
+  // second).
+  void Count(const char* op, const absl::Status& status, absl::Time start);
+
+  const std::unique_ptr<SessionStore> store_;
+  const model::ModelRepository& models_;
+  const PersistenceOptions options_;
+  ServerMetrics* const metrics_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Operation> queued_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first (may repeat)
+  int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t writing_ ABSL_GUARDED_BY(mu_) = 0;  // operations taken by the writer, not yet done
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex log_mu_;
+  absl::Time last_log_ ABSL_GUARDED_BY(log_mu_) = absl::InfinitePast();
+  std::thread writer_;
+};
+
+}  // namespace attnserve::server

@@ -1,0 +1,29 @@
+#include "server/sessions/session_store.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "server/client_text.h"
+#include "server/sessions/dir_session_store.h"
+#include "server/sessions/redis_session_store.h"
+
+namespace attnserve::server {
+
+absl::StatusOr<std::unique_ptr<SessionStore>> OpenSessionStore(
+    const std::string& spec, const SessionStoreOptions& options) {
+  if (absl::StartsWith(spec, "dir:")) {
+    auto store = DirSessionStore::Open(spec.substr(4), options.max_bytes);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<SessionStore>(*std::move(store));
+  }
+  if (absl::StartsWith(spec, "redis://")) {
+    std::string address = spec.substr(8);
+    if (!address.empty() && address.back() == '/') address.pop_back();
+    auto store = RedisSessionStore::Open(address, options.timeout);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<SessionStore>(*std::move(store));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--session_store must be dir:PATH or redis://HOST:PORT, got ", ClientText(spec)));
+}
+
+}  // namespace attnserve::server

@@ -1,0 +1,52 @@
+// Where sessions go when they leave memory (server/sessions/session_persistence.h decides
+// when): one small interface over a key-value store of session snapshots, keyed by session id.
+//
+// Implementations: dir:PATH (dir_session_store.h, one file per session, for one replica) and
+// redis://HOST:PORT (redis_session_store.h, one key per session, shared by replicas).
+//
+// Contract: every method is thread-safe and bounded in time (a store that hangs answers with
+// an error after its timeout); `id` is checked with ValidateSessionId (32 lowercase hex) before
+// it becomes a file name or a key, so no client text reaches the file system or Redis; an
+// error never leaves a half-written snapshot readable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace attnserve::server {
+
+class SessionStore {
+ public:
+  virtual ~SessionStore() = default;
+
+  // Stores `snapshot` under `id`, replacing what was there, to expire `ttl` from now.
+  virtual absl::Status Put(const std::string& id, std::string_view snapshot,
+                           absl::Duration ttl) = 0;
+  // The snapshot stored under `id`; NOT_FOUND when there is none or it expired.
+  virtual absl::StatusOr<std::string> Get(const std::string& id) = 0;
+  // Removes the snapshot under `id`; NOT_FOUND when there was none.
+  virtual absl::Status Delete(const std::string& id) = 0;
+  // For the start-up log, e.g. "dir:/var/lib/attnserve (at most 8589934592 bytes)".
+  virtual std::string Describe() const = 0;
+};
+
+struct SessionStoreOptions {
+  // dir: the most bytes of snapshots the folder holds (--session_store_max_bytes); a Put beyond
+  // is RESOURCE_EXHAUSTED (after removing expired snapshots).
+  int64_t max_bytes = int64_t{8} << 30;
+  // redis: connect and command timeout (--session_store_timeout_ms).
+  absl::Duration timeout = absl::Seconds(1);
+};
+
+// Opens the store that `spec` names: "dir:PATH" (the folder is created) or
+// "redis://HOST:PORT". INVALID_ARGUMENT for another form; the store's own error when it cannot
+// be opened (a Redis that is down is not one: it is retried on use).
+absl::StatusOr<std::unique_ptr<SessionStore>> OpenSessionStore(const std::string& spec,
+                                                               const SessionStoreOptions& options);
+
+}  // namespace attnserve::server
