@@ -591,8 +591,8 @@ class RedisOverlayTest(OverlayTest, unittest.TestCase):
                 self.assertEqual(subprocess.run(command, timeout=30).returncode, 0, name)
             redis.process.kill()
             redis.process.wait(10)
-            self.assertNotEqual(subprocess.run(command, timeout=30).returncode, 0,
-                                "the probe fails without Redis")
+            self.assertNotEqual(subprocess.run(command, capture_output=True, timeout=30)
+                                .returncode, 0, "the probe fails without Redis")
         finally:
             redis.stop()
             shutil.rmtree(tmp, ignore_errors=True)

@@ -1,5 +1,6 @@
-// Validates every Kubernetes manifest under deploy/k8s/base and every rendered overlay
-// against the Kubernetes OpenAPI schemas (npm kubernetes-models; the ServiceMonitor against
+// Validates every Kubernetes manifest under deploy/k8s/base and every rendered overlay (the
+// redis overlay's Redis Deployment, Service and NetworkPolicy among them) against the
+// Kubernetes OpenAPI schemas (npm kubernetes-models; the ServiceMonitor against
 // the prometheus-operator CRD's schema, @kubernetes-models/prometheus-operator), twice:
 //   1. the models' validate(): types, required fields, enums, formats (quantities,
 //      durations), patterns, as the API server's schema does;
@@ -127,9 +128,12 @@ for (const { label, resource } of resources) {
   }
 }
 failures.push(...strictFields(resources));
-const expected = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+// Every folder renders the base's kinds; the redis overlay adds its Redis.
+const baseKinds = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
   "Service", "Service", "ServiceMonitor"];
+const added = { "overlays/redis": ["Deployment", "NetworkPolicy", "Service"] };
 for (const folder of folders) {
+  const expected = [...baseKinds, ...(added[folder] ?? [])].sort();
   check(JSON.stringify(kinds[folder]) === JSON.stringify(expected),
     `${folder}: renders ${kinds[folder]}, expected ${expected}`);
 }

@@ -1,0 +1,252 @@
+// The session stores (server/sessions/): dir: on a temporary folder and redis:// on a real
+// redis-server started by the test; and the session table spilling to, checkpointing to and
+// restoring from a store.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/model/model_repository.h"
+#include "server/sessions/dir_session_store.h"
+#include "server/sessions/redis_session_store.h"
+#include "server/sessions/session_persistence.h"
+#include "server/sessions/session_snapshot.h"
+#include "server/sessions/session_table.h"
+#include "tests/common/redis_server.h"
+
+namespace attnserve::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kId[] = "0123456789abcdef0123456789abcdef";
+constexpr char kOtherId[] = "fedcba9876543210fedcba9876543210";
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/attnserve_store_XXXXXX";
+    path_ = ::mkdtemp(pattern);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> Files() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
+
+// What every store must do, run on each.
+void CheckStoreContract(SessionStore& store) {
+  EXPECT_EQ(store.Get(kId).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store.Put(kId, "first", absl::Minutes(1)).ok());
+  ASSERT_TRUE(store.Put(kId, std::string(3 << 20, 'x'), absl::Minutes(1)).ok());  // replaces
+  absl::StatusOr<std::string> got = store.Get(kId);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->size(), size_t{3} << 20);
+  ASSERT_TRUE(store.Put(kOtherId, std::string("a\0b", 3), absl::Minutes(1)).ok());
+  EXPECT_EQ(*store.Get(kOtherId), std::string("a\0b", 3));  // binary-safe
+  EXPECT_TRUE(store.Delete(kId).ok());
+  EXPECT_EQ(store.Delete(kId).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.Get(kId).status().code(), absl::StatusCode::kNotFound);
+  // Ids not of the session format never become a path or a key.
+  for (const std::string& bad : {std::string("../../etc/passwd"), std::string(10240, 'a'),
+                                std::string("0123456789ABCDEF0123456789ABCDEF"), std::string()}) {
+    EXPECT_EQ(store.Put(bad, "x", absl::Minutes(1)).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store.Get(bad).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store.Delete(bad).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(DirSessionStoreTest, KeepsTheContractWithAtomicFilesOnly) {
+  TempDir dir;
+  auto store = DirSessionStore::Open(dir.path() + "/sessions", int64_t{64} << 20);
+  ASSERT_TRUE(store.ok()) << store.status();
+  CheckStoreContract(**store);
+  // One file per stored session, no temporary left; nothing outside the folder.
+  EXPECT_EQ(dir.Files(), std::vector<std::string>{"sessions"});
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir.path() + "/sessions")) {
+    files.push_back(e.path().filename());
+  }
+  EXPECT_EQ(files, std::vector<std::string>{std::string(kOtherId) + ".snapshot"});
+  EXPECT_FALSE(fs::exists("/tmp/etc/passwd.snapshot"));
+}
+
+TEST(DirSessionStoreTest, ExpiresSweepsAndBoundsItsSize) {
+  TempDir dir;
+  {
+    std::ofstream(dir.path() + "/" + kId + ".snapshot.tmp.3") << "left by a crash";
+  }
+  auto store = DirSessionStore::Open(dir.path(), 1000);
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE(dir.Files().empty()) << "the temporary file is swept at open";
+  ASSERT_TRUE((*store)->Put(kId, std::string(600, 'a'), absl::Minutes(1)).ok());
+  absl::Status full = (*store)->Put(kOtherId, std::string(600, 'b'), absl::Minutes(1));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("--session_store_max_bytes=1000"), std::string::npos) << full;
+  EXPECT_TRUE((*store)->Put(kId, std::string(900, 'a'), absl::Minutes(1)).ok()) << "a replacement";
+  EXPECT_EQ((*store)->bytes(), 900);
+  // An expired snapshot (its file's time is its expiry) is absent, and swept to make room.
+  const std::string path = dir.path() + "/" + kId + ".snapshot";
+  const struct timespec past[2] = {{0, UTIME_OMIT}, {1, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), past, 0), 0);
+  EXPECT_TRUE((*store)->Put(kOtherId, std::string(600, 'b'), absl::Minutes(1)).ok());
+  EXPECT_EQ((*store)->Get(kId).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*store)->bytes(), 600);
+  // Reopened, it counts what is there.
+  auto reopened = DirSessionStore::Open(dir.path(), 1000);
+  EXPECT_EQ((*reopened)->bytes(), 600);
+  EXPECT_EQ((*reopened)->Get(kOtherId)->size(), 600u);
+}
+
+TEST(RedisSessionStoreTest, KeepsTheContractWithExpiringKeys) {
+  if (!testing::RedisServer::Installed()) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  ASSERT_NE(redis.port(), 0);
+  auto store = RedisSessionStore::Open(redis.address(), absl::Seconds(1));
+  ASSERT_TRUE(store.ok()) << store.status();
+  CheckStoreContract(**store);
+  ASSERT_TRUE((*store)->Put(kId, "short", absl::Milliseconds(300)).ok());
+  EXPECT_TRUE((*store)->Get(kId).ok());
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ((*store)->Get(kId).status().code(), absl::StatusCode::kNotFound) << "Redis expired it";
+}
+
+TEST(RedisSessionStoreTest, FailsFastWhileRedisIsDownAndReconnects) {
+  if (!testing::RedisServer::Installed()) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  auto store = RedisSessionStore::Open(redis.address(), absl::Seconds(1));
+  ASSERT_TRUE((*store)->Put(kId, "kept", absl::Minutes(1)).ok());
+  redis.Stop();
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ((*store)->Get(kId).status().code(), absl::StatusCode::kUnavailable);
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "20 calls while Redis is down";
+  ASSERT_TRUE(redis.Start());
+  absl::SleepFor(absl::Milliseconds(1100));  // past the reconnect interval
+  EXPECT_TRUE((*store)->Put(kId, "again", absl::Minutes(1)).ok());
+  EXPECT_EQ(*(*store)->Get(kId), "again");
+}
+
+TEST(OpenSessionStoreTest, RefusesUnknownSpecs) {
+  for (const std::string spec : {"file:/tmp/x", "redis://nohost", "redis://h:0", "dir:"}) {
+    EXPECT_EQ(OpenSessionStore(spec, {}).status().code(), absl::StatusCode::kInvalidArgument)
+        << spec;
+  }
+}
+
+// The table with a store: sessions spill when the budget is full and come back identical;
+// checkpoints; SaveChanged; closing removes the stored copy.
+class TableWithStoreTest : public ::testing::Test {
+ protected:
+  static const model::ModelRepository& Repository() {
+    static const model::ModelRepository* repository =
+        model::ModelRepository::BuildDefault()->release();
+    return *repository;
+  }
+  void Make(int64_t budget_bytes, int checkpoint_every) {
+    auto store = DirSessionStore::Open(dir_.path(), int64_t{1} << 30);
+    PersistenceOptions options;
+    options.checkpoint_every_appends = checkpoint_every;
+    persistence_ = std::make_unique<SessionPersistence>(*std::move(store), Repository(), options,
+                                                        nullptr);
+    SessionLimits limits;
+    limits.state_budget_bytes = budget_bytes;
+    table_ = std::make_unique<SessionTable>(limits, nullptr, persistence_.get());
+  }
+  static at::Tensor Tokens(int64_t n, int64_t offset) {
+    return (at::arange(n, at::kLong) * 13 + offset).remainder(4096).unsqueeze(0);
+  }
+  TempDir dir_;
+  std::unique_ptr<SessionPersistence> persistence_;
+  std::unique_ptr<SessionTable> table_;
+};
+
+TEST_F(TableWithStoreTest, SessionsSpillWhenFullAndComeBackIdentical) {
+  const model::Model* mamba = Repository().Find("mamba");
+  const int64_t one = mamba->StateBytesPerSequence(0);
+  Make(/*budget_bytes=*/2 * one, /*checkpoint_every=*/0);
+  std::vector<std::string> ids;
+  std::vector<at::Tensor> expected;
+  for (int i = 0; i < 5; ++i) {  // 5 sessions in a budget of 2
+    auto use = table_->Create(mamba, absl::Minutes(5));
+    ASSERT_TRUE(use.ok()) << use.status();
+    ASSERT_TRUE(mamba->Forward(Tokens(7, i), &(*use)->state, model::OutputKind::kLastLogits).ok());
+    (*use)->Publish();
+    table_->Applied(**use);
+    ids.push_back((*use)->id());
+    // What its next token gives, computed on a copy of the state.
+    model::ModelState copy;
+    copy.position = (*use)->state.position;
+    for (const auto& layer : (*use)->state.layers) copy.layers.push_back(layer.Clone());
+    expected.push_back(*mamba->Forward(Tokens(1, 99), &copy, model::OutputKind::kLastLogits));
+  }
+  EXPECT_LE(table_->size(), 2);
+  for (int i = 0; i < 5; ++i) {
+    auto use = table_->Get(ids[i]);
+    ASSERT_TRUE(use.ok()) << i << ": " << use.status();
+    EXPECT_EQ((*use)->position(), 7);
+    at::Tensor next = *mamba->Forward(Tokens(1, 99), &(*use)->state, model::OutputKind::kLastLogits);
+    EXPECT_TRUE(at::equal(next, expected[i])) << i;
+  }
+  EXPECT_LE(table_->size(), 2);
+}
+
+TEST_F(TableWithStoreTest, CheckpointsEveryNAppendsAndCloseRemovesTheCopy) {
+  Make(int64_t{1} << 30, /*checkpoint_every=*/3);
+  const model::Model* linear = Repository().Find("linear");
+  auto use = table_->Create(linear, absl::Minutes(5));
+  const std::string id = (*use)->id();
+  Session& session = **use;
+  for (int i = 0; i < 2; ++i) table_->Applied(session);
+  persistence_->Flush(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(dir_.Files().empty()) << "2 appends: no checkpoint yet";
+  table_->Applied(session);
+  persistence_->Flush(absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(dir_.Files(), std::vector<std::string>{id + ".snapshot"});
+  EXPECT_TRUE(session.saved());
+  table_->Applied(session);
+  EXPECT_FALSE(session.saved());
+  EXPECT_EQ(table_->SaveChanged(), 1);
+  EXPECT_EQ(table_->SaveChanged(), 0) << "nothing changed since";
+  EXPECT_TRUE(table_->Close(id).ok());
+  persistence_->Flush(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(dir_.Files().empty());
+  EXPECT_EQ(table_->Get(id).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(TableWithStoreTest, ClosesAndRestoresASessionThatIsOnlyInTheStore) {
+  Make(int64_t{1} << 30, 0);
+  const model::Model* linear = Repository().Find("linear");
+  std::string id;
+  {
+    auto use = table_->Create(linear, absl::Minutes(5));
+    id = (*use)->id();
+  }
+  EXPECT_EQ(table_->SaveChanged(), 1);
+  persistence_->Flush(absl::Now() + absl::Seconds(5));
+  // A second table on the same store (a restarted server).
+  SessionTable restarted(SessionLimits{}, nullptr, persistence_.get());
+  auto peeked = restarted.Peek(id);
+  ASSERT_TRUE(peeked.ok()) << peeked.status();
+  EXPECT_EQ((*peeked)->model(), linear);
+  EXPECT_TRUE(restarted.Close(id).ok());
+  persistence_->Flush(absl::Now() + absl::Seconds(5));
+  EXPECT_TRUE(dir_.Files().empty());
+  SessionTable again(SessionLimits{}, nullptr, persistence_.get());
+  EXPECT_EQ(again.Close(id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(again.Get("../../etc/passwd").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace attnserve::server
