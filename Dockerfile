@@ -33,11 +33,13 @@ RUN apt-get update && \
     apt-get install -y --no-install-recommends \
       libabsl20220623 \
       libgrpc++1.51 \
+      libhiredis0.14 \
       libmicrohttpd12 \
       libopenblas0-openmp \
       libprometheus-cpp-core1.0 \
       libprotobuf32 \
-      libtorch1.13 && \
+      libtorch1.13 \
+      libxxhash0 && \
     rm -rf /var/lib/apt/lists/* && \
     groupadd --system --gid 10001 attnserve && \
     useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

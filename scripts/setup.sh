@@ -8,9 +8,12 @@ BUILD_PACKAGES=(
   libtorch-dev libopenblas0-openmp
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libhiredis-dev libxxhash-dev
 )
-# python3-yaml and nodejs (npm below): the deploy tests (tests/deploy).
-TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl python3-yaml nodejs)
+# python3-yaml and nodejs (npm below): the deploy tests (tests/deploy); redis-server: the
+# session store tests.
+TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl python3-yaml nodejs
+               redis-server)
 
 packages=("${BUILD_PACKAGES[@]}")
 if [[ "${1:-}" != "--build-only" ]]; then

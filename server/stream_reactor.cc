@@ -11,6 +11,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
+#include <xxhash.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,7 +19,6 @@
 #include <optional>
 #include <random>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "server/client_text.h"
@@ -247,7 +247,9 @@ class AttnServeService::StreamReactor final
     return service_->scheduler_.Submit(std::move(job));
   }
 
-  // What a retry must repeat to be the same append: everything but its sequence number.
+  // What a retry must repeat to be the same append: everything but its sequence number. A
+  // stable hash (XXH3 of the deterministic serialization; absl::Hash is seeded per process):
+  // snapshots carry it to other processes.
   static uint64_t AppendHash(const v1::StreamAppend& append) {
     v1::StreamAppend copy = append;
     copy.clear_sequence_number();
@@ -257,7 +259,7 @@ class AttnServeService::StreamReactor final
     coded.SetSerializationDeterministic(true);
     copy.SerializeToCodedStream(&coded);
     coded.Trim();
-    return absl::HashOf(bytes);
+    return XXH3_64bits(bytes.data(), bytes.size());
   }
 
   // At the head of the session's queue: whether append `seq` is the next one (true), was

@@ -1,7 +1,14 @@
 #include "client/cli/commands.h"
 
+#include <fcntl.h>
+#include <google/protobuf/struct.pb.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -262,6 +269,218 @@ std::string FormatStreamResponse(const v1::StreamResponse& r) {
   }
 }
 
+// Largest piece of a snapshot per SessionSnapshotChunk sent (ImportSession).
+constexpr size_t kSnapshotChunkBytes = size_t{1} << 20;
+
+// "cannot VERB FILE: reason" for the errno of a failed system call.
+std::string FileProblem(const std::string& verb, const std::string& path) {
+  return absl::StrCat("cannot ", verb, " ", path, ": ", std::strerror(errno));
+}
+
+// The whole of `path` into `data`; false (with `problem` set) when it cannot be read.
+bool ReadWholeFile(const std::string& path, std::string* data, std::string* problem) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *problem = FileProblem("read", path);
+    return false;
+  }
+  struct stat st;
+  if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    close(fd);
+    *problem = absl::StrCat("cannot read ", path, ": it is a directory");
+    return false;
+  }
+  if (st.st_size > 0) data->reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *problem = FileProblem("read", path);
+      close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    data->append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return true;
+}
+
+// A file written atomically: the bytes go to PATH.tmp (mode 0600), which Commit fsyncs and
+// renames to PATH; without a Commit (an error, a failed call) PATH.tmp is removed and PATH is
+// left as it was.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {}
+  ~AtomicFile() { Discard(); }
+
+  // False (with `problem` set) when PATH.tmp cannot be created.
+  bool Open(std::string* problem) {
+    fd_ = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    // An existing PATH.tmp keeps its mode through O_TRUNC: make it the owner's alone.
+    if (fd_ < 0 || fchmod(fd_, 0600) != 0) {
+      *problem = FileProblem("write", tmp_);
+      Discard();
+      return false;
+    }
+    return true;
+  }
+
+  bool Write(const std::string& data, std::string* problem) {
+    for (size_t done = 0; done < data.size();) {
+      const ssize_t n = write(fd_, data.data() + done, data.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        *problem = FileProblem("write", tmp_);
+        return false;
+      }
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // fsync, close, rename to PATH (and fsync its directory, so that the rename lasts too).
+  bool Commit(std::string* problem) {
+    if (fsync(fd_) != 0) {
+      *problem = FileProblem("write", tmp_);
+      return false;
+    }
+    const int fd = fd_;
+    fd_ = -1;
+    if (close(fd) != 0) {
+      *problem = FileProblem("write", tmp_);
+      unlink(tmp_.c_str());
+      return false;
+    }
+    if (rename(tmp_.c_str(), path_.c_str()) != 0) {
+      *problem = absl::StrCat("cannot rename ", tmp_, " to ", path_, ": ", std::strerror(errno));
+      unlink(tmp_.c_str());
+      return false;
+    }
+    const size_t slash = path_.rfind('/');
+    const std::string dir =
+        slash == std::string::npos ? "." : path_.substr(0, std::max<size_t>(slash, 1));
+    const int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {
+      fsync(dir_fd);  // best effort: the file itself is complete either way
+      close(dir_fd);
+    }
+    return true;
+  }
+
+ private:
+  void Discard() {
+    if (fd_ < 0) return;
+    close(fd_);
+    fd_ = -1;
+    unlink(tmp_.c_str());
+  }
+
+  const std::string path_;
+  const std::string tmp_;
+  int fd_ = -1;
+};
+
+// sessions --id=ID --export=FILE: ExportSession on the instance that holds ID, the chunks
+// written to FILE as they arrive.
+int ExportSession(Printer& out, Calls& calls, const std::string& id, const std::string& path) {
+  AtomicFile file(path);
+  std::string problem;
+  if (!file.Open(&problem)) {
+    out.Problem("sessions", problem);
+    return kExitUsage;
+  }
+  Route route;
+  if (!calls.ForSession(out, "sessions", id, &route)) return kExitCallFailed;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx);
+  v1::ExportSessionRequest req;
+  req.set_session_id(id);
+  std::unique_ptr<grpc::ClientReader<v1::SessionSnapshotChunk>> reader =
+      route.stub->ExportSession(&ctx, req);
+  v1::SessionSnapshotChunk chunk;
+  int64_t total = -1;  // from the first chunk
+  int64_t received = 0;
+  bool written = true;
+  while (reader->Read(&chunk)) {
+    if (total < 0) total = chunk.total_bytes();
+    received += static_cast<int64_t>(chunk.data().size());
+    if (written && !file.Write(chunk.data(), &problem)) {
+      written = false;
+      ctx.TryCancel();  // the rest has nowhere to go
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!written) {
+    out.Problem("sessions", problem);
+    return kExitUsage;
+  }
+  status = calls.Failed(route, id, status);
+  if (status.ok() && (total <= 0 || received != total)) {
+    status = grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          absl::StrFormat("the export of session %s sent %d bytes of the %d "
+                                          "its first chunk announced",
+                                          id, received, std::max<int64_t>(total, 0)));
+  }
+  if (!status.ok()) {
+    out.Error("sessions", status);
+    return kExitCallFailed;
+  }
+  if (!file.Commit(&problem)) {
+    out.Problem("sessions", problem);
+    return kExitUsage;
+  }
+  google::protobuf::Struct exported;
+  auto& fields = *exported.mutable_fields();
+  fields["session_id"].set_string_value(id);
+  fields["total_bytes"].set_string_value(absl::StrCat(received));  // 64-bit: a string
+  fields["file"].set_string_value(path);
+  out.Message(exported,
+              absl::StrFormat("exported session %s (%d bytes) to %s", id, received, path));
+  return kExitOk;
+}
+
+// sessions --import=FILE: ImportSession of FILE's snapshot on the next instance, as a new
+// session goes (one answering UNAVAILABLE passes it to the next).
+int ImportSession(Printer& out, Calls& calls, const std::string& path) {
+  std::string snapshot;
+  std::string problem;
+  if (!ReadWholeFile(path, &snapshot, &problem)) {
+    out.Problem("sessions", problem);
+    return kExitUsage;
+  }
+  const int attempts = calls.NewSessionAttempts();
+  for (int attempt = 1;; ++attempt) {
+    const Route route = calls.NewSession();
+    grpc::ClientContext ctx;
+    SetDeadline(ctx);
+    v1::SessionInfo info;
+    std::unique_ptr<grpc::ClientWriter<v1::SessionSnapshotChunk>> writer =
+        route.stub->ImportSession(&ctx, &info);
+    size_t offset = 0;
+    do {  // at least one chunk, which carries total_bytes
+      v1::SessionSnapshotChunk chunk;
+      if (offset == 0) chunk.set_total_bytes(static_cast<int64_t>(snapshot.size()));
+      const size_t n = std::min(kSnapshotChunkBytes, snapshot.size() - offset);
+      chunk.set_data(snapshot.data() + offset, n);
+      offset += n;
+      if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
+    } while (offset < snapshot.size());
+    writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    if (status.ok()) {
+      calls.Remember(info.session_id(), info.server(), route);
+      out.Message(info, FormatSession(info));
+      return kExitOk;
+    }
+    status = calls.Failed(route, "", status);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && attempt < attempts) continue;
+    out.Error("sessions", status);
+    return kExitCallFailed;
+  }
+}
+
 // A stream after its open was answered.
 struct OpenedStream {
   Route route;
@@ -519,12 +738,30 @@ int RunGenerate(Printer& out) {
 int RunSessions(Printer& out) {
   const std::string id = absl::GetFlag(FLAGS_id);
   const std::string close = absl::GetFlag(FLAGS_close);
+  const std::string export_file = absl::GetFlag(FLAGS_export);
+  const std::string import_file = absl::GetFlag(FLAGS_import);
+  const int actions = static_cast<int>(!close.empty()) + static_cast<int>(!export_file.empty()) +
+                      static_cast<int>(!import_file.empty());
+  if (actions > 1) {
+    out.Problem("sessions", "give one of --close, --export and --import, not several");
+    return kExitUsage;
+  }
   if (!id.empty() && !close.empty()) {
     out.Problem("sessions", "give --id or --close, not both");
     return kExitUsage;
   }
+  if (!export_file.empty() && id.empty()) {
+    out.Problem("sessions", "--export needs --id, the session to export");
+    return kExitUsage;
+  }
+  if (!import_file.empty() && !id.empty()) {
+    out.Problem("sessions", "--import takes the session id from the snapshot: give no --id");
+    return kExitUsage;
+  }
   Calls calls;
   if (!calls.Init(out, "sessions")) return kExitCallFailed;
+  if (!export_file.empty()) return ExportSession(out, calls, id, export_file);
+  if (!import_file.empty()) return ImportSession(out, calls, import_file);
   grpc::ClientContext ctx;
   SetDeadline(ctx);
   grpc::Status status;

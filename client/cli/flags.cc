@@ -43,5 +43,12 @@ ABSL_FLAG(int32_t, sample_top_k, 0, "Sample among the k most likely tokens (0: a
 ABSL_FLAG(std::string, name, "", "Show this model only (GetModel).");
 ABSL_FLAG(std::string, id, "", "Show this session only (GetSession).");
 ABSL_FLAG(std::string, close, "", "Close this session (CloseSession).");
+ABSL_FLAG(std::string, export, "",
+          "With --id: write that session's snapshot to this file (ExportSession), atomically "
+          "(FILE.tmp, then renamed) and readable by its owner only.");
+ABSL_FLAG(std::string, import, "",
+          "Make the session in this snapshot file (from --export, here or on another instance) "
+          "a session of the server (ImportSession; with --route_sessions, of the next "
+          "instance).");
 ABSL_FLAG(int32_t, limit, 0, "List at most this many sessions (0: the server's default).");
 ABSL_FLAG(std::string, service, "", "Service name to check ('': the whole server).");

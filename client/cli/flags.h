@@ -36,6 +36,8 @@ ABSL_DECLARE_FLAG(int32_t, sample_top_k);
 ABSL_DECLARE_FLAG(std::string, name);
 ABSL_DECLARE_FLAG(std::string, id);
 ABSL_DECLARE_FLAG(std::string, close);
+ABSL_DECLARE_FLAG(std::string, export);
+ABSL_DECLARE_FLAG(std::string, import);
 ABSL_DECLARE_FLAG(int32_t, limit);
 ABSL_DECLARE_FLAG(std::string, service);
 

@@ -37,10 +37,11 @@ const std::vector<Subcommand>& Subcommands() {
        {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "max_new_tokens",
         "temperature", "sample_top_k", "ttl", "keep_session", "route_sessions"}},
       {"sessions",
-       "[--id=ID | --close=ID] [--model=M] [--limit=N]",
+       "[--id=ID [--export=FILE] | --close=ID | --import=FILE] [--model=M] [--limit=N]",
        "List the sessions (ListSessions; of every instance with --route_sessions), show one "
-       "(GetSession) or close one (CloseSession).",
-       {"id", "close", "model", "limit", "route_sessions"}},
+       "(GetSession), close one (CloseSession), export one to a snapshot file (ExportSession) "
+       "or import one from such a file (ImportSession).",
+       {"id", "close", "export", "import", "model", "limit", "route_sessions"}},
       {"health",
        "[--service=NAME]",
        "Check the server's health (grpc.health.v1); exit status 0 only when SERVING.",
