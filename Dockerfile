@@ -43,7 +43,10 @@ RUN apt-get update && \
     rm -rf /var/lib/apt/lists/* && \
     groupadd --system --gid 10001 attnserve && \
     useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin attnserve
+      --shell /usr/sbin/nologin attnserve && \
+    install -d -o 10001 -g 10001 -m 0700 /var/lib/attnserve/sessions
+# /var/lib/attnserve/sessions: the dir: session store's mount point (an emptyDir in the
+# Deployment; writable by the server's user where nothing is mounted).
 COPY --from=build /build/server/attnserve-server /build/server/model/attnserve-export-model \
      /build/client/attnserve-cli /usr/local/bin/
 COPY --from=build /opt/attnserve/models /opt/attnserve/models

@@ -150,6 +150,8 @@ unshare --mount --propagation private -- bash -c '
   mount -t proc proc "$mnt/proc"
   mount --rbind /dev "$mnt/dev"
   mount -t tmpfs -o size=64m,mode=1777 tmpfs "$mnt/tmp"
+  # The emptyDir of the dir: session store, as the kubelet mounts it.
+  mount -t tmpfs -o size=256m,mode=1777 tmpfs "$mnt/var/lib/attnserve/sessions"
   cp -r "$work/config" "$mnt/tmp/config"
   exec chroot --userspec="$uid:$uid" "$mnt" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin \
     OMP_NUM_THREADS=1 POD_NAME=attnserve-image-test POD_IP=127.0.0.1 \

@@ -313,13 +313,19 @@ int main(int argc, char** argv) {
   if (persistence != nullptr) {
     // No job runs now: every session's state is still.
     const absl::Time save_start = absl::Now();
-    const int queued = sessions.SaveChanged();
-    const int64_t left =
-        persistence->Flush(save_start + absl::Seconds(absl::GetFlag(FLAGS_drain_save_deadline_s)));
-    std::cout << "attnserve-server: saved " << queued - left << " of " << queued
+    const absl::Time save_deadline =
+        save_start + absl::Seconds(absl::GetFlag(FLAGS_drain_save_deadline_s));
+    const int changed = sessions.unsaved_sessions();
+    const int64_t failed_before = persistence->failed_writes();
+    const int queued = sessions.SaveChanged(save_deadline);
+    const int64_t left = persistence->Flush(save_deadline);
+    const int64_t failed = persistence->failed_writes() - failed_before;
+    std::cout << "attnserve-server: saved " << queued - left - failed << " of " << changed
               << " changed sessions to " << persistence->Describe() << " in "
-              << absl::ToDoubleSeconds(absl::Now() - save_start) << " s"
-              << (left > 0 ? " (the save deadline passed)" : "") << std::endl;
+              << absl::ToDoubleSeconds(absl::Now() - save_start) << " s";
+    if (failed > 0) std::cout << "; " << failed << " writes failed";
+    if (left > 0) std::cout << "; the save deadline passed with " << left << " unwritten";
+    std::cout << std::endl;
   }
   std::cout << "attnserve-server: stopped" << std::endl;
   return 0;

@@ -63,18 +63,25 @@ void SessionPersistence::Queue(const std::string& id, Operation op) {
   if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
 }
 
-bool SessionPersistence::Save(Session& session) {
+bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
   const int64_t changes = session.changes();
   auto snapshot = std::make_shared<const std::string>(EncodeSessionSnapshot(session));
   const absl::Duration ttl =
       std::max(absl::Seconds(1), session.ttl() - (absl::Now() - session.last_used()));
   {
     absl::MutexLock lock(&mu_);
-    auto it = queued_.find(session.id());
-    const int64_t replaced =
-        it != queued_.end() && it->second.snapshot != nullptr ? it->second.snapshot->size() : 0;
-    if (queued_bytes_ - replaced + static_cast<int64_t>(snapshot->size()) >
-        options_.max_queued_bytes) {
+    auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto it = queued_.find(session.id());
+      const int64_t replaced =
+          it != queued_.end() && it->second.snapshot != nullptr ? it->second.snapshot->size() : 0;
+      return queued_bytes_ - replaced + static_cast<int64_t>(snapshot->size()) <=
+                 options_.max_queued_bytes ||
+             (queued_.empty() && writing_ == 0);  // one snapshot larger than the queue: alone
+    };
+    if (!room() && wait_until > absl::Now()) {
+      mu_.AwaitWithDeadline(absl::Condition(&room), wait_until);
+    }
+    if (!room()) {
       if (metrics_ != nullptr) metrics_->RecordStoreOperation("put", "dropped", 0);
       return false;
     }
@@ -173,6 +180,7 @@ void SessionPersistence::WriterLoop() {
       status = store_->Put(id, *op.snapshot, op.ttl);
       Count("put", status, start);
       if (!status.ok()) {
+        failed_writes_.fetch_add(1);
         if (std::shared_ptr<Session> s = op.session.lock()) s->MarkUnsaved();
       }
     } else {

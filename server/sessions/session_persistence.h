@@ -17,6 +17,7 @@
 // changed again, so that the next checkpoint or the drain writes it. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -52,9 +53,10 @@ class SessionPersistence {
   SessionPersistence(const SessionPersistence&) = delete;
   SessionPersistence& operator=(const SessionPersistence&) = delete;
 
-  // Encodes `session` now and queues its write; marks it saved. False (counted as dropped)
-  // when the queue is full.
-  bool Save(Session& session);
+  // Encodes `session` now and queues its write; marks it saved. When the queue is full, waits
+  // for room until `wait_until` (the drain waits; spills and checkpoints do not), then gives
+  // up: false, counted as dropped.
+  bool Save(Session& session, absl::Time wait_until = absl::InfinitePast());
   // Queues the removal of `id`'s snapshot (replacing a queued write of it).
   void Remove(const std::string& id);
   // Removes `id`'s snapshot now, from the queue and the store: NOT_FOUND when neither had it.
@@ -71,6 +73,8 @@ class SessionPersistence {
   int checkpoint_every_appends() const { return options_.checkpoint_every_appends; }
   std::string Describe() const { return store_->Describe(); }
   int64_t queued_bytes() const;
+  // Writes that failed so far (each also counted in the metrics).
+  int64_t failed_writes() const { return failed_writes_.load(); }
 
  private:
   struct Operation {
@@ -99,6 +103,7 @@ class SessionPersistence {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex log_mu_;
   absl::Time last_log_ ABSL_GUARDED_BY(log_mu_) = absl::InfinitePast();
+  std::atomic<int64_t> failed_writes_{0};
   std::thread writer_;
 };
 

@@ -155,9 +155,24 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::str
     auto it = shard.sessions.find(id);
     if (it != shard.sessions.end()) return std::shared_ptr<const Session>(it->second);
   }
-  absl::StatusOr<SessionUse> restored = Restore(id);
-  if (!restored.ok()) return restored.status();
-  return std::shared_ptr<const Session>(restored->get());
+  if (persistence_ == nullptr) return NoSession(id);
+  absl::StatusOr<SessionSnapshot> snapshot = persistence_->Load(id);
+  if (!snapshot.ok()) {
+    return snapshot.status().code() == absl::StatusCode::kNotFound ? NoSession(id)
+                                                                   : snapshot.status();
+  }
+  return std::shared_ptr<const Session>(FromSnapshot(*std::move(snapshot)));
+}
+
+std::shared_ptr<Session> SessionTable::FromSnapshot(SessionSnapshot snapshot) {
+  auto session = std::make_shared<Session>(snapshot.session_id, snapshot.model, snapshot.ttl,
+                                           std::move(snapshot.state), snapshot.owner);
+  session->last_sequence_number = snapshot.last_sequence_number;
+  session->recent_results = std::move(snapshot.recent_results);
+  session->Publish();
+  session->state_bytes_.store(snapshot.model->StateBytesPerSequence(session->state.position));
+  session->last_used_ns_.store(absl::ToUnixNanos(absl::Now() - snapshot.idle));
+  return session;
 }
 
 absl::StatusOr<SessionUse> SessionTable::Restore(const std::string& id) {
@@ -181,17 +196,14 @@ absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot) {
 }
 
 absl::StatusOr<SessionUse> SessionTable::Admit(SessionSnapshot snapshot, bool existing_ok) {
-  const model::Model* model = snapshot.model;
-  const int64_t bytes = model->StateBytesPerSequence(snapshot.state.position);
-  auto session = std::make_shared<Session>(snapshot.session_id, model, snapshot.ttl,
-                                           std::move(snapshot.state), snapshot.owner);
-  session->last_sequence_number = snapshot.last_sequence_number;
-  session->recent_results = std::move(snapshot.recent_results);
-  session->Publish();
+  const absl::Duration idle = snapshot.idle;
+  std::shared_ptr<Session> session = FromSnapshot(std::move(snapshot));
+  const int64_t bytes = session->state_bytes_.load();
+  session->state_bytes_.store(0);  // counted in the table's bytes once admitted, below
   if (existing_ok) session->MarkSaved(0);  // restored: the store has it as it is
   SessionUse use(session);
   // Its last use is the snapshot's (restoring is not a use of its own).
-  session->last_used_ns_.store(absl::ToUnixNanos(absl::Now() - snapshot.idle));
+  session->last_used_ns_.store(absl::ToUnixNanos(absl::Now() - idle));
   absl::MutexLock admission(&admission_mu_);
   {
     Shard& shard = ShardFor(session->id());
@@ -328,7 +340,16 @@ void SessionTable::Applied(Session& session) {
   if (every > 0 && session.unsaved_changes() >= every) persistence_->Save(session);
 }
 
-int SessionTable::SaveChanged() {
+int SessionTable::unsaved_sessions() const {
+  int n = 0;
+  for (const Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    for (const auto& [id, s] : shard.sessions) n += s->saved() ? 0 : 1;
+  }
+  return n;
+}
+
+int SessionTable::SaveChanged(absl::Time wait_until) {
   if (persistence_ == nullptr) return 0;
   std::vector<std::shared_ptr<Session>> changed;
   for (Shard& shard : shards_) {
@@ -338,7 +359,9 @@ int SessionTable::SaveChanged() {
     }
   }
   int queued = 0;
-  for (const std::shared_ptr<Session>& s : changed) queued += persistence_->Save(*s) ? 1 : 0;
+  for (const std::shared_ptr<Session>& s : changed) {
+    queued += persistence_->Save(*s, wait_until) ? 1 : 0;
+  }
   return queued;
 }
 

@@ -179,7 +179,9 @@ class SessionTable {
   // RESOURCE_EXHAUSTED when it does not fit).
   absl::StatusOr<SessionUse> Get(const std::string& id);
 
-  // The session for reading its info only: no use is recorded, so its idle time goes on.
+  // The session for reading its info only: no use is recorded, so its idle time goes on. A
+  // session only in the store is read from it but not restored (a client asking every
+  // replica where a session is must not pull a copy into each).
   absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id);
 
   // Removes the session, and its stored copy; NOT_FOUND when neither is there.
@@ -195,8 +197,11 @@ class SessionTable {
   void Applied(Session& session);
 
   // Queues a write of every session with changes the store lacks (at drain, once no job
-  // runs). Returns how many were queued.
-  int SaveChanged();
+  // runs), waiting for room in the write queue until `wait_until`. Returns how many were
+  // queued.
+  int SaveChanged(absl::Time wait_until = absl::InfinitePast());
+  // Sessions with changes the store lacks.
+  int unsaved_sessions() const;
 
   // Before a request grows a session's state to `new_bytes`: reserves the difference in the
   // budget (evicting idle sessions when configured), or RESOURCE_EXHAUSTED naming the budget.
@@ -233,6 +238,8 @@ class SessionTable {
   // holds its id already (a concurrent restore), else ALREADY_EXISTS.
   absl::StatusOr<SessionUse> Admit(SessionSnapshot snapshot, bool existing_ok);
   absl::StatusOr<SessionUse> Restore(const std::string& id);
+  // The session of a snapshot, not in the table (its last use the snapshot's).
+  static std::shared_ptr<Session> FromSnapshot(SessionSnapshot snapshot);
   // Takes an idle session out of the table to make room: spilled to the store when there is
   // one (and the write queue takes it), else dropped when evict_when_full. Null when neither.
   std::shared_ptr<Session> TakeForRoom(const std::string& id, EvictionReason* reason);

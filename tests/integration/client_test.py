@@ -277,6 +277,67 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "NOT_FOUND")
 
+    def test_cli_sessions_export_import(self):
+        p = cli("stream", "--json", "--model=mamba", "--keep_session", "--tokens=1,2,3,4,5,6,7",
+                "--chunk=3", "--output=none")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sid = json_lines(p.stdout)[0]["opened"]["session_id"]
+        other = Server(binary("server", "attnserve-server"))  # B; SERVER is A
+        self.addCleanup(other.stop)
+
+        def on_b(*args):
+            return subprocess.run([binary("client", "attnserve-cli"), args[0],
+                                   "--target=" + other.target] + list(args[1:]),
+                                  capture_output=True, text=True, timeout=60)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            snapshot = os.path.join(tmp, "session.snap")
+            p = cli("sessions", "--id=" + sid, "--export=" + snapshot)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            size = os.path.getsize(snapshot)
+            self.assertEqual(p.stdout.strip(),
+                             "exported session %s (%d bytes) to %s" % (sid, size, snapshot))
+            self.assertEqual(os.stat(snapshot).st_mode & 0o777, 0o600)
+            self.assertFalse(os.path.exists(snapshot + ".tmp"))
+            # On B: the same session, at the same position.
+            p = on_b("sessions", "--json", "--import=" + snapshot)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            imported = json_lines(p.stdout)[0]
+            self.assertEqual((imported["session_id"], int(imported["position"])), (sid, 7))
+            p = on_b("sessions", "--json", "--id=" + sid)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            info = json_lines(p.stdout)[0]
+            self.assertEqual((info["model"], int(info["position"]),
+                              int(info["last_sequence_number"])), ("mamba", 7, 3))
+            # One byte flipped in the middle: refused as corrupt.
+            with open(snapshot, "rb") as f:
+                data = bytearray(f.read())
+            data[len(data) // 2] ^= 0xFF
+            damaged = os.path.join(tmp, "damaged.snap")
+            with open(damaged, "wb") as f:
+                f.write(data)
+            p = on_b("sessions", "--import=" + damaged)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("DATA_LOSS", p.stderr)
+            # A holds the session already.
+            p = cli("sessions", "--json", "--import=" + snapshot)
+            self.assertEqual(p.returncode, 1)
+            self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "ALREADY_EXISTS")
+            self.assertIn("ALREADY_EXISTS", p.stderr)
+            # Files that cannot be read or written are named; usage errors exit 2.
+            missing = os.path.join(tmp, "missing.snap")
+            p = cli("sessions", "--import=" + missing)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("cannot read " + missing, p.stderr)
+            p = cli("sessions", "--id=" + sid, "--export=" + os.path.join(missing, "x"))
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("cannot write " + os.path.join(missing, "x"), p.stderr)
+            for args in (["--export=" + snapshot], ["--id=" + sid, "--export=x", "--import=y"],
+                         ["--close=" + sid, "--import=" + snapshot]):
+                p = cli("sessions", *args)
+                self.assertEqual(p.returncode, 2, args)
+        self.assertEqual(cli("sessions", "--close=" + sid).returncode, 0)
+
     def test_cli_usage(self):
         for sub in ("models", "infer", "stream", "generate", "sessions", "health"):
             p = subprocess.run([binary("client", "attnserve-cli"), sub, "--help"],

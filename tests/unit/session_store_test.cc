@@ -250,3 +250,54 @@ TEST_F(TableWithStoreTest, ClosesAndRestoresASessionThatIsOnlyInTheStore) {
 
 }  // namespace
 }  // namespace attnserve::server
+
+namespace attnserve::server {
+namespace {
+
+TEST(SessionPersistenceTest, AFullQueueDropsASpillButTheDrainWaitsForRoom) {
+  TempDir dir;
+  // A store whose writes take a while, so that the queue fills.
+  class SlowStore final : public SessionStore {
+   public:
+    explicit SlowStore(std::unique_ptr<SessionStore> inner) : inner_(std::move(inner)) {}
+    absl::Status Put(const std::string& id, std::string_view s, absl::Duration ttl) override {
+      absl::SleepFor(absl::Milliseconds(200));
+      return inner_->Put(id, s, ttl);
+    }
+    absl::StatusOr<std::string> Get(const std::string& id) override { return inner_->Get(id); }
+    absl::Status Delete(const std::string& id) override { return inner_->Delete(id); }
+    std::string Describe() const override { return "slow " + inner_->Describe(); }
+
+   private:
+    std::unique_ptr<SessionStore> inner_;
+  };
+  auto repository = model::ModelRepository::BuildDefault();
+  const model::Model* linear = (*repository)->Find("linear");
+  auto inner = DirSessionStore::Open(dir.path(), int64_t{1} << 30);
+  PersistenceOptions options;
+  Session probe("00000000000000000000000000000000", linear, absl::Minutes(1),
+                *linear->NewState());
+  options.max_queued_bytes = static_cast<int64_t>(EncodeSessionSnapshot(probe).size()) + 10;
+  SessionPersistence persistence(std::make_unique<SlowStore>(*std::move(inner)), **repository,
+                                 options, nullptr);
+  std::vector<std::shared_ptr<Session>> sessions;
+  for (const char* id : {kId, kOtherId, "11111111111111111111111111111111"}) {
+    sessions.push_back(
+        std::make_shared<Session>(id, linear, absl::Minutes(1), *linear->NewState()));
+  }
+  EXPECT_TRUE(persistence.Save(*sessions[0]));
+  absl::SleepFor(absl::Milliseconds(50));  // the writer takes it; the queue still holds it
+  EXPECT_FALSE(persistence.Save(*sessions[1])) << "no waiting: dropped";
+  EXPECT_FALSE(sessions[1]->saved());
+  EXPECT_TRUE(persistence.Save(*sessions[1], absl::Now() + absl::Seconds(5)));
+  EXPECT_TRUE(persistence.Save(*sessions[2], absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(persistence.Flush(absl::Now() + absl::Seconds(5)), 0);
+  EXPECT_EQ(dir.Files().size(), 3u);
+  // Queued snapshots are visible to Load at once.
+  auto loaded = persistence.Load(kOtherId);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model, linear);
+}
+
+}  // namespace
+}  // namespace attnserve::server
