@@ -63,6 +63,21 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::BuildDefault(
   return repo;
 }
 
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::FromModels(
+    std::vector<std::unique_ptr<Model>> models) {
+  if (models.empty()) return absl::InvalidArgumentError("a repository needs a model");
+  auto repo = std::unique_ptr<ModelRepository>(new ModelRepository());
+  for (std::unique_ptr<Model>& m : models) {
+    const std::string name = m->name();
+    Entry e;
+    e.model = std::move(m);
+    if (!repo->models_.emplace(name, std::move(e)).second) {
+      return absl::InvalidArgumentError("two models named '" + name + "'");
+    }
+  }
+  return repo;
+}
+
 const Model* ModelRepository::Find(const std::string& name) const {
   auto it = models_.find(name);
   return it == models_.end() ? nullptr : it->second.model.get();

@@ -24,6 +24,11 @@ class ModelRepository {
   static absl::StatusOr<std::unique_ptr<ModelRepository>> BuildDefault(
       const ModelOptions& options = {});
 
+  // Models built elsewhere (benchmarks, tests), under their own names; INVALID_ARGUMENT for
+  // none or a repeated name.
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> FromModels(
+      std::vector<std::unique_ptr<Model>> models);
+
   // Null when there is no such model.
   const Model* Find(const std::string& name) const;
   // Sorted by name.

@@ -3,6 +3,10 @@
 // whose expiry (PX) is the session's remaining TTL, so Redis drops what no replica comes back
 // for. Several replicas share one Redis: any of them resumes any session.
 //
+// A snapshot above 4 MiB is written in 4 MiB pieces to "<key>:writing" and renamed over the
+// key, so readers never see part of one. Redis holds strings of at most 512 MB, so larger
+// snapshots (a long KV cache) fail with RESOURCE_EXHAUSTED and stay in memory.
+//
 // One connection, used under a mutex, with --session_store_timeout_ms for connecting and for
 // every command. A connection that fails is dropped and made again on the next call, but not
 // sooner than 1 s after the last failed attempt: while Redis is down, calls fail at once
@@ -40,6 +44,12 @@ class RedisSessionStore final : public SessionStore {
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the connection after an I/O error; returns UNAVAILABLE naming `what`.
   absl::Status FailLocked(const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One command whose reply is only OK or an error (RESOURCE_EXHAUSTED with Redis's message).
+  absl::Status CommandLocked(const char* what, const char* format, ...)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Snapshots above this go in pieces of this size (see Put).
+  static constexpr size_t kPieceBytes = size_t{4} << 20;
 
   const std::string host_;
   const int port_;

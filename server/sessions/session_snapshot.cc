@@ -5,7 +5,9 @@
 
 #include <cstring>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "attnserve/v1/session_snapshot.pb.h"
 #include "kernels/common/tensor_checks.h"
 #include "server/client_text.h"
@@ -28,6 +30,24 @@ T LoadLittleEndian(const char* p) {
 // `position` entries are valid, the rest is spare capacity.
 bool IsGrowingCache(const at::Tensor& fresh) { return fresh.dim() > 2 && fresh.size(2) == 0; }
 
+// Which of a model's state tensors are growing caches ([layer][tensor]), worked out once per
+// model from a fresh state.
+const std::vector<std::vector<bool>>& GrowingCaches(const model::Model& m) {
+  static absl::Mutex mu;
+  static auto* cache = new absl::flat_hash_map<const model::Model*, std::vector<std::vector<bool>>>;
+  absl::MutexLock lock(&mu);
+  auto [it, inserted] = cache->try_emplace(&m);
+  if (inserted) {
+    if (absl::StatusOr<model::ModelState> fresh = m.NewState(1); fresh.ok()) {
+      for (const kernels::MixerState& layer : fresh->layers) {
+        std::vector<bool>& flags = it->second.emplace_back();
+        for (const at::Tensor& t : layer.tensors) flags.push_back(IsGrowingCache(t));
+      }
+    }
+  }
+  return it->second;
+}
+
 absl::Status Corrupt(const std::string& why) {
   return absl::DataLossError(absl::StrCat("session snapshot is corrupt: ", why));
 }
@@ -37,7 +57,7 @@ absl::Status Corrupt(const std::string& why) {
 std::string EncodeSessionSnapshot(const Session& session) {
   const model::Model& m = *session.model();
   const model::ModelState& state = session.state;
-  const absl::StatusOr<model::ModelState> fresh = m.NewState(1);
+  const std::vector<std::vector<bool>>& growing_caches = GrowingCaches(m);
   v1::SessionSnapshotHeader header;
   header.set_session_id(session.id());
   header.set_owner(session.owner());
@@ -54,7 +74,8 @@ std::string EncodeSessionSnapshot(const Session& session) {
     r->set_request_hash(stored.request_hash);
     *r->mutable_result() = stored.result;
   }
-  // The tensors to write, on the CPU and contiguous (a copy only for a GPU state or a view).
+  // The tensors to write: views of the state (a KV cache's valid part), copied once, straight
+  // into the snapshot (from a GPU too).
   std::vector<at::Tensor> tensors;
   int64_t payload = 0;
   for (size_t i = 0; i < state.layers.size(); ++i) {
@@ -63,15 +84,14 @@ std::string EncodeSessionSnapshot(const Session& session) {
     out->set_position(layer.position);
     for (size_t k = 0; k < layer.tensors.size(); ++k) {
       const at::Tensor& t = layer.tensors[k];
-      const bool growing = fresh.ok() && i < fresh->layers.size() &&
-                           k < fresh->layers[i].tensors.size() &&
-                           IsGrowingCache(fresh->layers[i].tensors[k]);
-      at::Tensor c = (growing ? t.narrow(2, 0, layer.position) : t).cpu().contiguous();
+      const bool growing = i < growing_caches.size() && k < growing_caches[i].size() &&
+                           growing_caches[i][k];
+      at::Tensor view = growing ? t.narrow(2, 0, layer.position) : t;
       v1::StateTensor* desc = out->add_tensors();
       desc->set_dtype(v1::DATA_TYPE_FLOAT32);
-      for (int64_t s : c.sizes()) desc->add_shape(s);
-      payload += c.numel() * static_cast<int64_t>(sizeof(float));
-      tensors.push_back(std::move(c));
+      for (int64_t s : view.sizes()) desc->add_shape(s);
+      payload += view.numel() * static_cast<int64_t>(sizeof(float));
+      tensors.push_back(std::move(view));
     }
   }
   header.set_payload_bytes(payload);
@@ -89,7 +109,11 @@ std::string EncodeSessionSnapshot(const Session& session) {
   p += header_bytes.size();
   for (const at::Tensor& t : tensors) {
     const size_t n = t.numel() * sizeof(float);
-    std::memcpy(p, t.data_ptr<float>(), n);
+    if (t.is_contiguous() && t.is_cpu()) {
+      std::memcpy(p, t.data_ptr<float>(), n);
+    } else {
+      at::from_blob(p, t.sizes(), at::TensorOptions().dtype(at::kFloat)).copy_(t);
+    }
     p += n;
   }
   const uint64_t checksum = XXH3_64bits(out.data(), out.size() - kChecksumBytes);

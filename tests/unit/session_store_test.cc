@@ -115,6 +115,22 @@ TEST(RedisSessionStoreTest, KeepsTheContractWithExpiringKeys) {
   auto store = RedisSessionStore::Open(redis.address(), absl::Seconds(1));
   ASSERT_TRUE(store.ok()) << store.status();
   CheckStoreContract(**store);
+  // Above 4 MiB a snapshot goes in pieces to a temporary key renamed over the real one.
+  std::string big(9 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 2654435761u >> 24);
+  ASSERT_TRUE((*store)->Put(kId, big, absl::Minutes(1)).ok());
+  EXPECT_EQ(*(*store)->Get(kId), big);
+  FILE* keys = ::popen(("redis-cli -p " + std::to_string(redis.port()) + " --scan").c_str(), "r");
+  std::vector<std::string> listed;
+  char line[256];
+  while (keys != nullptr && std::fgets(line, sizeof(line), keys) != nullptr) {
+    listed.push_back(line);
+  }
+  if (keys != nullptr) ::pclose(keys);
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(listed, (std::vector<std::string>{"attnserve:session:" + std::string(kId) + "\n",
+                                              "attnserve:session:" + std::string(kOtherId) + "\n"}))
+      << "no temporary key left";
   ASSERT_TRUE((*store)->Put(kId, "short", absl::Milliseconds(300)).ok());
   EXPECT_TRUE((*store)->Get(kId).ok());
   absl::SleepFor(absl::Milliseconds(500));
