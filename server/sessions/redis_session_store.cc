@@ -1,5 +1,10 @@
 #include "server/sessions/redis_session_store.h"
 
+// hiredis 0.14's sds.h has no C++ guard of its own, and hiredis.h includes it outside its
+// guard: declared C here first.
+extern "C" {
+#include <hiredis/sds.h>
+}
 #include <hiredis/hiredis.h>
 
 #include <cstdarg>
@@ -114,14 +119,23 @@ absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snap
   // which is quadratic in the value's size (302 MB: 1.8 s). A large snapshot goes in pieces to
   // a temporary key that expires on its own if this never finishes, then replaces the session's
   // key at once (RENAME keeps the expiry), so a reader sees the old snapshot or the new one.
+  // The temporary string is made at its full size first (SETRANGE at its last byte) and
+  // filled in place: APPEND would make Redis reallocate and copy the growing string every time.
   const std::string temporary = absl::StrCat(key, ":writing");
-  absl::Status status = CommandLocked("SET", "SET %b %b PX %lld", temporary.data(),
-                                      temporary.size(), snapshot.data(), kPieceBytes, ms);
-  for (size_t offset = kPieceBytes; status.ok() && offset < snapshot.size();
-       offset += kPieceBytes) {
-    const size_t n = std::min(kPieceBytes, snapshot.size() - offset);
-    status = CommandLocked("APPEND", "APPEND %b %b", temporary.data(), temporary.size(),
-                           snapshot.data() + offset, n);
+  absl::Status status =
+      CommandLocked("DEL", "DEL %b", temporary.data(), temporary.size());
+  if (status.ok()) {
+    status = CommandLocked("SETRANGE", "SETRANGE %b %lld %b", temporary.data(), temporary.size(),
+                           static_cast<long long>(snapshot.size() - 1),
+                           snapshot.data() + snapshot.size() - 1, size_t{1});
+  }
+  if (status.ok()) {
+    status = CommandLocked("PEXPIRE", "PEXPIRE %b %lld", temporary.data(), temporary.size(), ms);
+  }
+  for (size_t offset = 0; status.ok() && offset + 1 < snapshot.size(); offset += kPieceBytes) {
+    const size_t n = std::min(kPieceBytes, snapshot.size() - 1 - offset);
+    status = CommandLocked("SETRANGE", "SETRANGE %b %lld %b", temporary.data(), temporary.size(),
+                           static_cast<long long>(offset), snapshot.data() + offset, n);
   }
   if (status.ok()) {
     status = CommandLocked("RENAME", "RENAME %b %b", temporary.data(), temporary.size(),
@@ -138,7 +152,26 @@ absl::StatusOr<std::string> RedisSessionStore::Get(const std::string& id) {
   const std::string key = KeyOf(id);
   absl::MutexLock lock(&mu_);
   if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  // The reply's size first, so that hiredis's read buffer is made that large once: growing it
+  // 1 MB at a time reallocates and copies it hundreds of times for a large snapshot.
+  Reply length(static_cast<redisReply*>(redisCommand(context_, "STRLEN %b", key.data(),
+                                                     key.size())));
+  if (length == nullptr) return FailLocked("STRLEN");
+  redisReader* reader = context_->reader;
+  const bool large = length->type == REDIS_REPLY_INTEGER && length->integer > (1 << 20);
+  if (large) {
+    // maxbuf 0: hiredis would otherwise free an empty buffer above 16 KiB on the next read.
+    reader->maxbuf = 0;
+    reader->buf = sdsMakeRoomFor(reader->buf, static_cast<size_t>(length->integer) + 64);
+  }
   Reply reply(static_cast<redisReply*>(redisCommand(context_, "GET %b", key.data(), key.size())));
+  if (context_ != nullptr && large) {  // give the large buffer back
+    sdsfree(context_->reader->buf);
+    context_->reader->buf = sdsempty();
+    context_->reader->pos = 0;
+    context_->reader->len = 0;
+    context_->reader->maxbuf = REDIS_READER_MAX_BUF;
+  }
   if (reply == nullptr) return FailLocked("GET");
   if (reply->type == REDIS_REPLY_NIL) {
     return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));

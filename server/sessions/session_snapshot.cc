@@ -96,28 +96,42 @@ std::string EncodeSessionSnapshot(const Session& session) {
   }
   header.set_payload_bytes(payload);
   const std::string header_bytes = header.SerializeAsString();
+  // Appended piece by piece (no zero-filled buffer first), each piece hashed while it is still
+  // in cache.
   std::string out;
-  out.resize(kPrefixBytes + header_bytes.size() + payload + kChecksumBytes);
-  char* p = out.data();
-  std::memcpy(p, kMagic, sizeof(kMagic));
+  out.reserve(kPrefixBytes + header_bytes.size() + payload + kChecksumBytes);
+  XXH3_state_t* hash = XXH3_createState();
+  XXH3_64bits_reset(hash);
+  auto append = [&](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+    XXH3_64bits_update(hash, out.data() + out.size() - n, n);
+  };
   const uint32_t version = kSessionSnapshotVersion;
   const uint32_t header_size = static_cast<uint32_t>(header_bytes.size());
-  std::memcpy(p + 4, &version, 4);
-  std::memcpy(p + 8, &header_size, 4);
-  p += kPrefixBytes;
-  std::memcpy(p, header_bytes.data(), header_bytes.size());
-  p += header_bytes.size();
+  append(kMagic, sizeof(kMagic));
+  append(&version, 4);
+  append(&header_size, 4);
+  append(header_bytes.data(), header_bytes.size());
   for (const at::Tensor& t : tensors) {
-    const size_t n = t.numel() * sizeof(float);
-    if (t.is_contiguous() && t.is_cpu()) {
-      std::memcpy(p, t.data_ptr<float>(), n);
-    } else {
-      at::from_blob(p, t.sizes(), at::TensorOptions().dtype(at::kFloat)).copy_(t);
+    if (t.is_cpu() && t.is_contiguous()) {
+      append(t.data_ptr<float>(), t.numel() * sizeof(float));
+    } else if (t.is_cpu() && t.dim() == 4 && t.stride(3) == 1 && t.stride(2) == t.size(3)) {
+      // A KV cache's valid part, (B, H, position, d) of (B, H, capacity, d): a run of
+      // position * d floats per (b, h).
+      const float* base = t.data_ptr<float>();
+      for (int64_t b = 0; b < t.size(0); ++b) {
+        for (int64_t h = 0; h < t.size(1); ++h) {
+          append(base + b * t.stride(0) + h * t.stride(1), t.size(2) * t.size(3) * sizeof(float));
+        }
+      }
+    } else {  // on a GPU, or another layout: one copy to the host first
+      const at::Tensor c = t.cpu().contiguous();
+      append(c.data_ptr<float>(), c.numel() * sizeof(float));
     }
-    p += n;
   }
-  const uint64_t checksum = XXH3_64bits(out.data(), out.size() - kChecksumBytes);
-  std::memcpy(p, &checksum, kChecksumBytes);
+  const uint64_t checksum = XXH3_64bits_digest(hash);
+  XXH3_freeState(hash);
+  out.append(reinterpret_cast<const char*>(&checksum), kChecksumBytes);
   return out;
 }
 
