@@ -61,9 +61,7 @@ TEST(HardeningTest, OversizedSessionIdsAreRefusedShortlyAndTheConnectionKeepsWor
   EXPECT_EQ(client.GetSession(std::string(32, '0'), &info).error_code(),
             grpc::StatusCode::NOT_FOUND);
   // The server keeps serving (checked above) and holds no more memory than before.
-  if (kResidentMemoryIsMeaningful) {
-    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
-  }
+  ExpectResidentMemoryBackTo(resident_before);
 }
 
 TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
@@ -116,9 +114,7 @@ TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
   // The stream is done on both sides; the session (and the results it kept for retries) gone.
   ASSERT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
   // The server keeps serving (checked above) and holds no more memory than before.
-  if (kResidentMemoryIsMeaningful) {
-    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
-  }
+  ExpectResidentMemoryBackTo(resident_before);
 }
 
 TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
@@ -142,9 +138,7 @@ TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {
   EXPECT_EQ(info.last_sequence_number(), 1);
   EXPECT_TRUE(server.client().CloseSession(id).ok());
   // The server keeps serving (checked above) and holds no more memory than before.
-  if (kResidentMemoryIsMeaningful) {
-    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
-  }
+  ExpectResidentMemoryBackTo(resident_before);
 }
 
 TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
@@ -161,9 +155,7 @@ TEST(HardeningTest, TheRetryWindowIsTheFlagsLength) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(status.error_message(), HasSubstr("the last 2 are"));
   // The server keeps serving (checked above) and holds no more memory than before.
-  if (kResidentMemoryIsMeaningful) {
-    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
-  }
+  ExpectResidentMemoryBackTo(resident_before);
 }
 
 TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
@@ -203,9 +195,7 @@ TEST(HardeningTest, AResponseAboveTheMessageLimitIsCountedAsTheClientSeesIt) {
   EXPECT_TRUE(server.client().Infer(MakeInfer("mamba", RandomTokens(100, 1)), &small).ok());
   EXPECT_TRUE(server.client().CloseSession(id).ok());
   // The server keeps serving (checked above) and holds no more memory than before.
-  if (kResidentMemoryIsMeaningful) {
-    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
-  }
+  ExpectResidentMemoryBackTo(resident_before);
 }
 
 TEST(HardeningTest, ASessionPiledWithRequestsCannotTakeTheQueueFromOthers) {
@@ -245,9 +235,7 @@ TEST(HardeningTest, ASessionPiledWithRequestsCannotTakeTheQueueFromOthers) {
   for (std::thread& t : piled) t.join();
   EXPECT_EQ(refused.load(), 12 - 3);  // the generation and 3 of the Infers fit in 4
   EXPECT_TRUE(WaitFor([&] { return server.scheduler().queued_jobs() == 0; }));
-  if (kResidentMemoryIsMeaningful) {
-    EXPECT_LT(TrimmedResidentBytes(), resident_before + resident_before / 10);
-  }
+  ExpectResidentMemoryBackTo(resident_before);
 }
 
 }  // namespace
