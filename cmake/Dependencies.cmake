@@ -12,6 +12,9 @@ pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 # checksums (server/sessions/).
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# OpenSSL (libssl-dev, which gRPC already needs): SHA-256 and constant-time comparison of
+# bearer tokens (server/security/).
+find_package(OpenSSL REQUIRED)
 
 # Torch's config exports flags as variables; wrap them in one interface target so that only
 # the targets that need torch see its headers and definitions.

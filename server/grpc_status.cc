@@ -39,6 +39,12 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     case absl::StatusCode::kDataLoss:
       code = grpc::StatusCode::DATA_LOSS;
       break;
+    case absl::StatusCode::kUnauthenticated:
+      code = grpc::StatusCode::UNAUTHENTICATED;
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      code = grpc::StatusCode::PERMISSION_DENIED;
+      break;
     default:
       code = grpc::StatusCode::INTERNAL;
       break;

@@ -20,6 +20,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/parse_flags.h"
 #include "kernels/common/cuda_device.h"
@@ -30,13 +31,41 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/scheduler/batch_scheduler.h"
+#include "server/security/authenticator.h"
+#include "server/security/tls_credentials.h"
 #include "server/server_identity.h"
 #include "server/service.h"
 #include "server/sessions/session_persistence.h"
 #include "server/sessions/session_store.h"
 #include "server/sessions/session_table.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC port listens on.");
+ABSL_FLAG(std::string, metrics_host, "",
+          "Address the metrics port listens on (empty: --host). The metrics endpoint is "
+          "plaintext HTTP without authentication: keep it on the pod network or loopback.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve gRPC over TLS (with --tls_key). Empty: plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require client certificates signed by it (mutual TLS); a client "
+          "certificate's subject is then a principal.");
+ABSL_FLAG(int, tls_reload_interval_s, 10,
+          "Seconds between re-reads of the TLS files (rotated certificates take effect for new "
+          "connections without a restart).");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of 'principal: sha256-hex-of-token' lines: calls must send 'authorization: "
+          "Bearer TOKEN' (or, with --tls_client_ca, a client certificate). Re-read on change.");
+ABSL_FLAG(std::vector<std::string>, admin_principals, {},
+          "Principals (comma-separated) that see and close every session.");
+ABSL_FLAG(bool, reflection, true,
+          "Serve gRPC server reflection (unauthenticated: turn it off on an exposed port).");
+ABSL_FLAG(int, health_port, -1,
+          "A plaintext port serving only grpc.health.v1 (for probes that cannot speak TLS, such "
+          "as Kubernetes' gRPC probes); -1: none (health is on the main port as well).");
+ABSL_FLAG(std::string, health_host, "",
+          "Address of --health_port (empty: --host; in Kubernetes, $(POD_IP)).");
+ABSL_FLAG(int, max_concurrent_streams, 100, "Most concurrent calls on one connection.");
+ABSL_FLAG(int, max_metadata_bytes, 16384, "Largest metadata (headers) a call may send.");
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
 ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus endpoint /metrics (0: pick a free one and print it; -1: off).");
@@ -138,13 +167,15 @@ int main(int argc, char** argv) {
   server::ServerMetrics metrics;
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    auto endpoint =
-        server::MetricsEndpoint::Start(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_metrics_port),
-                                       {metrics.registry(), metrics.collector()});
+    const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host).empty()
+                                         ? absl::GetFlag(FLAGS_host)
+                                         : absl::GetFlag(FLAGS_metrics_host);
+    auto endpoint = server::MetricsEndpoint::Start(
+        metrics_host, absl::GetFlag(FLAGS_metrics_port), {metrics.registry(), metrics.collector()});
     if (!endpoint.ok()) return Fail(std::string(endpoint.status().message()));
     metrics_endpoint = *std::move(endpoint);
-    std::cout << "metrics on " << absl::GetFlag(FLAGS_host) << ":" << metrics_endpoint->port()
-              << "/metrics" << std::endl;
+    std::cout << "metrics on " << metrics_host << ":" << metrics_endpoint->port() << "/metrics"
+              << std::endl;
   }
   const int intra_op_threads =
       absl::GetFlag(FLAGS_intra_op_threads) > 0
@@ -156,6 +187,38 @@ int main(int argc, char** argv) {
   // the scheduler's threads sleep and wake around every region (~10 ms a mamba-130m step).
   at::set_num_threads(1);
 
+  // Transport and authentication before the models: a bad configuration stops at once.
+  server::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                             absl::GetFlag(FLAGS_tls_client_ca),
+                             absl::Seconds(absl::GetFlag(FLAGS_tls_reload_interval_s))};
+  absl::StatusOr<server::ServerCredentials> credentials = server::MakeServerCredentials(tls_files);
+  if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+  server::AuthOptions auth_options;
+  auth_options.tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  auth_options.client_certificates = credentials->mutual;
+  auth_options.admin_principals = absl::GetFlag(FLAGS_admin_principals);
+  absl::StatusOr<std::unique_ptr<server::Authenticator>> authenticator =
+      server::Authenticator::Create(auth_options);
+  if (!authenticator.ok()) return Fail(std::string(authenticator.status().message()));
+  std::string authentication = "off (every caller is anonymous)";
+  if ((*authenticator)->enabled()) {
+    std::vector<std::string> by;
+    if (!auth_options.tokens_file.empty()) {
+      by.push_back(absl::StrCat((*authenticator)->token_count(), " tokens from ",
+                                auth_options.tokens_file));
+    }
+    if (credentials->mutual) by.push_back("client certificates");
+    authentication = absl::StrCat(absl::StrJoin(by, " and "), "; ",
+                                  auth_options.admin_principals.size(), " admin principals");
+  }
+  std::cout << "transport " << credentials->description << "; authentication " << authentication
+            << "; reflection " << (absl::GetFlag(FLAGS_reflection) ? "on" : "off") << std::endl;
+  if (!credentials->mutual && credentials->description == "plaintext" &&
+      !auth_options.tokens_file.empty()) {
+    std::cout << "attnserve-server: warning: bearer tokens over plaintext can be read on the "
+                 "network; add --tls_cert and --tls_key"
+              << std::endl;
+  }
   absl::StatusOr<kernels::Device> device = kernels::ResolveDevice(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return Fail(std::string(device.status().message()));
   std::cout << "device " << device->description << std::endl;
@@ -253,6 +316,7 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
   options.metrics = &metrics;
+  options.authenticator = authenticator->get();
   absl::StatusOr<v1::ServerIdentity> identity = server::MakeServerIdentity(
       absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));
   if (!identity.ok()) return Fail(std::string(identity.status().message()));
@@ -270,14 +334,34 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // The plaintext health port first: its builder must not pick up the reflection plugin.
+  std::unique_ptr<grpc::Server> health_server;
+  if (absl::GetFlag(FLAGS_health_port) >= 0) {
+    const std::string host = absl::GetFlag(FLAGS_health_host).empty()
+                                 ? absl::GetFlag(FLAGS_host)
+                                 : absl::GetFlag(FLAGS_health_host);
+    const std::string health_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_health_port));
+    grpc::ServerBuilder health_builder;
+    int health_port = 0;
+    health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
+                                    &health_port);
+    health_builder.SetMaxReceiveMessageSize(4096);
+    health_server = health_builder.BuildAndStart();
+    if (!health_server || health_port == 0) return Fail("cannot listen on " + health_address);
+    std::cout << "health (plaintext, grpc.health.v1 only) on " << host << ":" << health_port
+              << std::endl;
+  }
+  if (absl::GetFlag(FLAGS_reflection)) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(address, credentials->credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             absl::GetFlag(FLAGS_max_concurrent_streams));
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, absl::GetFlag(FLAGS_max_metadata_bytes));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) return Fail("cannot listen on " + address);
@@ -295,6 +379,7 @@ int main(int argc, char** argv) {
   std::cout << "attnserve-server: draining (" << service.inflight() << " calls in flight)"
             << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
+  if (health_server != nullptr) health_server->GetHealthCheckService()->SetServingStatus(false);
   service.StartDraining();
   const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_deadline_s));
   while (service.inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
@@ -309,6 +394,7 @@ int main(int argc, char** argv) {
     while (service.inflight() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
   }
   server->Shutdown(absl::ToChronoTime(absl::Now()));
+  if (health_server != nullptr) health_server->Shutdown(absl::ToChronoTime(absl::Now()));
   scheduler.Stop();
   if (persistence != nullptr) {
     // No job runs now: every session's state is still.

@@ -204,8 +204,9 @@ void ServerMetrics::RecordRequest(const std::string& rpc, const std::string& var
 }
 
 void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& variants) {
-  static const char* const kModelRpcs[] = {"Infer", "StreamOpen", "StreamAppend", "StreamClose",
-                                           "StreamInvalid"};
+  static const char* const kModelRpcs[] = {"Infer",         "StreamOpen",   "StreamAppend",
+                                           "StreamClose",   "StreamInvalid", "ExportSession",
+                                           "ImportSession"};
   static const char* const kTableRpcs[] = {"GetSession", "CloseSession", "ListSessions",
                                            "ListModels", "StreamEmpty"};
   static const char* const kCodes[] = {"OK",
@@ -217,6 +218,9 @@ void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& vari
                                        "FAILED_PRECONDITION",
                                        "ABORTED",
                                        "UNAVAILABLE",
+                                       "UNAUTHENTICATED",
+                                       "ALREADY_EXISTS",
+                                       "DATA_LOSS",
                                        "INTERNAL"};
   std::vector<std::string> with_none = variants;
   with_none.push_back("none");

@@ -46,6 +46,12 @@ absl::Status AttnServeService::CheckServing() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Caller> AttnServeService::Authenticate(
+    const grpc::ServerContextBase& context) const {
+  if (options_.authenticator == nullptr) return Caller{};
+  return options_.authenticator->Authenticate(context);
+}
+
 absl::Status AttnServeService::CheckResponseSize(const google::protobuf::Message& message) const {
   const size_t bytes = message.ByteSizeLong();
   if (options_.max_message_bytes <= 0 || bytes <= static_cast<size_t>(options_.max_message_bytes)) {
@@ -90,7 +96,8 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
                                            grpc::ServerUnaryReactor* reactor,
                                            const v1::InferRequest* request,
                                            v1::InferResponse* response,
-                                           std::chrono::steady_clock::time_point arrival) {
+                                           std::chrono::steady_clock::time_point arrival,
+                                           const Caller& caller) {
   RETURN_IF_ERROR(ValidateOutputSpec(request->output()));
   ASSIGN_OR_RETURN(at::Tensor tokens,
                    TokensTensor(request->tokens(), options_.max_tokens_per_request));
@@ -101,7 +108,7 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
   std::shared_ptr<Session> session;
   std::optional<PolicyDecision> decision;
   if (!request->session_id().empty()) {
-    absl::StatusOr<SessionUse> found = sessions_.Get(request->session_id());
+    absl::StatusOr<SessionUse> found = sessions_.Get(request->session_id(), caller);
     if (!found.ok()) return OnThisInstance(found.status());
     const std::string& name = (*found)->model()->name();
     if (!request->model().empty() && request->model() != "auto" && request->model() != name) {
@@ -159,9 +166,14 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
     Record("Infer", request->model(), s, SecondsSince(arrival));
     return FinishNow(context, s);
   }
+  absl::StatusOr<Caller> caller = Authenticate(*context);
+  if (!caller.ok()) {
+    Record("Infer", request->model(), caller.status(), SecondsSince(arrival));
+    return FinishNow(context, caller.status());
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   inflight_.fetch_add(1);
-  absl::Status submitted = SubmitInfer(context, reactor, request, response, arrival);
+  absl::Status submitted = SubmitInfer(context, reactor, request, response, arrival, *caller);
   if (!submitted.ok()) {
     inflight_.fetch_sub(1);
     Record("Infer", response->model().empty() ? request->model() : response->model(), submitted,
@@ -175,7 +187,13 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
                                                        const v1::GetSessionRequest* request,
                                                        v1::SessionInfo* response) {
   const auto arrival = std::chrono::steady_clock::now();
-  absl::StatusOr<std::shared_ptr<const Session>> session = sessions_.Peek(request->session_id());
+  absl::StatusOr<Caller> caller = Authenticate(*context);
+  if (!caller.ok()) {
+    Record("GetSession", "", caller.status(), SecondsSince(arrival));
+    return FinishNow(context, caller.status());
+  }
+  absl::StatusOr<std::shared_ptr<const Session>> session =
+      sessions_.Peek(request->session_id(), *caller);
   if (session.ok()) {
     *response = (*session)->Info();
     *response->mutable_server() = options_.identity;
@@ -188,7 +206,9 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(grpc::CallbackServerCon
                                                          const v1::CloseSessionRequest* request,
                                                          v1::CloseSessionResponse*) {
   const auto arrival = std::chrono::steady_clock::now();
-  absl::Status status = OnThisInstance(sessions_.Close(request->session_id()));
+  absl::StatusOr<Caller> caller = Authenticate(*context);
+  absl::Status status = caller.ok() ? OnThisInstance(sessions_.Close(request->session_id(), *caller))
+                                    : caller.status();
   Record("CloseSession", "", status, SecondsSince(arrival));
   return FinishNow(context, status);
 }
@@ -196,16 +216,23 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerContext* context,
                                                          const v1::ListSessionsRequest* request,
                                                          v1::ListSessionsResponse* response) {
+  absl::StatusOr<Caller> caller = Authenticate(*context);
+  if (!caller.ok()) {
+    Record("ListSessions", "", caller.status(), 0);
+    return FinishNow(context, caller.status());
+  }
   if (request->limit() < 0) {
     return FinishNow(context, absl::InvalidArgumentError("limit must be >= 0 (0: 1000)"));
   }
-  for (v1::SessionInfo& info :
-       sessions_.List(request->model(), request->limit() > 0 ? request->limit() : 1000)) {
+  int64_t total = 0, state_bytes = 0;
+  for (v1::SessionInfo& info : sessions_.List(request->model(),
+                                              request->limit() > 0 ? request->limit() : 1000,
+                                              *caller, &total, &state_bytes)) {
     *info.mutable_server() = options_.identity;
     *response->add_sessions() = std::move(info);
   }
-  response->set_total(sessions_.size());
-  response->set_state_bytes(sessions_.state_bytes());
+  response->set_total(total);
+  response->set_state_bytes(state_bytes);
   Record("ListSessions", "", absl::OkStatus(), 0);
   return FinishNow(context, absl::OkStatus());
 }
@@ -226,6 +253,9 @@ v1::ModelInfo AttnServeService::Describe(const model::Model& m) const {
 grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,
                                                        const v1::ListModelsRequest*,
                                                        v1::ListModelsResponse* response) {
+  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   for (const model::Model* m : repository_.models()) *response->add_models() = Describe(*m);
   Record("ListModels", "", absl::OkStatus(), 0);
   return FinishNow(context, absl::OkStatus());
@@ -234,6 +264,9 @@ grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AttnServeService::GetModel(grpc::CallbackServerContext* context,
                                                      const v1::GetModelRequest* request,
                                                      v1::ModelInfo* response) {
+  if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
+    return FinishNow(context, caller.status());
+  }
   const model::Model* m = repository_.Find(request->name());
   if (m == nullptr) {
     return FinishNow(context, policy_.Resolve(request->name(), 1, false).status().ok()

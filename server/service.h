@@ -14,6 +14,7 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/scheduler/batch_scheduler.h"
+#include "server/security/authenticator.h"
 #include "server/sessions/session_table.h"
 
 namespace attnserve::server {
@@ -33,6 +34,9 @@ struct ServiceOptions {
   // Largest snapshot ImportSession takes (--max_snapshot_bytes): RESOURCE_EXHAUSTED beyond.
   int64_t max_snapshot_bytes = int64_t{1} << 30;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
+  // Who is calling (server/security/authenticator.h); borrowed; null: no authentication, every
+  // call is the anonymous principal.
+  Authenticator* authenticator = nullptr;
   // Returned with every session (StreamOpened, SessionInfo) and Infer response, and named in
   // NOT_FOUND for a session this instance does not hold, so that clients route a session's
   // calls to the instance holding it and a misrouted call says where it went.
@@ -94,6 +98,9 @@ class AttnServeService final : public AttnServeBase {
   class ImportReactor;
 
   absl::Status CheckServing() const;
+  // The caller of a call, or UNAUTHENTICATED (every RPC of the service asks first; health
+  // checking is another service and stays open).
+  absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context) const;
   // RESOURCE_EXHAUSTED when `message` is larger than max_message_bytes.
   absl::Status CheckResponseSize(const google::protobuf::Message& message) const;
   // A session lookup's NOT_FOUND with the instance that answered appended (other statuses
@@ -108,7 +115,7 @@ class AttnServeService final : public AttnServeBase {
   // was submitted.
   absl::Status SubmitInfer(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
                            const v1::InferRequest* request, v1::InferResponse* response,
-                           std::chrono::steady_clock::time_point arrival);
+                           std::chrono::steady_clock::time_point arrival, const Caller& caller);
   v1::ModelInfo Describe(const model::Model& model) const;
 
   const model::ModelRepository& repository_;

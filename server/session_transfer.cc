@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/scheduler/job.h"
 #include "server/service.h"
@@ -62,7 +63,8 @@ class AttnServeService::ExportReactor final
   absl::Status Submit(grpc::CallbackServerContext* context,
                       const v1::ExportSessionRequest& request) {
     if (absl::Status serving = service_->CheckServing(); !serving.ok()) return serving;
-    absl::StatusOr<SessionUse> found = service_->sessions_.Get(request.session_id());
+    ASSIGN_OR_RETURN(Caller caller, service_->Authenticate(*context));
+    absl::StatusOr<SessionUse> found = service_->sessions_.Get(request.session_id(), caller);
     if (!found.ok()) return service_->OnThisInstance(found.status());
     variant_ = (*found)->model()->name();
     auto job = std::make_unique<scheduler::Job>();
@@ -115,13 +117,20 @@ class AttnServeService::ExportReactor final
 class AttnServeService::ImportReactor final
     : public grpc::ServerReadReactor<v1::SessionSnapshotChunk> {
  public:
-  ImportReactor(AttnServeService* service, v1::SessionInfo* response)
+  ImportReactor(AttnServeService* service, grpc::CallbackServerContext* context,
+                v1::SessionInfo* response)
       : service_(service), response_(response), arrival_(std::chrono::steady_clock::now()) {
     service_->inflight_.fetch_add(1);
     if (absl::Status serving = service_->CheckServing(); !serving.ok()) {
       End(serving);
       return;
     }
+    absl::StatusOr<Caller> caller = service_->Authenticate(*context);
+    if (!caller.ok()) {
+      End(caller.status());
+      return;
+    }
+    caller_ = *std::move(caller);
     StartRead(&chunk_);
   }
 
@@ -153,7 +162,7 @@ class AttnServeService::ImportReactor final
         DecodeSessionSnapshot(snapshot_, service_->repository_);
     if (!snapshot.ok()) return snapshot.status();
     variant_ = snapshot->model->name();
-    absl::StatusOr<SessionUse> session = service_->sessions_.Import(*std::move(snapshot));
+    absl::StatusOr<SessionUse> session = service_->sessions_.Import(*std::move(snapshot), caller_);
     if (!session.ok()) return session.status();
     *response_ = (*session)->Info();
     *response_->mutable_server() = service_->options_.identity;
@@ -168,6 +177,7 @@ class AttnServeService::ImportReactor final
   AttnServeService* const service_;
   v1::SessionInfo* const response_;
   const std::chrono::steady_clock::time_point arrival_;
+  Caller caller_;
   std::string variant_;
   std::string snapshot_;
   v1::SessionSnapshotChunk chunk_;
@@ -179,8 +189,8 @@ grpc::ServerWriteReactor<v1::SessionSnapshotChunk>* AttnServeService::ExportSess
 }
 
 grpc::ServerReadReactor<v1::SessionSnapshotChunk>* AttnServeService::ImportSession(
-    grpc::CallbackServerContext*, v1::SessionInfo* response) {
-  return new ImportReactor(this, response);
+    grpc::CallbackServerContext* context, v1::SessionInfo* response) {
+  return new ImportReactor(this, context, response);
 }
 
 }  // namespace attnserve::server

@@ -32,8 +32,8 @@ namespace attnserve::server {
 class AttnServeService::StreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamReactor(AttnServeService* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
+  StreamReactor(AttnServeService* service, grpc::CallbackServerContext* context, Caller caller)
+      : service_(service), context_(context), caller_(std::move(caller)) {
     service_->inflight_.fetch_add(1);
     StartRead(&read_buffer_);
   }
@@ -149,7 +149,7 @@ class AttnServeService::StreamReactor final
     }
     std::string reason;
     if (!open.session_id().empty()) {
-      absl::StatusOr<SessionUse> found = service_->sessions_.Get(open.session_id());
+      absl::StatusOr<SessionUse> found = service_->sessions_.Get(open.session_id(), caller_);
       if (!found.ok()) return service_->OnThisInstance(found.status());
       SessionUse use = *std::move(found);
       const std::string& name = use->model()->name();
@@ -164,8 +164,9 @@ class AttnServeService::StreamReactor final
       ASSIGN_OR_RETURN(PolicyDecision decision,
                        service_->policy_.Resolve(open.model(), open.expected_length(),
                                                  /*stream=*/true));
-      ASSIGN_OR_RETURN(SessionUse use, service_->sessions_.Create(
-                                           decision.model, absl::Seconds(open.ttl_seconds())));
+      ASSIGN_OR_RETURN(SessionUse use,
+                       service_->sessions_.Create(decision.model, absl::Seconds(open.ttl_seconds()),
+                                                  caller_.principal));
       reason = decision.reason;
       service_->CountDecision(decision);
       session_.emplace(std::move(use));
@@ -337,7 +338,7 @@ class AttnServeService::StreamReactor final
       return absl::FailedPreconditionError("close before open: nothing to close");
     }
     const std::string id = (*session_)->id();
-    RETURN_IF_ERROR(service_->OnThisInstance(service_->sessions_.Close(id)));
+    RETURN_IF_ERROR(service_->OnThisInstance(service_->sessions_.Close(id, caller_)));
     v1::StreamResponse response;
     response.mutable_closed()->set_session_id(id);
     Send(std::move(response));
@@ -388,6 +389,7 @@ class AttnServeService::StreamReactor final
 
   AttnServeService* const service_;
   grpc::CallbackServerContext* const context_;
+  const Caller caller_;  // authenticated when the stream started
   std::atomic<bool> cancelled_{false};
   grpc::ByteBuffer read_buffer_;  // the message being read, raw
   v1::StreamRequest request_;     // the last message read, parsed
@@ -408,15 +410,18 @@ class AttnServeService::StreamReactor final
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* AttnServeService::Stream(
     grpc::CallbackServerContext* context) {
-  if (absl::Status s = CheckServing(); !s.ok()) {
-    class Refused : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
-     public:
-      explicit Refused(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
-      void OnDone() override { delete this; }
-    };
-    return new Refused(s);
+  class Refused : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    explicit Refused(const absl::Status& s) { Finish(ToGrpcStatus(s)); }
+    void OnDone() override { delete this; }
+  };
+  if (absl::Status s = CheckServing(); !s.ok()) return new Refused(s);
+  absl::StatusOr<Caller> caller = Authenticate(*context);
+  if (!caller.ok()) {
+    Record("StreamOpen", "", caller.status(), 0);
+    return new Refused(caller.status());
   }
-  return new StreamReactor(this, context);
+  return new StreamReactor(this, context, *std::move(caller));
 }
 
 }  // namespace attnserve::server

@@ -13,6 +13,7 @@
 #include "client/cli/flags.h"
 #include "client/cli/printer.h"
 #include "client/cli/subcommand_flags.h"
+#include "client/common/channel.h"
 
 namespace cli = attnserve::cli;
 
@@ -60,6 +61,11 @@ int main(int argc, char** argv) {
     return cli::kExitUsage;
   }
 
+  if (absl::Status security = attnserve::client::ConfigureChannelSecurityFromFlags();
+      !security.ok()) {
+    std::cerr << "attnserve-cli: " << security.message() << "\n";
+    return cli::kExitUsage;
+  }
   cli::Printer out(absl::GetFlag(FLAGS_json));
   if (sub->name == "models") return cli::RunModels(out);
   if (sub->name == "infer") return cli::RunInfer(out);

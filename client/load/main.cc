@@ -163,6 +163,10 @@ int main(int argc, char** argv) {
       "reported, not fatal), 1 when it could not run, 2 for a usage error.");
   std::vector<char*> positional = attnserve::ParseFlags(argc, argv);
   if (positional.size() > 1) Die(absl::StrCat("unexpected argument: ", positional[1]), kUsageError);
+  if (absl::Status security = attnserve::client::ConfigureChannelSecurityFromFlags();
+      !security.ok()) {
+    Die(std::string(security.message()), kUsageError);
+  }
 
   load::RunReport report;
   load::RunConfig& cfg = report.config;

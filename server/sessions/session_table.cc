@@ -96,7 +96,8 @@ std::string SessionTable::NewId() {
   return absl::StrFormat("%016x%016x", hi, lo);
 }
 
-absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl::Duration ttl) {
+absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl::Duration ttl,
+                                                const std::string& owner) {
   if (ttl == absl::ZeroDuration()) ttl = limits_.default_ttl;
   if (ttl < absl::ZeroDuration() || ttl > limits_.max_ttl) {
     return absl::InvalidArgumentError(absl::StrCat("session ttl must be in (0, ",
@@ -106,7 +107,7 @@ absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl:
   absl::StatusOr<model::ModelState> state = model->NewState();
   if (!state.ok()) return state.status();
   const int64_t bytes = model->StateBytesPerSequence(0);
-  auto session = std::make_shared<Session>(NewId(), model, ttl, *std::move(state));
+  auto session = std::make_shared<Session>(NewId(), model, ttl, *std::move(state), owner);
   SessionUse use(session);
   {
     absl::MutexLock admission(&admission_mu_);
@@ -136,32 +137,47 @@ absl::Status NoSession(const std::string& id) {
 }
 }  // namespace
 
-absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id) {
+absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id, const Caller& caller) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   {
     Shard& shard = ShardFor(id);
     absl::MutexLock lock(&shard.mu);
     auto it = shard.sessions.find(id);
-    if (it != shard.sessions.end()) return SessionUse(it->second);
+    if (it != shard.sessions.end()) {
+      if (!caller.CanAccess(it->second->owner())) return NoSession(id);
+      return SessionUse(it->second);
+    }
   }
-  return Restore(id);
+  return Restore(id, caller);
 }
 
-absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id) {
+absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id,
+                                                                  const Caller& caller) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   {
     const Shard& shard = ShardFor(id);
     absl::MutexLock lock(&shard.mu);
     auto it = shard.sessions.find(id);
-    if (it != shard.sessions.end()) return std::shared_ptr<const Session>(it->second);
+    if (it != shard.sessions.end()) {
+      if (!caller.CanAccess(it->second->owner())) return NoSession(id);
+      return std::shared_ptr<const Session>(it->second);
+    }
   }
+  absl::StatusOr<SessionSnapshot> snapshot = LoadFor(id, caller);
+  if (!snapshot.ok()) return snapshot.status();
+  return std::shared_ptr<const Session>(FromSnapshot(*std::move(snapshot)));
+}
+
+absl::StatusOr<SessionSnapshot> SessionTable::LoadFor(const std::string& id,
+                                                      const Caller& caller) {
   if (persistence_ == nullptr) return NoSession(id);
   absl::StatusOr<SessionSnapshot> snapshot = persistence_->Load(id);
   if (!snapshot.ok()) {
     return snapshot.status().code() == absl::StatusCode::kNotFound ? NoSession(id)
                                                                    : snapshot.status();
   }
-  return std::shared_ptr<const Session>(FromSnapshot(*std::move(snapshot)));
+  if (!caller.CanAccess(snapshot->owner)) return NoSession(id);
+  return snapshot;
 }
 
 std::shared_ptr<Session> SessionTable::FromSnapshot(SessionSnapshot snapshot) {
@@ -175,17 +191,17 @@ std::shared_ptr<Session> SessionTable::FromSnapshot(SessionSnapshot snapshot) {
   return session;
 }
 
-absl::StatusOr<SessionUse> SessionTable::Restore(const std::string& id) {
-  if (persistence_ == nullptr) return NoSession(id);
-  absl::StatusOr<SessionSnapshot> snapshot = persistence_->Load(id);
-  if (!snapshot.ok()) {
-    return snapshot.status().code() == absl::StatusCode::kNotFound ? NoSession(id)
-                                                                   : snapshot.status();
-  }
-  return Admit(*std::move(snapshot), /*existing_ok=*/true);
+absl::StatusOr<SessionUse> SessionTable::Restore(const std::string& id, const Caller& caller) {
+  absl::StatusOr<SessionSnapshot> snapshot = LoadFor(id, caller);
+  if (!snapshot.ok()) return snapshot.status();
+  absl::StatusOr<SessionUse> use = Admit(*std::move(snapshot), /*existing_ok=*/true);
+  // Restored meanwhile by another call: that one's owner is the snapshot's too.
+  if (use.ok() && !caller.CanAccess((*use)->owner())) return NoSession(id);
+  return use;
 }
 
-absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot) {
+absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot, const Caller& caller) {
+  if (!caller.CanAccess(snapshot.owner)) return NoSession(snapshot.session_id);
   if (snapshot.expired()) {
     return absl::FailedPreconditionError(
         absl::StrCat("session '", snapshot.session_id, "' in the snapshot has expired (idle ",
@@ -251,8 +267,15 @@ void SessionTable::Evicted(const std::shared_ptr<Session>& session, EvictionReas
   if (listener_) listener_(*session, reason);
 }
 
-absl::Status SessionTable::Close(const std::string& id) {
+absl::Status SessionTable::Close(const std::string& id, const Caller& caller) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  const absl::Status not_found = absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));
+  {
+    Shard& shard = ShardFor(id);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.sessions.find(id);
+    if (it != shard.sessions.end() && !caller.CanAccess(it->second->owner())) return not_found;
+  }
   std::shared_ptr<Session> session = Remove(id, /*only_if_idle=*/false);
   if (session != nullptr) {
     Evicted(session, EvictionReason::kClosed);
@@ -260,10 +283,16 @@ absl::Status SessionTable::Close(const std::string& id) {
     return absl::OkStatus();
   }
   if (persistence_ != nullptr) {
+    if (!caller.admin) {  // only its owner closes a stored session: read it first
+      absl::StatusOr<SessionSnapshot> stored = LoadFor(id, caller);
+      if (!stored.ok()) {
+        return stored.status().code() == absl::StatusCode::kNotFound ? not_found : stored.status();
+      }
+    }
     absl::Status removed = persistence_->RemoveNow(id);
     if (removed.code() != absl::StatusCode::kNotFound) return removed;
   }
-  return absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));
+  return not_found;
 }
 
 absl::Status SessionTable::Reserve(Session& session, int64_t new_bytes) {
@@ -384,16 +413,23 @@ int SessionTable::ReapExpired(absl::Time now) {
   return removed_count;
 }
 
-std::vector<v1::SessionInfo> SessionTable::List(const std::string& model, int limit) const {
+std::vector<v1::SessionInfo> SessionTable::List(const std::string& model, int limit,
+                                                const Caller& caller, int64_t* total,
+                                                int64_t* state_bytes) const {
   std::vector<v1::SessionInfo> out;
+  int64_t count = 0, bytes = 0;
   for (const Shard& shard : shards_) {
     absl::MutexLock lock(&shard.mu);
     for (const auto& [id, s] : shard.sessions) {
+      if (!caller.CanAccess(s->owner())) continue;
+      ++count;
+      bytes += s->state_bytes();
       if (!model.empty() && s->model()->name() != model) continue;
-      if (static_cast<int>(out.size()) >= limit) return out;
-      out.push_back(s->Info());
+      if (static_cast<int>(out.size()) < limit) out.push_back(s->Info());
     }
   }
+  if (total != nullptr) *total = count;
+  if (state_bytes != nullptr) *state_bytes = bytes;
   return out;
 }
 

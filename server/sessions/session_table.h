@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "attnserve/v1/inference.pb.h"
 #include "server/model/model.h"
+#include "server/security/authenticator.h"
 
 namespace attnserve::server {
 
@@ -170,26 +171,31 @@ class SessionTable {
   // A new session of `model` with a fresh state and an id of 128 random bits. `ttl` zero
   // means the default; above max_ttl is INVALID_ARGUMENT. RESOURCE_EXHAUSTED when the count
   // or the memory budget is full (after evicting idle sessions, when configured).
-  absl::StatusOr<SessionUse> Create(const model::Model* model, absl::Duration ttl);
+  absl::StatusOr<SessionUse> Create(const model::Model* model, absl::Duration ttl,
+                                    const std::string& owner = "");
 
   // NOT_FOUND for an unknown, expired or closed session (the message says which it may be);
   // INVALID_ARGUMENT for an id not of the table's format (ValidateSessionId), here and in Peek
   // and Close, before any lookup (and so before the store sees it). A session that is not in
   // memory is restored from the store when there is one (its errors: SessionPersistence::Load;
   // RESOURCE_EXHAUSTED when it does not fit).
-  absl::StatusOr<SessionUse> Get(const std::string& id);
+  // A session `caller` may not access (Caller::CanAccess of its owner) is NOT_FOUND with the
+  // same message as an unknown id, here and in Peek, Close and Import: nothing tells another
+  // principal that it exists.
+  absl::StatusOr<SessionUse> Get(const std::string& id, const Caller& caller = {});
 
   // The session for reading its info only: no use is recorded, so its idle time goes on. A
   // session only in the store is read from it but not restored (a client asking every
   // replica where a session is must not pull a copy into each).
-  absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id);
+  absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id,
+                                                      const Caller& caller = {});
 
   // Removes the session, and its stored copy; NOT_FOUND when neither is there.
-  absl::Status Close(const std::string& id);
+  absl::Status Close(const std::string& id, const Caller& caller = {});
 
   // Makes the session of `snapshot` (ImportSession) a session of this table: ALREADY_EXISTS
   // when the table holds its id, RESOURCE_EXHAUSTED when it does not fit.
-  absl::StatusOr<SessionUse> Import(SessionSnapshot snapshot);
+  absl::StatusOr<SessionUse> Import(SessionSnapshot snapshot, const Caller& caller = {});
 
   // After a request changed `session` (on the scheduler's thread, once its results are
   // stored, before the session's next job): counts the change, and writes a checkpoint to the
@@ -210,7 +216,10 @@ class SessionTable {
   // Removes the sessions idle beyond their TTL; returns how many. The reaper calls it.
   int ReapExpired(absl::Time now);
 
-  std::vector<v1::SessionInfo> List(const std::string& model, int limit) const;
+  // The sessions in memory that `caller` may access (of `model` when not empty), at most
+  // `limit`; `total` and `state_bytes` (when not null) count all of them.
+  std::vector<v1::SessionInfo> List(const std::string& model, int limit, const Caller& caller = {},
+                                    int64_t* total = nullptr, int64_t* state_bytes = nullptr) const;
 
   struct ModelStats {
     int64_t sessions = 0;
@@ -237,7 +246,9 @@ class SessionTable {
   // Admits a restored or imported session: the existing one when `existing_ok` and the table
   // holds its id already (a concurrent restore), else ALREADY_EXISTS.
   absl::StatusOr<SessionUse> Admit(SessionSnapshot snapshot, bool existing_ok);
-  absl::StatusOr<SessionUse> Restore(const std::string& id);
+  absl::StatusOr<SessionUse> Restore(const std::string& id, const Caller& caller);
+  // The snapshot of `id` from the store, when `caller` may access it (NOT_FOUND otherwise).
+  absl::StatusOr<SessionSnapshot> LoadFor(const std::string& id, const Caller& caller);
   // The session of a snapshot, not in the table (its last use the snapshot's).
   static std::shared_ptr<Session> FromSnapshot(SessionSnapshot snapshot);
   // Takes an idle session out of the table to make room: spilled to the store when there is

@@ -1,0 +1,95 @@
+// Who is calling: the principal of a call, from a bearer token or a client certificate, and
+// whether that principal may see a session.
+//
+// Credentials, when any are configured (otherwise every call is the anonymous principal ""):
+//   * --auth_tokens_file: one "principal: token-hash" a line (token-hash: the SHA-256 of the
+//     token in lowercase hex, `printf %s "$TOKEN" | sha256sum`; '#' starts a comment). A call
+//     presents "authorization: Bearer TOKEN"; its SHA-256 is compared with every entry in
+//     constant time (OpenSSL's CRYPTO_memcmp, no early exit), so timing says nothing about
+//     which entry or how much of it matched. The file is re-read when its modification time or
+//     size changes (checked at most once a second), so a revoked token stops working within a
+//     second or two without a restart; a file that fails to parse keeps the last good one.
+//   * mutual TLS (--tls_client_ca): the client certificate's subject (gRPC's verified
+//     "x509_subject" property, e.g. "CN=alice,O=team") is the principal of a call that
+//     presents no token.
+// A token, when presented, must be valid, whatever the certificate. A call with neither valid
+// credential is UNAUTHENTICATED; the message does not say which part was wrong.
+//
+// Sessions belong to the principal that opened them. Caller::CanAccess: the owner, or a
+// principal named in --admin_principals. Thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace grpc {
+class ServerContextBase;
+}
+
+namespace attnserve::server {
+
+struct Caller {
+  std::string principal;  // "" without authentication
+  bool admin = false;     // may see and close every session
+
+  // Whether this caller may use a session opened by `owner`.
+  bool CanAccess(const std::string& owner) const { return admin || owner == principal; }
+};
+
+struct AuthOptions {
+  std::string tokens_file;                // empty: no tokens
+  bool client_certificates = false;       // mutual TLS: the certificate subject is a principal
+  std::vector<std::string> admin_principals;
+};
+
+class Authenticator {
+ public:
+  // Reads the tokens file (an error when it cannot be read or parsed: start-up stops).
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Create(AuthOptions options);
+
+  // Whether calls need credentials (a tokens file or client certificates is configured).
+  bool enabled() const { return !options_.tokens_file.empty() || options_.client_certificates; }
+
+  // The caller of `context`'s call, or UNAUTHENTICATED.
+  absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context);
+  // The same from the parts (for tests): the "authorization" metadata value (empty: none) and
+  // the verified certificate subject (empty: none).
+  absl::StatusOr<Caller> Authenticate(absl::string_view authorization,
+                                      const std::string& certificate_subject);
+
+  // Principals with a token now (after the last reload).
+  int token_count();
+
+  // The SHA-256 of `token`, lowercase hex: what the tokens file holds.
+  static std::string TokenHash(absl::string_view token);
+
+ private:
+  using Digest = std::array<unsigned char, 32>;
+  struct Entry {
+    std::string principal;
+    Digest digest;
+  };
+  explicit Authenticator(AuthOptions options);
+  // Re-reads the tokens file when it changed (at most once a second).
+  void MaybeReload();
+  static absl::StatusOr<std::vector<Entry>> ReadTokens(const std::string& path);
+  Caller Named(std::string principal) const;
+
+  const AuthOptions options_;
+  const absl::flat_hash_set<std::string> admins_;
+  absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t file_mtime_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t file_size_ ABSL_GUARDED_BY(mu_) = -1;
+};
+
+}  // namespace attnserve::server
