@@ -4,13 +4,17 @@
 #include <ATen/Parallel.h>
 #include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <iostream>
@@ -148,6 +152,22 @@ ABSL_FLAG(std::string, advertise_address, "",
 
 namespace {
 std::atomic<bool> g_stop{false};
+
+// Takes gRPC's reflection plugin out of a ServerBuilder. Linking grpc++_reflection registers
+// the plugin for every builder by itself (a static initializer), so leaving out
+// InitProtoReflectionServerBuilderPlugin does not turn reflection off; this option does.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                                    return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                               p.get()) != nullptr;
+                                  }),
+                   plugins->end());
+  }
+};
 void OnSignal(int) { g_stop.store(true); }
 
 int Fail(const std::string& message) {
@@ -334,25 +354,31 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   grpc::EnableDefaultHealthCheckService(true);
-  // The plaintext health port first: its builder must not pick up the reflection plugin.
+  // The plaintext health port: grpc.health.v1 only.
   std::unique_ptr<grpc::Server> health_server;
+  // Answers every other method on the health port with UNIMPLEMENTED (and gives gRPC a callback
+  // service to poll: the default health service alone is added only once the server starts).
+  grpc::CallbackGenericService unimplemented;
   if (absl::GetFlag(FLAGS_health_port) >= 0) {
     const std::string host = absl::GetFlag(FLAGS_health_host).empty()
                                  ? absl::GetFlag(FLAGS_host)
                                  : absl::GetFlag(FLAGS_health_host);
     const std::string health_address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_health_port));
     grpc::ServerBuilder health_builder;
+    health_builder.SetOption(std::make_unique<WithoutReflection>());  // health and nothing else
     int health_port = 0;
     health_builder.AddListeningPort(health_address, grpc::InsecureServerCredentials(),
                                     &health_port);
     health_builder.SetMaxReceiveMessageSize(4096);
+    health_builder.RegisterCallbackGenericService(&unimplemented);
     health_server = health_builder.BuildAndStart();
     if (!health_server || health_port == 0) return Fail("cannot listen on " + health_address);
     std::cout << "health (plaintext, grpc.health.v1 only) on " << host << ":" << health_port
               << std::endl;
   }
-  if (absl::GetFlag(FLAGS_reflection)) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!absl::GetFlag(FLAGS_reflection)) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;

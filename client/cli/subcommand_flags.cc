@@ -58,8 +58,8 @@ const Subcommand* FindSubcommand(const std::string& name) {
 }
 
 const std::vector<std::string>& CommonFlags() {
-  static const auto* flags = new std::vector<std::string>{"target",  "timeout", "json",  "tls_ca",
-                                                      "tls_cert", "tls_key", "token"};
+  static const auto* flags = new std::vector<std::string>{
+      "target", "timeout", "json", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "token"};
   return *flags;
 }
 
@@ -73,6 +73,7 @@ std::string ToolUsage() {
   out +=
       "\nCommon flags: --target=host:port (localhost:50051), --timeout=SECONDS, --json;\n"
       "TLS: --tls_ca=PEM (verify the server), --tls_cert=PEM --tls_key=PEM (mutual TLS),\n"
+      "--tls_server_name=NAME (the name in the server's certificate, when dialling pod IPs),\n"
       "--token=TOKEN or $ATTNSERVE_TOKEN (a bearer token with every call; needs --tls_ca).\n"
       "Several instances (infer, stream, generate, sessions): --route_sessions with\n"
       "--target=dns:///name:port or a comma list host:port,host:port sends each session's\n"

@@ -16,6 +16,9 @@ ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle: connect with TLS and verify the server's certificate against it.");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers with mutual TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name to verify in the server's certificate, when it differs from the address "
+          "dialled (pod IPs with --route_sessions: e.g. the Service's DNS name).");
 ABSL_FLAG(std::string, token, "",
           "Bearer token sent with every call (default: $ATTNSERVE_TOKEN; prefer the variable: "
           "a flag shows in the process list). Needs --tls_ca.");
@@ -56,6 +59,7 @@ absl::Status ConfigureChannelSecurityFromFlags() {
     if (absl::Status read = ReadFile("tls_cert", cert, &s.cert_pem); !read.ok()) return read;
     if (absl::Status read = ReadFile("tls_key", key, &s.key_pem); !read.ok()) return read;
   }
+  s.server_name = absl::GetFlag(FLAGS_tls_server_name);
   s.token = absl::GetFlag(FLAGS_token);
   if (s.token.empty()) {
     if (const char* env = std::getenv("ATTNSERVE_TOKEN"); env != nullptr) s.token = env;
@@ -83,6 +87,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int index)
       ssl.pem_cert_chain = security->cert_pem;
       ssl.pem_private_key = security->key_pem;
       credentials = grpc::SslCredentials(ssl);
+      if (!security->server_name.empty()) {
+        args.SetSslTargetNameOverride(security->server_name);
+      }
       if (!security->token.empty()) {
         credentials = grpc::CompositeChannelCredentials(
             credentials, grpc::AccessTokenCredentials(security->token));

@@ -19,6 +19,7 @@ struct ChannelSecurity {
   std::string ca_pem;
   std::string cert_pem;
   std::string key_pem;
+  std::string server_name;  // name to verify in the server's certificate (empty: the target's)
   std::string token;  // sent as "authorization: Bearer <token>"; needs TLS
 };
 
@@ -26,7 +27,7 @@ struct ChannelSecurity {
 // from their flags, before any channel).
 void SetChannelSecurity(ChannelSecurity security);
 
-// From the common flags --tls_ca, --tls_cert, --tls_key (files) and --token (or, when it is
+// From the common flags --tls_ca, --tls_cert, --tls_key (files), --tls_server_name and --token (or, when it is
 // empty, the environment variable ATTNSERVE_TOKEN; a token is never printed): reads the files
 // and calls SetChannelSecurity. INVALID_ARGUMENT naming the flag for a file that cannot be
 // read, a certificate without its key, or a token or client certificate without --tls_ca.

@@ -164,7 +164,10 @@ absl::StatusOr<Caller> Authenticator::Authenticate(absl::string_view authorizati
     if (match == nullptr) return Unauthenticated();
     return Named(match->principal);
   }
-  if (options_.client_certificates && !certificate_subject.empty()) {
+  // With a tokens file every call needs a token (the certificate then only admits the
+  // machine); without one, the certificate's subject is the principal.
+  if (options_.client_certificates && options_.tokens_file.empty() &&
+      !certificate_subject.empty()) {
     return Named(certificate_subject);
   }
   return Unauthenticated();

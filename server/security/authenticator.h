@@ -9,11 +9,13 @@
 //     which entry or how much of it matched. The file is re-read when its modification time or
 //     size changes (checked at most once a second), so a revoked token stops working within a
 //     second or two without a restart; a file that fails to parse keeps the last good one.
-//   * mutual TLS (--tls_client_ca): the client certificate's subject (gRPC's verified
-//     "x509_subject" property, e.g. "CN=alice,O=team") is the principal of a call that
-//     presents no token.
-// A token, when presented, must be valid, whatever the certificate. A call with neither valid
-// credential is UNAUTHENTICATED; the message does not say which part was wrong.
+//   * mutual TLS (--tls_client_ca) without a tokens file: the client certificate's subject
+//     (gRPC's verified "x509_subject" property, e.g. "CN=alice,O=team") is the principal.
+//     With a tokens file too, every call needs its token: the certificate admits the machine,
+//     the token names the principal (and revoking a token cuts a client off, which a
+//     certificate without a revocation list cannot).
+// A call without valid credentials is UNAUTHENTICATED; the message does not say which part
+// was wrong.
 //
 // Sessions belong to the principal that opened them. Caller::CanAccess: the owner, or a
 // principal named in --admin_principals. Thread-safe.

@@ -1,5 +1,6 @@
 """What the deploy tests share: the rendered overlays, the server's flags as the Deployment
-passes them, a real attnserve-server on loopback, its health service and its /metrics."""
+passes them, a real attnserve-server on loopback (its mounts, Secrets among them, in a
+temporary folder), its health service and its /metrics."""
 import argparse
 import importlib.util
 import os
@@ -81,6 +82,7 @@ class ServerConfig:
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
         self.mounts = {}  # mount path -> the ConfigMap's data
         self.empty_dirs = {}  # mount path -> the emptyDir volume source
+        self.secrets = {}  # mount path -> the secret volume source (the Secret is the user's)
         for mount in container.get("volumeMounts", []):
             source = volumes[mount["name"]].get("configMap")
             if source:
@@ -89,6 +91,8 @@ class ServerConfig:
                 self.mounts[mount["mountPath"]] = config_map.get("data", {})
             elif "emptyDir" in volumes[mount["name"]]:
                 self.empty_dirs[mount["mountPath"]] = volumes[mount["name"]]["emptyDir"]
+            elif "secret" in volumes[mount["name"]]:
+                self.secrets[mount["mountPath"]] = volumes[mount["name"]]["secret"]
         self.args = list(container.get("command", [])[1:]) + list(container.get("args", []))
         self.flags = []  # (name, value) in the order the server applies them
         self.flagfiles = []
@@ -115,22 +119,31 @@ class ServerConfig:
         values = [v for n, v in self.flags if n == name]
         return values[-1] if values else default
 
-    def materialize(self, folder):
-        """Writes the mounted ConfigMaps under `folder` and makes an empty folder for each
-        emptyDir; returns the args with every mount path in them, and in the ConfigMap files
-        (--policy=@..., --session_store=dir:...), rewritten to its folder (what the kubelet
+    def materialize(self, folder, secrets=None):
+        """Writes the mounted ConfigMaps under `folder`, makes an empty folder for each
+        emptyDir and writes each mounted Secret from `secrets` ({secret name: {key: bytes}},
+        what the user would have created) as the kubelet lays it out; returns the args with
+        every mount path in them, and in the ConfigMap files (--policy=@...,
+        --session_store=dir:..., --tls_cert=...), rewritten to its folder (what the kubelet
         would have mounted)."""
         rewrites = {}
         self.folders = {}  # mount path -> its folder under `folder`
-        for i, mount in enumerate(sorted(self.mounts) + sorted(self.empty_dirs)):
+        order = sorted(self.mounts) + sorted(self.empty_dirs) + sorted(self.secrets)
+        for i, mount in enumerate(order):
             target = os.path.join(folder, f"mount{i}")
             os.makedirs(target)
             for key, content in self.mounts.get(mount, {}).items():
                 with open(os.path.join(target, key), "w") as f:
                     f.write(content)
+            if mount in self.secrets:
+                name = self.secrets[mount]["secretName"]
+                if name not in (secrets or {}):
+                    raise AssertionError(f"the Secret {name} mounted at {mount} is not given")
+                self.write_secret(mount, target, secrets[name])
             rewrites[mount.rstrip("/")] = self.folders[mount] = target
         # One pass, longest path first, whole path components only: a rewritten path (under
-        # /tmp) is never rewritten again, and /tmp does not match /tmpfoo.
+        # /tmp) is never rewritten again, /tmp does not match /tmpfoo, and /etc/attnserve/tls
+        # (a Secret) is not taken for a file of /etc/attnserve (the ConfigMap).
         pattern = re.compile(r"(?<![\w./-])(" + "|".join(
             re.escape(m) for m in sorted(rewrites, key=len, reverse=True)) + r")(?![\w.-])")
 
@@ -141,11 +154,54 @@ class ServerConfig:
             target = rewrites[mount.rstrip("/")]
             for name in os.listdir(target):
                 path = os.path.join(target, name)
+                if not os.path.isfile(path) or os.path.islink(path):
+                    continue
                 with open(path) as f:
                     text = f.read()
                 with open(path, "w") as f:
                     f.write(rewrite(text))
         return [rewrite(arg) for arg in self.args]
+
+    def write_secret(self, mount, target, data):
+        """A Secret volume as the kubelet's atomic writer makes and updates it: the files in a
+        timestamped folder, `..data` a symlink to it, each key a symlink `key -> ..data/key`;
+        an update writes a new folder and renames a new `..data` over the old (one atomic
+        step), then removes the old folder. The files get the volume's defaultMode (or the
+        item's mode); `items` pick and rename keys, as in the volume source."""
+        source = self.secrets[mount]
+        mode = source.get("defaultMode", 0o644)
+        files = {}  # path in the volume -> (bytes, mode)
+        if source.get("items"):
+            for item in source["items"]:
+                if item["key"] not in data:
+                    raise AssertionError(f"Secret {source['secretName']} has no key {item['key']}")
+                files[item["path"]] = (data[item["key"]], item.get("mode", mode))
+        else:
+            files = {key: (value, mode) for key, value in data.items()}
+        stamp = f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{time.time_ns() % 10**9:09d}"
+        os.makedirs(os.path.join(target, stamp))
+        for path, (content, file_mode) in files.items():
+            full = os.path.join(target, stamp, path)
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as f:
+                f.write(content if isinstance(content, bytes) else content.encode())
+            os.chmod(full, file_mode)
+        old = os.path.join(target, "..data")
+        previous = os.readlink(old) if os.path.islink(old) else None
+        os.symlink(stamp, os.path.join(target, "..data_tmp"))
+        os.rename(os.path.join(target, "..data_tmp"), old)
+        for path in files:
+            top = path.split("/")[0]
+            link = os.path.join(target, top)
+            if not os.path.lexists(link):
+                os.symlink(os.path.join("..data", top), link)
+        if previous:
+            shutil.rmtree(os.path.join(target, previous))
+
+    def update_secret(self, mount, data):
+        """What the kubelet does when the Secret mounted at `mount` changes (after
+        materialize): the symlink swap of write_secret."""
+        self.write_secret(mount, self.folders[mount], data)
 
 
 def server_binary(build_dir):
@@ -177,6 +233,7 @@ class Server:
                    "--metrics_port=0"]
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
+        self.health_port = None  # the plaintext health port (--health_port), if it has one
         deadline = time.time() + 120
         while time.time() < deadline:
             text = self.text()
@@ -184,6 +241,10 @@ class Server:
             metrics_port = re.search(r"metrics on [\d.]+:(\d+)", text)
             if grpc_port and metrics_port:
                 self.grpc_port, self.metrics_port = int(grpc_port.group(1)), int(metrics_port.group(1))
+                # Printed before the main port's line, when there is one.
+                health_port = re.search(r"^health\b.* on [\d.]+:(\d+)", text, re.MULTILINE)
+                if health_port:
+                    self.health_port = int(health_port.group(1))
                 return
             if self.process.poll() is not None:
                 raise AssertionError(f"attnserve-server {' '.join(args)} exited "

@@ -19,15 +19,23 @@ For each rendered overlay:
     they must; the pods run non-root with a read-only root; the pod identity reaches the
     server; the gpu overlay asks for a GPU on GPU nodes and runs the CUDA image; the redis
     overlay is the cpu overlay with its sessions in a Redis that the Service, NetworkPolicy,
-    probes, memory limit and a real redis-server agree with.
+    probes, memory limit and a real redis-server agree with;
+  * no overlay embeds a Secret, key or certificate; Secrets are mounted whole and read-only;
+    the secure overlay is the cpu overlay with mutual TLS, tokens, no reflection and probes
+    on a plaintext health port, and a real server with the Secrets that deploy/README.md's
+    commands make (run as they are) serves TLS clients with a certificate and token only,
+    health in plaintext, and takes rotated Secrets without a restart.
 
 Usage: manifests_test.py --build-dir BUILD --source-dir SOURCE (run by CTest).
 """
+import base64
 import copy
+import hashlib
 import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -43,6 +51,15 @@ PB, PB_GRPC, HEALTH = STUBS[:3]
 # The flags that say where sessions go (the base's config/store.flags, an overlay's store.flags).
 STORE_FLAGS = {"session_store", "session_store_max_bytes", "session_store_timeout_ms",
                "session_store_queue_bytes", "checkpoint_every_appends"}
+# The flags the secure overlay adds (its security.flags and args).
+SECURITY_FLAGS = {"tls_cert", "tls_key", "tls_client_ca", "tls_reload_interval_s",
+                  "auth_tokens_file", "admin_principals", "reflection", "health_port",
+                  "health_host", "metrics_host", "max_concurrent_streams", "max_metadata_bytes"}
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+# Text that only key or certificate material holds.
+SECRET_MARKERS = re.compile(r"-----BEGIN [A-Z ]*(PRIVATE KEY|CERTIFICATE)-----")
+REFLECTION_METHODS = ("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
 
 
 def labels_match(selector, labels):
@@ -132,6 +149,40 @@ def redis_container(resources):
     return deployment, containers[0]
 
 
+def call_code(call, *args, **kwargs):
+    """The gRPC status code's name of a call ("OK" when it returns)."""
+    import grpc
+    try:
+        call(*args, **kwargs)
+    except grpc.RpcError as e:
+        return e.code().name
+    return "OK"
+
+
+def list_models(channel, timeout=10):
+    return call_code(PB_GRPC.AttnServeStub(channel).ListModels, PB.ListModelsRequest(),
+                     timeout=timeout)
+
+
+def reflection_codes(channel):
+    """The status of one ServerReflectionInfo exchange (a list_services request, bytes
+    written by hand: field 7, "") on each reflection version's method."""
+    codes = []
+    for method in REFLECTION_METHODS:
+        stream = channel.stream_stream(method, request_serializer=lambda b: b,
+                                       response_deserializer=lambda b: b)
+        codes.append(call_code(lambda: next(iter(stream(iter([b"\x3a\x00"]), timeout=10)))))
+    return codes
+
+
+def readme_blocks(source_dir, prefix):
+    """The ```sh blocks of deploy/README.md whose first line starts with `prefix`, in order."""
+    with open(os.path.join(source_dir, "deploy/README.md")) as f:
+        text = f.read()
+    return [b for b in re.findall(r"^```sh\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+            if b.startswith(prefix)]
+
+
 def prestop_seconds(container):
     """Seconds the preStop hook pauses: exec sleep N or the sleep action."""
     pre_stop = container.get("lifecycle", {}).get("preStop", {})
@@ -155,6 +206,8 @@ class OverlayTest:
         cls.pod_labels = cls.deployment["spec"]["template"]["metadata"]["labels"]
         cls.config = dc.ServerConfig(cls.resources)
         cls.ports = {p["name"]: p["containerPort"] for p in cls.container["ports"]}
+        # Where the probes go: the plaintext health port when there is one, else the gRPC port.
+        cls.health_port = int(cls.config.value("health_port", "-1"))
 
     def test_every_flag_exists_in_the_server(self):
         known = dc.server_flag_names(ARGS.build_dir)
@@ -178,8 +231,52 @@ class OverlayTest:
     def test_ports_agree(self):
         self.assertEqual(int(self.config.value("port", "50051")), self.ports["grpc"])
         self.assertEqual(int(self.config.value("metrics_port", "9090")), self.ports["metrics"])
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            self.assertEqual(self.container[probe]["grpc"]["port"], self.ports["grpc"], probe)
+        if self.health_port >= 0:
+            self.assertEqual(self.ports.get("health"), self.health_port)
+        else:
+            self.assertNotIn("health", self.ports)
+        probe_port = self.health_port if self.health_port >= 0 else self.ports["grpc"]
+        for probe in PROBES:
+            self.assertEqual(self.container[probe]["grpc"]["port"], probe_port, probe)
+
+    def test_flagfiles_leave_kubelet_variables_to_the_args(self):
+        # The kubelet expands $(VAR) in command and args only: in a flagfile the server would
+        # get the text "$(POD_IP)".
+        for path in self.config.flagfiles:
+            for name, value in dc.parse_flag_lines(self.config.file(path)):
+                self.assertNotRegex(value, r"\$\(\w+\)", f"{path}: --{name}")
+        env = {e["name"] for e in self.container.get("env", [])}
+        for arg in self.config.args:
+            for name in re.findall(r"\$\((\w+)\)", arg):
+                self.assertIn(name, env, f"{arg}: no env {name} for the kubelet to expand")
+
+    def test_no_secret_material_in_the_manifests(self):
+        self.assertEqual([r["metadata"]["name"] for r in self.resources if r["kind"] == "Secret"],
+                         [], "Secrets are the user's to create (deploy/README.md, Security)")
+        self.assertNotRegex(yaml.safe_dump_all(self.resources), SECRET_MARKERS)
+        folder = dc.overlays(ARGS.source_dir)[self.overlay]
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name), errors="replace") as f:
+                self.assertNotRegex(f.read(), SECRET_MARKERS, name)
+
+    def test_secret_volumes_are_whole_read_only_and_private(self):
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        pod_sc = self.pod["securityContext"]
+        for mount in self.container["volumeMounts"]:
+            source = volumes[mount["name"]].get("secret")
+            if source is None:
+                continue
+            self.assertTrue(mount.get("readOnly"), mount["mountPath"])
+            # A subPath mount is never updated: a rotated Secret would not reach the server.
+            self.assertNotIn("subPath", mount, mount["mountPath"])
+            self.assertNotIn("subPathExpr", mount, mount["mountPath"])
+            # Root's files, the pod's fsGroup their group (the kubelet's doing): the server's
+            # uid reads them through that group, which must be its own; others nothing.
+            mode = source.get("defaultMode", 0o644)
+            self.assertEqual(mode & 0o007, 0, f"{mount['mountPath']}: others may read")
+            self.assertEqual(mode & 0o040, 0o040, f"{mount['mountPath']}: the group cannot read")
+            self.assertEqual(pod_sc.get("fsGroup"), pod_sc["runAsGroup"])
+            self.assertFalse(source.get("optional", False), "the server cannot start without it")
 
     def test_probes_are_grpc_health_checks(self):
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -323,15 +420,20 @@ class OverlayTest:
         self.assertTrue(labels_match(self.deployment["spec"]["selector"]["matchLabels"],
                                      self.pod_labels))
 
+    # The Secrets the overlay mounts, {name: {key: bytes}}: none but in the secure overlay.
+    secrets = {}
+
     def server_args(self, tmp, redis=None):
         """The server's args as deployed, with its mounts under `tmp` and its Redis, if it
         has one, the LocalRedis `redis`."""
-        args = self.config.materialize(tmp)
+        args = self.config.materialize(tmp, self.secrets)
         # What the kubelet would expand; then the free ports, and the default models (the
         # image's repository holds the same models, written by attnserve-export-model).
         env = {"POD_NAME": f"attnserve-{self.overlay}-test", "POD_IP": "127.0.0.1"}
         args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in args]
         args.append("--model_repository=")
+        if self.health_port >= 0:
+            args.append("--health_port=0")  # a free one (dc.Server reads it back)
         if self.config.value("device") == "cuda":
             args.append("--device=cpu")  # no GPU here: everything else as deployed
         if redis is not None:
@@ -348,20 +450,46 @@ class OverlayTest:
         _, container = redis_container(self.resources)
         return LocalRedis(container.get("args", []), tmp)
 
+    def channel(self, port):
+        """A channel to the server's gRPC port as a client of this overlay dials it."""
+        import grpc
+        return grpc.insecure_channel(f"127.0.0.1:{port}")
+
+    def probe_port(self, server):
+        """The server's port that the probes ask (moved to a free one, as its gRPC port)."""
+        if self.health_port < 0:
+            return server.grpc_port
+        self.assertIsNotNone(server.health_port, "--health_port set, no health port printed")
+        return server.health_port
+
     def test_real_server_serves_what_the_probes_ask(self):
         tmp = tempfile.mkdtemp(prefix="attnserve_mounts_")
         redis = server = None
         try:
             redis = self.local_redis(tmp)
             server = dc.Server(ARGS.build_dir, self.server_args(tmp, redis))
-            services = {self.container[p]["grpc"].get("service", "")
-                        for p in ("startupProbe", "readinessProbe", "livenessProbe")}
+            services = {self.container[p]["grpc"].get("service", "") for p in PROBES}
             for service in services:
-                self.assertEqual(dc.health_check(HEALTH, server.grpc_port, service), "SERVING",
-                                 f"probe service {service!r}")
-            self.assertEqual(dc.health_check(HEALTH, server.grpc_port, "no.such.Service"),
+                # The kubelet's gRPC probe: plaintext, no credentials.
+                self.assertEqual(dc.health_check(HEALTH, self.probe_port(server), service),
+                                 "SERVING", f"probe service {service!r}")
+            self.assertEqual(dc.health_check(HEALTH, self.probe_port(server), "no.such.Service"),
                              "NOT_FOUND")
             self.assertIn("policy [standard up to 4095 tokens", server.text())
+            # Reflection as the flag says (on unless turned off).
+            with self.channel(server.grpc_port) as channel:
+                codes = reflection_codes(channel)
+            if self.config.value("reflection", "true") == "false":
+                self.assertEqual(codes, ["UNIMPLEMENTED"] * len(codes),
+                                 "--reflection=false, yet reflection answers")
+            else:
+                self.assertIn("OK", codes)
+            if self.health_port >= 0:
+                # The plaintext health port serves grpc.health.v1 and nothing else.
+                import grpc
+                with grpc.insecure_channel(f"127.0.0.1:{self.probe_port(server)}") as channel:
+                    self.assertEqual(reflection_codes(channel), ["UNIMPLEMENTED"] * 2,
+                                     "reflection on the plaintext health port")
             code, seconds = server.terminate(self.pod["terminationGracePeriodSeconds"])
             self.assertEqual(code, 0, server.text())
             self.assertLess(seconds, self.pod["terminationGracePeriodSeconds"]
@@ -389,13 +517,12 @@ class OverlayTest:
             self.assertLessEqual(ttl_ms, int(self.config.value("session_ttl_s")) * 1000)
             return ttl_ms > 0
 
-        import grpc
         try:
             redis = self.local_redis(tmp)
             args = self.server_args(tmp, redis)
             # A session with two appends (5 tokens), left open: the stream ends without close.
             servers.append(dc.Server(ARGS.build_dir, args))
-            with grpc.insecure_channel(f"127.0.0.1:{servers[0].grpc_port}") as channel:
+            with self.channel(servers[0].grpc_port) as channel:
                 stub = PB_GRPC.AttnServeStub(channel)
                 responses = list(stub.Stream(iter([
                     PB.StreamRequest(open=PB.StreamOpen(model="mamba")),
@@ -413,7 +540,7 @@ class OverlayTest:
 
             # A new process, the same store: the session is where it was, and goes on.
             servers.append(dc.Server(ARGS.build_dir, args))
-            with grpc.insecure_channel(f"127.0.0.1:{servers[1].grpc_port}") as channel:
+            with self.channel(servers[1].grpc_port) as channel:
                 stub = PB_GRPC.AttnServeStub(channel)
                 info = stub.GetSession(PB.GetSessionRequest(session_id=session_id), timeout=30)
                 self.assertEqual((info.model, info.position, info.last_sequence_number),
@@ -595,6 +722,332 @@ class RedisOverlayTest(OverlayTest, unittest.TestCase):
                                 .returncode, 0, "the probe fails without Redis")
         finally:
             redis.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class ReadmeSecrets:
+    """What deploy/README.md's four blocks "# Secrets for overlays/secure, N/4" make, run as
+    they are by bash in a temporary folder, one shell for them all (as a user pastes them):
+    the files, and the Secrets that `kubectl ... | kubectl apply -f -` would apply (kubectl
+    apply captured; kubectl create --dry-run=client run for real where kubectl is installed,
+    without any cluster, else its arguments read back here)."""
+    PREFIX = "# Secrets for overlays/secure"
+
+    def __init__(self):
+        self.blocks = readme_blocks(ARGS.source_dir, self.PREFIX)
+        if [b.split("\n")[0][len(self.PREFIX):][:6] for b in self.blocks] != [
+                f", {i}/4:" for i in range(1, 5)]:
+            raise AssertionError(f"deploy/README.md: expected four blocks {self.PREFIX}, 1/4: "
+                                 f"... 4/4:, found {[b.split(chr(10))[0] for b in self.blocks]}")
+        # What 1/4 sets (NAMESPACE=..., DOMAIN=...): a later run is in the same shell.
+        self.variables = dict(re.findall(r"^(\w+)=(\S+)", self.blocks[0], re.MULTILINE))
+        self.namespace = self.variables["NAMESPACE"]
+        self.root = tempfile.mkdtemp(prefix="attnserve_pki_")
+        self.run(self.blocks)
+        self.folder = os.path.join(self.root, "attnserve-pki")
+
+    def run(self, blocks, after_first=False):
+        """Runs `blocks` in one bash; after_first: in the folder and with the variables that
+        1/4 left (as in the shell it ran in). Returns the Secrets applied, {name: resource}."""
+        applied = os.path.join(self.root, "applied.yaml")
+        recorded = os.path.join(self.root, "kubectl-args")
+        for path in (applied, recorded):
+            if os.path.exists(path):
+                os.remove(path)
+        preamble = [
+            "set -euo pipefail",
+            # kubectl apply: what it would apply goes to a file; the rest is kubectl's own.
+            f'kubectl() {{ if [ "$1" = apply ]; then cat >> {applied!r}; echo --- >> {applied!r};'
+            f' elif type -P kubectl >/dev/null; then command kubectl "$@";'
+            f' else printf "%s\\0" "$@" >> {recorded!r}; printf "\\n\\0" >> {recorded!r}; fi; }}',
+        ]
+        if after_first:
+            preamble += [f"{k}={v}" for k, v in self.variables.items()]
+            preamble.append("cd attnserve-pki")
+        script = "\n".join(preamble + blocks) + "\n"
+        out = subprocess.run(["bash", "-c", script], cwd=self.root, capture_output=True,
+                             text=True, timeout=120,
+                             env=dict(os.environ, KUBECONFIG=os.path.join(self.root, "none")))
+        if out.returncode != 0:
+            raise AssertionError(f"deploy/README.md's Secret commands failed:\n{out.stderr}")
+        if os.path.exists(recorded):
+            self.applied = self.emulate_kubectl_create(recorded)
+        else:
+            with open(applied) as f:
+                self.applied = {r["metadata"]["name"]: r for r in yaml.safe_load_all(f) if r}
+        self.secrets = {name: {k: base64.b64decode(v) for k, v in r.get("data", {}).items()}
+                        for name, r in self.applied.items()}
+        return self.applied
+
+    def emulate_kubectl_create(self, recorded):
+        """`kubectl [-n NS] create secret generic NAME [--type=T] --from-file=KEY[=PATH]...
+        --dry-run=client -o yaml` without kubectl: the Secret it prints."""
+        with open(recorded) as f:
+            commands = [c.strip("\0").split("\0") for c in f.read().split("\n\0") if c.strip("\0")]
+        secrets = {}
+        for args in commands:
+            namespace = args[args.index("-n") + 1] if "-n" in args else "default"
+            rest = [a for i, a in enumerate(args) if a != "-n" and (i == 0 or args[i - 1] != "-n")]
+            if rest[:3] != ["create", "secret", "generic"]:
+                raise AssertionError(f"kubectl {args}: not emulated; install kubectl")
+            data, kind = {}, None  # kubectl prints no type unless given one
+            for arg in rest[4:]:
+                if arg.startswith("--type="):
+                    kind = arg[len("--type="):]
+                elif arg.startswith("--from-file="):
+                    key, _, path = arg[len("--from-file="):].partition("=")
+                    path = path or key
+                    key = os.path.basename(key)
+                    with open(os.path.join(self.root, "attnserve-pki", path), "rb") as f:
+                        data[key] = base64.b64encode(f.read()).decode()
+            secrets[rest[3]] = {"apiVersion": "v1", "kind": "Secret", "data": data,
+                                "metadata": {"name": rest[3], "namespace": namespace},
+                                **({"type": kind} if kind else {})}
+        return secrets
+
+    def path(self, name):
+        return os.path.join(self.folder, name)
+
+    def file(self, name):
+        with open(self.path(name), "rb") as f:
+            return f.read()
+
+    def remove(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class SecureOverlayTest(OverlayTest, unittest.TestCase):
+    overlay = "secure"
+    CLIENT = "alice"  # the client README.md's block 3/4 makes
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.pki = ReadmeSecrets()
+        cls.secrets = cls.pki.secrets
+        # The name a client dials: the load-balanced Service's, in README.md's namespace.
+        cls.server_name = f"attnserve.{cls.pki.namespace}.svc"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.remove()
+
+    def channel(self, port, client_certificate=True, token=None, server_name=None):
+        """TLS to `port` verified against README.md's CA for `server_name` (the Service's),
+        with the client's certificate and token unless told otherwise (token="" for none)."""
+        import grpc
+        client = self.CLIENT
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.pki.file("ca.crt"),
+            private_key=self.pki.file(f"{client}.key") if client_certificate else None,
+            certificate_chain=self.pki.file(f"{client}.crt") if client_certificate else None)
+        token = self.pki.file(f"{client}.token").decode() if token is None else token
+        if token:
+            credentials = grpc.composite_channel_credentials(
+                credentials, grpc.access_token_call_credentials(token))
+        return grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=[
+            ("grpc.ssl_target_name_override", server_name or self.server_name)])
+
+    def served_certificate(self, port, server_name):
+        """The certificate (DER) the server presents to a new TLS connection for
+        `server_name`, verified against README.md's CA, with the client's certificate."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
+        context.load_verify_locations(cadata=self.pki.file("ca.crt").decode())
+        context.load_cert_chain(self.pki.path(f"{self.CLIENT}.crt"),
+                                self.pki.path(f"{self.CLIENT}.key"))
+        context.set_alpn_protocols(["h2"])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            with context.wrap_socket(sock, server_hostname=server_name) as tls:
+                return tls.getpeercert(binary_form=True)
+
+    def mounted_secret(self, name):
+        """The container's mount path of the Secret `name`."""
+        paths = [m for m, source in self.config.secrets.items() if source["secretName"] == name]
+        self.assertEqual(len(paths), 1, f"the Secret {name} is mounted once")
+        return paths[0]
+
+    def test_the_cpu_overlay_with_transport_security(self):
+        cpu = dc.render(dc.overlays(ARGS.source_dir)["cpu"])
+        cpu_config = dc.ServerConfig(cpu)
+        # cpu's flags, in the same order, and the security flags.
+        self.assertEqual([f for f in self.config.flags if f[0] not in SECURITY_FLAGS],
+                         cpu_config.flags)
+        self.assertEqual(self.config.flagfiles, cpu_config.flagfiles + ["/etc/attnserve/security.flags"])
+        added = {n for n, _ in dc.parse_flag_lines(self.config.file("/etc/attnserve/security.flags"))}
+        self.assertLessEqual(added, SECURITY_FLAGS)
+        # cpu's resources, the same but for the ConfigMap (security.flags), the Services'
+        # appProtocol, and the server's Deployment.
+        ours = {(r["kind"], r["metadata"]["name"]): r for r in self.resources
+                if r["kind"] != "ConfigMap"}
+        theirs = {(r["kind"], r["metadata"]["name"]): r for r in cpu if r["kind"] != "ConfigMap"}
+        self.assertEqual(set(ours), set(theirs))
+        for key in set(theirs) - {("Deployment", "attnserve")}:
+            resource = copy.deepcopy(ours[key])
+            if key[0] == "Service":
+                port, = [p for p in resource["spec"]["ports"] if p["name"] == "grpc"]
+                self.assertEqual(port["appProtocol"], "https", f"{key}: the gRPC port speaks TLS")
+                port["appProtocol"] = "kubernetes.io/h2c"
+            self.assertEqual(resource, theirs[key], key)
+        # The server's Deployment is cpu's plus the args, the health port, the probes on it and
+        # the Secret volumes.
+        deployment = copy.deepcopy(self.deployment)
+        spec = deployment["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        self.assertEqual(container["args"][-2:], ["--health_host=$(POD_IP)",
+                                                  "--metrics_host=$(POD_IP)"])
+        del container["args"][-2:]
+        container["args"][0] = dc.server_container(cpu)[1]["args"][0]
+        container["ports"] = [p for p in container["ports"] if p["name"] != "health"]
+        for probe in PROBES:
+            container[probe]["grpc"]["port"] = self.ports["grpc"]
+        secret_volumes = {v["name"] for v in spec["volumes"] if "secret" in v}
+        self.assertEqual(secret_volumes, {"tls", "auth"})
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in secret_volumes]
+        container["volumeMounts"] = [m for m in container["volumeMounts"]
+                                     if m["name"] not in secret_volumes]
+        expected = copy.deepcopy(theirs[("Deployment", "attnserve")])
+        for d in (expected, deployment):
+            for v in d["spec"]["template"]["spec"]["volumes"]:
+                if "configMap" in v:
+                    v["configMap"]["name"] = "attnserve-config"
+        self.assertEqual(deployment, expected)
+
+    def test_security_flags(self):
+        value = self.config.value
+        self.assertEqual(value("reflection"), "false", "reflection is unauthenticated")
+        self.assertEqual(value("health_host"), "$(POD_IP)")
+        self.assertEqual(value("metrics_host"), "$(POD_IP)")
+        self.assertIsNone(value("host"), "the gRPC port on every address (port-forward too)")
+        self.assertGreater(int(value("tls_reload_interval_s")), 0)
+        # The files the server reads are the Secrets' keys where the Secrets are mounted.
+        tls, auth = self.mounted_secret("attnserve-tls"), self.mounted_secret("attnserve-auth")
+        self.assertEqual(value("tls_cert"), f"{tls}/tls.crt")
+        self.assertEqual(value("tls_key"), f"{tls}/tls.key")
+        self.assertEqual(value("tls_client_ca"), f"{tls}/ca.crt", "mutual TLS")
+        self.assertEqual(value("auth_tokens_file"), f"{auth}/tokens")
+        for mount in (tls, auth):
+            self.assertIsNone(self.config.secrets[mount].get("items"), "every key, as created")
+
+    def test_probes_on_the_plaintext_health_port(self):
+        self.assertEqual(self.health_port, 8081)
+        self.assertNotEqual(self.health_port, self.ports["grpc"])
+        cpu_container = dc.server_container(dc.render(dc.overlays(ARGS.source_dir)["cpu"]))[1]
+        for probe in PROBES:
+            self.assertEqual(self.container[probe]["grpc"]["port"], self.health_port, probe)
+            self.assertEqual(self.container[probe]["grpc"].get("service", ""),
+                             cpu_container[probe]["grpc"].get("service", ""), probe)
+        # Only the kubelet needs it: no Service exposes it.
+        for service in self.server_services().values():
+            for port in service["spec"]["ports"]:
+                self.assertNotIn(port["targetPort"], ("health", self.health_port))
+
+    def test_readme_makes_the_secrets_the_overlay_mounts(self):
+        applied = self.pki.applied
+        self.assertEqual(set(applied), {"attnserve-tls", "attnserve-auth"})
+        for secret in applied.values():
+            self.assertEqual(secret["metadata"].get("namespace"), self.pki.namespace)
+        self.assertEqual(applied["attnserve-tls"]["type"], "kubernetes.io/tls")
+        self.assertEqual(set(self.secrets["attnserve-tls"]), {"tls.crt", "tls.key", "ca.crt"})
+        self.assertEqual(set(self.secrets["attnserve-auth"]), {"tokens"})
+        # The CA's key stays out of the cluster.
+        ca_key = self.pki.file("ca.key")
+        for data in self.secrets.values():
+            self.assertNotIn(ca_key, data.values())
+        # Every Secret the Deployment mounts is one README.md makes.
+        self.assertEqual({s["secretName"] for s in self.config.secrets.values()}, set(applied))
+        # tokens: "principal: sha256-hex of the token", as the server reads it.
+        token = self.pki.file(f"{self.CLIENT}.token")
+        self.assertRegex(token.decode(), r"^[0-9a-f]{64}$")
+        self.assertEqual(self.secrets["attnserve-auth"]["tokens"].decode(),
+                         f"{self.CLIENT}: {hashlib.sha256(token).hexdigest()}\n")
+
+    def test_real_server_over_mutual_tls(self):
+        tmp = tempfile.mkdtemp(prefix="attnserve_mounts_")
+        server = None
+        try:
+            server = dc.Server(ARGS.build_dir, self.server_args(tmp))
+            self.assertIn("transport mutual TLS", server.text())
+            # The kubelet's probe: plaintext, on the health port only.
+            self.assertEqual(dc.health_check(HEALTH, server.health_port, ""), "SERVING")
+            self.assertEqual(dc.health_check(HEALTH, server.grpc_port, ""), "UNAVAILABLE",
+                             "the main port speaks TLS only")
+            import grpc
+            with grpc.insecure_channel(f"127.0.0.1:{server.health_port}") as channel:
+                self.assertEqual(list_models(channel), "UNIMPLEMENTED",
+                                 "the health port serves grpc.health.v1 only")
+            # The main port: TLS with the client's certificate and token.
+            with self.channel(server.grpc_port) as channel:
+                self.assertEqual(list_models(channel), "OK")
+            with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+                self.assertEqual(list_models(channel), "UNAVAILABLE", "plaintext")
+            with self.channel(server.grpc_port, client_certificate=False) as channel:
+                self.assertEqual(list_models(channel), "UNAVAILABLE", "no client certificate")
+            with self.channel(server.grpc_port, token="0" * 64) as channel:
+                self.assertEqual(list_models(channel), "UNAUTHENTICATED", "a wrong token")
+            # The certificate holds every name of the server's Services, short and long.
+            domain = self.pki.variables["DOMAIN"]
+            for service in self.server_services():
+                for name in (service, f"{service}.{self.pki.namespace}",
+                             f"{service}.{self.pki.namespace}.svc",
+                             f"{service}.{self.pki.namespace}.svc.{domain}"):
+                    self.served_certificate(server.grpc_port, name)
+            with self.assertRaises(ssl.SSLCertVerificationError):
+                self.served_certificate(server.grpc_port, "attnserve.elsewhere.svc")
+            code, _ = server.terminate(self.pod["terminationGracePeriodSeconds"])
+            self.assertEqual(code, 0, server.text())
+        finally:
+            if server:
+                server.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_real_server_takes_rotated_secrets_without_a_restart(self):
+        tmp = tempfile.mkdtemp(prefix="attnserve_mounts_")
+        server = None
+        try:
+            server = dc.Server(ARGS.build_dir, self.server_args(tmp))
+            old_token = self.pki.file(f"{self.CLIENT}.token").decode()
+            old_certificate = ssl.PEM_cert_to_DER_cert(self.pki.file("tls.crt").decode())
+            self.assertEqual(self.served_certificate(server.grpc_port, self.server_name),
+                             old_certificate)
+            # A new client (3/4 with its CLIENT), the old one's token revoked (README.md's sed),
+            # the Secret updated (4/4); the kubelet swaps the mounted files.
+            client_block = re.sub(r"^CLIENT=\w+", "CLIENT=bob", self.pki.blocks[2], count=1,
+                                  flags=re.MULTILINE)
+            subprocess.check_call(["sed", "-i", f"/^{self.CLIENT}:/d", self.pki.path("tokens")])
+            self.pki.run([client_block, self.pki.blocks[3]], after_first=True)
+            self.config.update_secret(self.mounted_secret("attnserve-auth"),
+                                      self.pki.secrets["attnserve-auth"])
+            new_token = self.pki.file("bob.token").decode()
+            deadline = time.time() + 10
+            while True:
+                with self.channel(server.grpc_port, token=new_token) as channel:
+                    if list_models(channel) == "OK":
+                        break
+                self.assertLess(time.time(), deadline, "the new token works within 10 s")
+                time.sleep(0.2)
+            with self.channel(server.grpc_port, token=old_token) as channel:
+                self.assertEqual(list_models(channel), "UNAUTHENTICATED", "the revoked token")
+            # As README.md says: with a tokens file the certificate alone does not get in.
+            with self.channel(server.grpc_port, token="") as channel:
+                self.assertEqual(list_models(channel), "UNAUTHENTICATED")
+            # A renewed server certificate (2/4, then 4/4): new connections get it within
+            # --tls_reload_interval_s.
+            self.pki.run([self.pki.blocks[1], self.pki.blocks[3]], after_first=True)
+            new_certificate = ssl.PEM_cert_to_DER_cert(self.pki.file("tls.crt").decode())
+            self.assertNotEqual(new_certificate, old_certificate)
+            self.config.update_secret(self.mounted_secret("attnserve-tls"),
+                                      self.pki.secrets["attnserve-tls"])
+            interval = int(self.config.value("tls_reload_interval_s"))
+            deadline = time.time() + interval + 10
+            while self.served_certificate(server.grpc_port, self.server_name) != new_certificate:
+                self.assertLess(time.time(), deadline,
+                                f"the renewed certificate is served within {interval} s")
+                time.sleep(0.5)
+            with self.channel(server.grpc_port, token=new_token) as channel:
+                self.assertEqual(list_models(channel), "OK")
+        finally:
+            if server:
+                server.stop()
             shutil.rmtree(tmp, ignore_errors=True)
 
 

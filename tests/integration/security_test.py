@@ -291,6 +291,13 @@ class SecurityTest(unittest.TestCase):
             # The same answer as for an id that never existed (but for the id itself).
             self.assertEqual(theirs[rpc][1].replace(sid, "ID"), unknown[rpc][1].replace(never, "ID"),
                              rpc)
+        # Alice's own snapshot, imported by bob: NOT_FOUND as well (not ALREADY_EXISTS, which
+        # would say that the session is here).
+        snapshot = b"".join(c.data for c in alice.ExportSession(
+            pb.ExportSessionRequest(session_id=sid), timeout=10))
+        code, _ = self.code(lambda: bob.ImportSession(iter([pb.SessionSnapshotChunk(
+            data=snapshot, total_bytes=len(snapshot))]), timeout=10))
+        self.assertEqual(code, grpc.StatusCode.NOT_FOUND)
         listed = bob.ListSessions(pb.ListSessionsRequest(), timeout=10)
         self.assertEqual((len(listed.sessions), listed.total), (0, 0))
         mine = alice.ListSessions(pb.ListSessionsRequest(), timeout=10)

@@ -62,12 +62,19 @@ TEST(AuthenticatorTest, TokensCertificatesAndAdmins) {
     EXPECT_EQ((*auth)->Authenticate(bad, "").status().code(), absl::StatusCode::kUnauthenticated)
         << bad;
   }
-  // A presented token must be valid whatever the certificate; without one, the certificate.
+  // With a tokens file every call needs a token, whatever its certificate.
   EXPECT_FALSE((*auth)->Authenticate("Bearer nope", "CN=bob").ok());
-  auto bob = (*auth)->Authenticate("", "CN=bob");
+  EXPECT_FALSE((*auth)->Authenticate("", "CN=bob").ok());
+  EXPECT_EQ((*auth)->Authenticate("", "").status().code(), absl::StatusCode::kUnauthenticated);
+  // Without one, the certificate's subject is the principal.
+  AuthOptions certificates_only;
+  certificates_only.client_certificates = true;
+  auto by_certificate = Authenticator::Create(certificates_only);
+  auto bob = (*by_certificate)->Authenticate("", "CN=bob");
   ASSERT_TRUE(bob.ok());
   EXPECT_EQ(bob->principal, "CN=bob");
-  EXPECT_EQ((*auth)->Authenticate("", "").status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_FALSE((*by_certificate)->Authenticate("", "").ok());
+  EXPECT_FALSE((*by_certificate)->Authenticate("Bearer x", "CN=bob").ok()) << "no tokens here";
 }
 
 TEST(AuthenticatorTest, ReloadsOnChangeAndKeepsTheLastGoodFile) {
