@@ -34,6 +34,9 @@ class AttnServeService::StreamReactor final
  public:
   StreamReactor(AttnServeService* service, grpc::CallbackServerContext* context, Caller caller)
       : service_(service), context_(context), caller_(std::move(caller)) {
+    if (service_->options_.authenticator != nullptr) {
+      credentials_ = Authenticator::CredentialsOf(*context);
+    }
     service_->inflight_.fetch_add(1);
     StartRead(&read_buffer_);
   }
@@ -54,6 +57,16 @@ class AttnServeService::StreamReactor final
                "(corrupted or of another type); the stream ends here"),
            arrival);
       return;
+    }
+    // The credentials again, as they stand now: a token revoked while the stream is open
+    // ends it at its next message.
+    if (Authenticator* auth = service_->options_.authenticator; auth != nullptr && auth->enabled()) {
+      absl::StatusOr<Caller> now = auth->Authenticate(credentials_);
+      if (!now.ok() || now->principal != caller_.principal) {
+        Done("StreamInvalid", now.ok() ? absl::UnauthenticatedError("credentials changed") : now.status(),
+             arrival);
+        return;
+      }
     }
     const v1::StreamRequest::KindCase kind = request_.kind_case();
     if (kind == v1::StreamRequest::kAppend) {
@@ -390,6 +403,7 @@ class AttnServeService::StreamReactor final
   AttnServeService* const service_;
   grpc::CallbackServerContext* const context_;
   const Caller caller_;  // authenticated when the stream started
+  Authenticator::Credentials credentials_;  // what the stream presented, checked per message
   std::atomic<bool> cancelled_{false};
   grpc::ByteBuffer read_buffer_;  // the message being read, raw
   v1::StreamRequest request_;     // the last message read, parsed

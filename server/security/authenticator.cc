@@ -173,26 +173,29 @@ absl::StatusOr<Caller> Authenticator::Authenticate(absl::string_view authorizati
   return Unauthenticated();
 }
 
-absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& context) {
-  if (!enabled()) return Caller{};
-  std::string authorization;
+Authenticator::Credentials Authenticator::CredentialsOf(const grpc::ServerContextBase& context) {
+  Credentials c;
   const auto& metadata = context.client_metadata();
   if (auto it = metadata.find("authorization"); it != metadata.end()) {
-    authorization.assign(it->second.data(), it->second.size());
+    c.authorization.assign(it->second.data(), it->second.size());
   }
-  std::string subject;
   if (std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
       auth != nullptr && auth->IsPeerAuthenticated()) {
     for (const grpc::string_ref& value : auth->FindPropertyValues("x509_subject")) {
-      subject.assign(value.data(), value.size());
+      c.certificate_subject.assign(value.data(), value.size());
     }
-    if (subject.empty()) {  // older gRPC: the common name only
+    if (c.certificate_subject.empty()) {  // older gRPC: the common name only
       for (const grpc::string_ref& value : auth->FindPropertyValues("x509_common_name")) {
-        subject = absl::StrCat("CN=", std::string(value.data(), value.size()));
+        c.certificate_subject = absl::StrCat("CN=", std::string(value.data(), value.size()));
       }
     }
   }
-  return Authenticate(authorization, subject);
+  return c;
+}
+
+absl::StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& context) {
+  if (!enabled()) return Caller{};
+  return Authenticate(CredentialsOf(context));
 }
 
 }  // namespace attnserve::server

@@ -60,10 +60,21 @@ class Authenticator {
   // Whether calls need credentials (a tokens file or client certificates is configured).
   bool enabled() const { return !options_.tokens_file.empty() || options_.client_certificates; }
 
+  // What a call presents: its "authorization" metadata value and its verified client
+  // certificate's subject (each empty when absent).
+  struct Credentials {
+    std::string authorization;
+    std::string certificate_subject;
+  };
+  static Credentials CredentialsOf(const grpc::ServerContextBase& context);
+
   // The caller of `context`'s call, or UNAUTHENTICATED.
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context);
-  // The same from the parts (for tests): the "authorization" metadata value (empty: none) and
-  // the verified certificate subject (empty: none).
+  // The same from the parts (a stream checks its credentials again at every message, so a
+  // revoked token stops an open stream too).
+  absl::StatusOr<Caller> Authenticate(const Credentials& credentials) {
+    return Authenticate(credentials.authorization, credentials.certificate_subject);
+  }
   absl::StatusOr<Caller> Authenticate(absl::string_view authorization,
                                       const std::string& certificate_subject);
 

@@ -121,6 +121,23 @@ int64_t DirSessionStore::Sweep(absl::Time now, bool temporaries) {
   ::closedir(dir);
   int64_t freed = 0;
   absl::MutexLock lock(&mu_);
+  // The listing is the truth: what is counted and not there any more is forgotten.
+  absl::flat_hash_map<std::string, int64_t> listed;
+  for (const Entry& e : entries) {
+    if (!e.expired && absl::EndsWith(e.name, kSuffix) &&
+        !absl::StrContains(e.name, kTemporaryMarker)) {
+      listed[e.name.substr(0, e.name.size() - (sizeof(kSuffix) - 1))] = e.size;
+    }
+  }
+  for (auto it = sizes_.begin(); it != sizes_.end();) {
+    if (!listed.contains(it->first)) {
+      total_bytes_ -= it->second;
+      freed += it->second;
+      sizes_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   for (const Entry& e : entries) {
     const bool snapshot = absl::EndsWith(e.name, kSuffix) &&
                           !absl::StrContains(e.name, kTemporaryMarker);
@@ -207,8 +224,7 @@ absl::StatusOr<std::string> DirSessionStore::Get(const std::string& id) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Errno("cannot stat", path);
   if (ModificationTime(st) <= absl::Now()) {
-    ::unlink(path.c_str());
-    Forget(id);
+    // Left for Sweep: unlinking by path here could remove a newer file renamed in meanwhile.
     return absl::NotFoundError(absl::StrCat("the snapshot of session ", id, " expired"));
   }
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
@@ -229,7 +245,10 @@ absl::Status DirSessionStore::Delete(const std::string& id) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   const std::string path = PathOf(id);
   if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
+    if (errno == ENOENT) {
+      Forget(id);  // whatever was counted for it is not there
+      return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
+    }
     return Errno("cannot remove", path);
   }
   Forget(id);

@@ -7,9 +7,14 @@ extern "C" {
 }
 #include <hiredis/hiredis.h>
 
+// The read-buffer sizing below uses hiredis 0.14's redisReader fields and sds functions.
+static_assert(HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14,
+              "check RedisSessionStore::Get's read-buffer sizing against this hiredis");
+
 #include <cstdarg>
 #include <memory>
 
+#include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/client_text.h"
@@ -121,18 +126,18 @@ absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snap
   // key at once (RENAME keeps the expiry), so a reader sees the old snapshot or the new one.
   // The temporary string is made at its full size first (SETRANGE at its last byte) and
   // filled in place: APPEND would make Redis reallocate and copy the growing string every time.
-  const std::string temporary = absl::StrCat(key, ":writing");
-  absl::Status status =
-      CommandLocked("DEL", "DEL %b", temporary.data(), temporary.size());
-  if (status.ok()) {
+  // The temporary key is this writer's own (another replica may write the same session) and
+  // has its expiry from its first command, so nothing is left behind if this never finishes.
+  const std::string temporary =
+      absl::StrCat(key, ":writing:", absl::Hex(absl::Uniform<uint64_t>(bitgen_)));
+  absl::Status status = CommandLocked("SET", "SET %b %b PX %lld", temporary.data(),
+                                      temporary.size(), snapshot.data(), size_t{1}, ms);
+  if (status.ok()) {  // the whole length at once (SETRANGE keeps the expiry)
     status = CommandLocked("SETRANGE", "SETRANGE %b %lld %b", temporary.data(), temporary.size(),
                            static_cast<long long>(snapshot.size() - 1),
                            snapshot.data() + snapshot.size() - 1, size_t{1});
   }
-  if (status.ok()) {
-    status = CommandLocked("PEXPIRE", "PEXPIRE %b %lld", temporary.data(), temporary.size(), ms);
-  }
-  for (size_t offset = 0; status.ok() && offset + 1 < snapshot.size(); offset += kPieceBytes) {
+  for (size_t offset = 1; status.ok() && offset + 1 < snapshot.size(); offset += kPieceBytes) {
     const size_t n = std::min(kPieceBytes, snapshot.size() - 1 - offset);
     status = CommandLocked("SETRANGE", "SETRANGE %b %lld %b", temporary.data(), temporary.size(),
                            static_cast<long long>(offset), snapshot.data() + offset, n);
@@ -161,8 +166,11 @@ absl::StatusOr<std::string> RedisSessionStore::Get(const std::string& id) {
   const bool large = length->type == REDIS_REPLY_INTEGER && length->integer > (1 << 20);
   if (large) {
     // maxbuf 0: hiredis would otherwise free an empty buffer above 16 KiB on the next read.
-    reader->maxbuf = 0;
-    reader->buf = sdsMakeRoomFor(reader->buf, static_cast<size_t>(length->integer) + 64);
+    sds grown = sdsMakeRoomFor(reader->buf, static_cast<size_t>(length->integer) + 64);
+    if (grown != nullptr) {  // else hiredis grows it as it reads, slower but the same
+      reader->buf = grown;
+      reader->maxbuf = 0;
+    }
   }
   Reply reply(static_cast<redisReply*>(redisCommand(context_, "GET %b", key.data(), key.size())));
   if (context_ != nullptr && large) {  // give the large buffer back

@@ -3,9 +3,10 @@
 // whose expiry (PX) is the session's remaining TTL, so Redis drops what no replica comes back
 // for. Several replicas share one Redis: any of them resumes any session.
 //
-// A snapshot above 4 MiB is written in 4 MiB pieces to "<key>:writing" and renamed over the
-// key, so readers never see part of one. Redis holds strings of at most 512 MB, so larger
-// snapshots (a long KV cache) fail with RESOURCE_EXHAUSTED and stay in memory.
+// A snapshot above 4 MiB is written in 4 MiB pieces to "<key>:writing:<random>" (expiring
+// with it) and renamed over the key, so readers never see part of one. Redis holds strings of
+// at most 512 MB, so larger snapshots (a long KV cache) fail with RESOURCE_EXHAUSTED (the
+// session stays in memory, or in the write queue when it was spilling).
 //
 // One connection, used under a mutex, with --session_store_timeout_ms for connecting and for
 // every command. A connection that fails is dropped and made again on the next call, but not
@@ -16,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/random/random.h"
 #include "absl/synchronization/mutex.h"
 #include "server/sessions/session_store.h"
 
@@ -57,6 +59,7 @@ class RedisSessionStore final : public SessionStore {
   absl::Mutex mu_;
   redisContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_failed_connect_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);  // temporary key names
 };
 
 }  // namespace attnserve::server

@@ -64,12 +64,24 @@ void SessionPersistence::Queue(const std::string& id, Operation op) {
 }
 
 bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
+  if (session.closed()) return false;  // a closed session must not come back
   const int64_t changes = session.changes();
-  auto snapshot = std::make_shared<const std::string>(EncodeSessionSnapshot(session));
-  const absl::Duration ttl =
-      std::max(absl::Seconds(1), session.ttl() - (absl::Now() - session.last_used()));
+  std::shared_ptr<const std::string> snapshot;
+  try {
+    snapshot = std::make_shared<const std::string>(EncodeSessionSnapshot(session));
+  } catch (const std::exception& e) {  // out of memory, a device copy that failed
+    Count("put", absl::ResourceExhaustedError(absl::StrCat("cannot encode session ", session.id(),
+                                                           ": ", e.what())),
+          absl::Now());
+    return false;
+  }
+  const absl::Time now = absl::Now();
+  const absl::Duration ttl = std::max(absl::Seconds(1), session.ttl() - (now - session.last_used()));
   {
     absl::MutexLock lock(&mu_);
+    // Checked again under the lock: Close marks the session closed before it queues the
+    // removal, so either this Save is refused or the removal comes after it.
+    if (session.closed()) return false;
     auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       auto it = queued_.find(session.id());
       const int64_t replaced =
@@ -88,10 +100,10 @@ bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
     Operation op;
     op.snapshot = std::move(snapshot);
     op.ttl = ttl;
-    op.session = session.weak_from_this();
     Queue(session.id(), std::move(op));
+    // Under the lock, so that the writer cannot finish (or fail) this write first.
+    session.MarkSaved(changes, now + ttl);
   }
-  session.MarkSaved(changes);
   return true;
 }
 
@@ -165,8 +177,15 @@ void SessionPersistence::WriterLoop() {
   absl::MutexLock lock(&mu_);
   auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !order_.empty(); };
   while (true) {
-    mu_.Await(absl::Condition(&wake));
+    const absl::Time next_retry = retries_.empty() ? absl::InfiniteFuture() : retries_.begin()->first;
+    mu_.AwaitWithDeadline(absl::Condition(&wake), next_retry);
     if (stop_) return;
+    // Failed operations whose time has come go to the back of the order.
+    for (auto due = retries_.begin(); due != retries_.end() && due->first <= absl::Now();
+         due = retries_.erase(due)) {
+      order_.push_back(due->second);
+    }
+    if (order_.empty()) continue;
     const std::string id = std::move(order_.front());
     order_.pop_front();
     auto it = queued_.find(id);
@@ -179,17 +198,24 @@ void SessionPersistence::WriterLoop() {
     if (op.snapshot != nullptr) {
       status = store_->Put(id, *op.snapshot, op.ttl);
       Count("put", status, start);
-      if (!status.ok()) {
-        failed_writes_.fetch_add(1);
-        if (std::shared_ptr<Session> s = op.session.lock()) s->MarkUnsaved();
-      }
     } else {
       status = store_->Delete(id);
       Count("delete", status, start);
+      if (status.code() == absl::StatusCode::kNotFound) status = absl::OkStatus();
     }
+    if (!status.ok()) failed_writes_.fetch_add(1);
     mu_.Lock();
     --writing_;
     it = queued_.find(id);
+    if (!status.ok() && it != queued_.end() && it->second.generation == op.generation) {
+      // Kept queued, and so visible to Load (a spilled session lives on in the queue), and
+      // tried again later: 0.5 s, doubling to 30 s. A newer operation of `id` replaces it.
+      const int attempts = ++it->second.attempts;
+      const absl::Duration backoff =
+          std::min(absl::Seconds(30), absl::Milliseconds(500) * (1 << std::min(attempts - 1, 6)));
+      retries_.emplace(absl::Now() + backoff, id);
+      continue;
+    }
     if (it != queued_.end() && it->second.generation == op.generation) {
       if (it->second.snapshot != nullptr) {
         queued_bytes_ -= static_cast<int64_t>(it->second.snapshot->size());

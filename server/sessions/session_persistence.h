@@ -13,13 +13,16 @@
 // Loads (Load, RemoveNow) run on the caller's thread and take as long as the store does
 // (bounded by its timeout). A store that fails never fails a request that did not need it:
 // errors are logged once a second at most and counted
-// (attnserve_session_store_operations_total{op, result}); a failed write marks the session
-// changed again, so that the next checkpoint or the drain writes it. Thread-safe.
+// (attnserve_session_store_operations_total{op, result}); a failed write or removal stays
+// queued (a spilled session lives on in the queue, visible to Load) and is tried again after
+// 0.5 s, doubling to 30 s, until it succeeds or a newer operation of its session replaces it.
+// A closed session is never saved. Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -73,15 +76,15 @@ class SessionPersistence {
   int checkpoint_every_appends() const { return options_.checkpoint_every_appends; }
   std::string Describe() const { return store_->Describe(); }
   int64_t queued_bytes() const;
-  // Writes that failed so far (each also counted in the metrics).
+  // Write and removal attempts that failed so far (each also counted in the metrics).
   int64_t failed_writes() const { return failed_writes_.load(); }
 
  private:
   struct Operation {
     std::shared_ptr<const std::string> snapshot;  // null: remove
     absl::Duration ttl;
-    std::weak_ptr<Session> session;  // marked changed again when the write fails
     int64_t generation = 0;
+    int attempts = 0;  // failed so far
   };
   void WriterLoop();
   void Queue(const std::string& id, Operation op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -97,6 +100,7 @@ class SessionPersistence {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Operation> queued_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first (may repeat)
+  std::multimap<absl::Time, std::string> retries_ ABSL_GUARDED_BY(mu_);  // failed: when again
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t writing_ ABSL_GUARDED_BY(mu_) = 0;  // operations taken by the writer, not yet done

@@ -4,8 +4,10 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <memory>
+#include <new>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "attnserve/v1/session_snapshot.pb.h"
@@ -34,7 +36,8 @@ bool IsGrowingCache(const at::Tensor& fresh) { return fresh.dim() > 2 && fresh.s
 // model from a fresh state.
 const std::vector<std::vector<bool>>& GrowingCaches(const model::Model& m) {
   static absl::Mutex mu;
-  static auto* cache = new absl::flat_hash_map<const model::Model*, std::vector<std::vector<bool>>>;
+  // Node-based: the references handed out stay valid while other models are added.
+  static auto* cache = new absl::node_hash_map<const model::Model*, std::vector<std::vector<bool>>>;
   absl::MutexLock lock(&mu);
   auto [it, inserted] = cache->try_emplace(&m);
   if (inserted) {
@@ -100,7 +103,12 @@ std::string EncodeSessionSnapshot(const Session& session) {
   // in cache.
   std::string out;
   out.reserve(kPrefixBytes + header_bytes.size() + payload + kChecksumBytes);
-  XXH3_state_t* hash = XXH3_createState();
+  struct FreeState {
+    void operator()(XXH3_state_t* state) const { XXH3_freeState(state); }
+  };
+  const std::unique_ptr<XXH3_state_t, FreeState> hash_state(XXH3_createState());
+  if (hash_state == nullptr) throw std::bad_alloc();
+  XXH3_state_t* hash = hash_state.get();
   XXH3_64bits_reset(hash);
   auto append = [&](const void* data, size_t n) {
     out.append(static_cast<const char*>(data), n);
@@ -130,7 +138,6 @@ std::string EncodeSessionSnapshot(const Session& session) {
     }
   }
   const uint64_t checksum = XXH3_64bits_digest(hash);
-  XXH3_freeState(hash);
   out.append(reinterpret_cast<const char*>(&checksum), kChecksumBytes);
   return out;
 }

@@ -49,6 +49,7 @@ struct SessionSnapshot {
 
 // The snapshot of `session` now. Reads the session's state: the caller makes sure that no job
 // of the session runs meanwhile (the session is idle, or this runs at the head of its queue).
+// Throws what allocating or copying the state throws (std::bad_alloc, c10::Error).
 std::string EncodeSessionSnapshot(const Session& session);
 
 // The session in `bytes`, with its model from `models`; see the format's errors above.

@@ -201,7 +201,32 @@ absl::StatusOr<SessionUse> SessionTable::Restore(const std::string& id, const Ca
 }
 
 absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot, const Caller& caller) {
-  if (!caller.CanAccess(snapshot.owner)) return NoSession(snapshot.session_id);
+  const std::string id = snapshot.session_id;
+  if (!caller.CanAccess(snapshot.owner)) return NoSession(id);
+  // A snapshot is checksummed, not signed: its owner field is the importer's word. A session
+  // that exists already (in memory or in the store) decides: another principal's is NOT_FOUND,
+  // like any session it may not see, and cannot be replaced.
+  {
+    Shard& shard = ShardFor(id);
+    absl::MutexLock lock(&shard.mu);
+    auto it = shard.sessions.find(id);
+    if (it != shard.sessions.end() && !caller.CanAccess(it->second->owner())) {
+      return NoSession(id);
+    }
+  }
+  if (persistence_ != nullptr) {
+    absl::StatusOr<SessionSnapshot> stored = persistence_->Load(id);
+    if (stored.ok() && !caller.CanAccess(stored->owner)) return NoSession(id);
+    if (stored.ok()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("session '", id, "' is already in this instance's session store"));
+    }
+  }
+  if (snapshot.ttl > limits_.max_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session '", id, "' in the snapshot has a TTL of ", absl::ToInt64Seconds(snapshot.ttl),
+        " s, above --max_session_ttl_s=", absl::ToInt64Seconds(limits_.max_ttl)));
+  }
   if (snapshot.expired()) {
     return absl::FailedPreconditionError(
         absl::StrCat("session '", snapshot.session_id, "' in the snapshot has expired (idle ",
@@ -216,7 +241,8 @@ absl::StatusOr<SessionUse> SessionTable::Admit(SessionSnapshot snapshot, bool ex
   std::shared_ptr<Session> session = FromSnapshot(std::move(snapshot));
   const int64_t bytes = session->state_bytes_.load();
   session->state_bytes_.store(0);  // counted in the table's bytes once admitted, below
-  if (existing_ok) session->MarkSaved(0);  // restored: the store has it as it is
+  // Restored: the store has it as it is, expiring when the session would.
+  if (existing_ok) session->MarkSaved(0, absl::Now() - idle + session->ttl());
   SessionUse use(session);
   // Its last use is the snapshot's (restoring is not a use of its own).
   session->last_used_ns_.store(absl::ToUnixNanos(absl::Now() - idle));
@@ -248,16 +274,21 @@ absl::StatusOr<SessionUse> SessionTable::Admit(SessionSnapshot snapshot, bool ex
   return use;
 }
 
-std::shared_ptr<Session> SessionTable::Remove(const std::string& id, bool only_if_idle) {
+std::shared_ptr<Session> SessionTable::Remove(const std::string& id, bool only_if_idle,
+                                             const Caller* caller) {
   Shard& shard = ShardFor(id);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.sessions.find(id);
   // New users come only through Get, under this lock: an idle session stays idle until
   // it is gone.
-  if (it == shard.sessions.end() || (only_if_idle && it->second->in_use())) return nullptr;
+  if (it == shard.sessions.end() || (only_if_idle && it->second->in_use()) ||
+      (caller != nullptr && !caller->CanAccess(it->second->owner()))) {
+    return nullptr;
+  }
   std::shared_ptr<Session> session = std::move(it->second);
   shard.sessions.erase(it);
-  session->closed_.store(true);
+  session->closed_.store(true);  // before the removal is queued: no Save after it
+  if (persistence_ != nullptr) persistence_->Remove(id);
   count_.fetch_sub(1);
   bytes_.fetch_sub(session->state_bytes_.load());
   return session;
@@ -276,10 +307,9 @@ absl::Status SessionTable::Close(const std::string& id, const Caller& caller) {
     auto it = shard.sessions.find(id);
     if (it != shard.sessions.end() && !caller.CanAccess(it->second->owner())) return not_found;
   }
-  std::shared_ptr<Session> session = Remove(id, /*only_if_idle=*/false);
+  std::shared_ptr<Session> session = Remove(id, /*only_if_idle=*/false, &caller);
   if (session != nullptr) {
     Evicted(session, EvictionReason::kClosed);
-    if (persistence_ != nullptr && session->stored_once()) persistence_->Remove(id);
     return absl::OkStatus();
   }
   if (persistence_ != nullptr) {
@@ -290,6 +320,11 @@ absl::Status SessionTable::Close(const std::string& id, const Caller& caller) {
       }
     }
     absl::Status removed = persistence_->RemoveNow(id);
+    // A restore that raced with this Close may have admitted it meanwhile: take it out too.
+    if (std::shared_ptr<Session> restored = Remove(id, /*only_if_idle=*/false, &caller)) {
+      Evicted(restored, EvictionReason::kClosed);
+      return absl::OkStatus();
+    }
     if (removed.code() != absl::StatusCode::kNotFound) return removed;
   }
   return not_found;
@@ -407,7 +442,6 @@ int SessionTable::ReapExpired(absl::Time now) {
     std::shared_ptr<Session> s = Remove(id, /*only_if_idle=*/true);
     if (s == nullptr) continue;  // picked up again since the scan
     Evicted(s, EvictionReason::kTtl);
-    if (persistence_ != nullptr && s->stored_once()) persistence_->Remove(id);
     ++removed_count;
   }
   return removed_count;

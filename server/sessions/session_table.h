@@ -102,17 +102,19 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Changes (applied requests) to the session, and whether the session store has its latest:
   // MarkSaved when its snapshot is queued for writing, MarkUnsaved when that write failed.
+  // saved(): the store has (or its write queue holds) the latest changes, and that copy
+  // expires no sooner than the session itself (its expiry is fixed when it is written, while a
+  // session in use lives on).
   int64_t changes() const { return changes_.load(); }
   int64_t unsaved_changes() const { return changes_.load() - std::max<int64_t>(saved_.load(), 0); }
-  bool saved() const { return saved_.load() == changes_.load(); }
-  void MarkSaved(int64_t changes) {
-    saved_.store(changes);
-    stored_once_.store(true);
+  bool saved() const {
+    return saved_.load() == changes_.load() &&
+           stored_until_ns_.load() >= last_used_ns_.load() + absl::ToInt64Nanoseconds(ttl_);
   }
-  void MarkUnsaved() { saved_.store(-1); }
-  // The store may hold a copy (one was queued, or the session came from it): closing or
-  // expiry removes it.
-  bool stored_once() const { return stored_once_.load(); }
+  void MarkSaved(int64_t changes, absl::Time stored_until) {
+    saved_.store(changes);
+    stored_until_ns_.store(absl::ToUnixNanos(stored_until));
+  }
 
  private:
   friend class SessionTable;
@@ -123,7 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const std::string owner_;
   std::atomic<int64_t> changes_{0};
   std::atomic<int64_t> saved_{-1};  // changes() when last saved; -1: the store lacks it
-  std::atomic<bool> stored_once_{false};
+  std::atomic<int64_t> stored_until_ns_{0};  // when the stored copy expires
   std::atomic<int64_t> position_{0};
   std::atomic<int64_t> state_bytes_{0};
   std::atomic<int64_t> last_sequence_{0};
@@ -240,8 +242,11 @@ class SessionTable {
   Shard& ShardFor(const std::string& id);
   const Shard& ShardFor(const std::string& id) const;
   // Takes the session out of the table and marks it closed; with only_if_idle, not when it
-  // is in use. Null when nothing was removed.
-  std::shared_ptr<Session> Remove(const std::string& id, bool only_if_idle);
+  // is in use; with a store, queues the removal of its stored copy first, under the shard's
+  // lock, so a Get that misses it cannot restore an older copy. Null when nothing was removed
+  // (or `caller` may not access it).
+  std::shared_ptr<Session> Remove(const std::string& id, bool only_if_idle,
+                                  const Caller* caller = nullptr);
   void Evicted(const std::shared_ptr<Session>& session, EvictionReason reason);
   // Admits a restored or imported session: the existing one when `existing_ok` and the table
   // holds its id already (a concurrent restore), else ALREADY_EXISTS.

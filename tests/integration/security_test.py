@@ -242,7 +242,13 @@ class SecurityTest(unittest.TestCase):
         anonymous = self.channel(server)
         self.assertEqual(self.code(lambda: self.open_session(anonymous))[0],
                          grpc.StatusCode.UNAUTHENTICATED)
-        # Revoked: alice's line removed from the file.
+        # Revoked: alice's line removed from the file; a stream she opened before ends at its
+        # next message.
+        pb = self.pb
+        outbox = pct.queue.Queue()
+        outbox.put(pb.StreamRequest(open=pb.StreamOpen(model="linear")))
+        open_stream = alice.Stream(pct.queued(outbox), timeout=60)
+        self.assertEqual(next(open_stream).WhichOneof("kind"), "opened")
         try:
             self.write_tokens({p: t for p, t in self.tokens.items() if p != "alice"})
             deadline = time.monotonic() + 10
@@ -251,6 +257,11 @@ class SecurityTest(unittest.TestCase):
                 time.sleep(0.2)
             self.assertEqual(self.list_models(alice)[0], grpc.StatusCode.UNAUTHENTICATED)
             self.assertEqual(self.list_models(bob)[0], grpc.StatusCode.OK)
+            outbox.put(pb.StreamRequest(append=pb.StreamAppend(sequence_number=1, tokens=[1])))
+            with self.assertRaises(grpc.RpcError) as ended:
+                next(open_stream)
+            self.assertEqual(ended.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            outbox.put(None)
         finally:
             self.write_tokens(self.tokens)
         # Health stays open, on the plaintext health port, without credentials.

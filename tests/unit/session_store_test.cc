@@ -17,6 +17,10 @@
 #include "server/sessions/session_table.h"
 #include "tests/common/redis_server.h"
 
+#include <xxhash.h>
+
+#include <cstring>
+
 namespace attnserve::server {
 namespace {
 
@@ -313,6 +317,103 @@ TEST(SessionPersistenceTest, AFullQueueDropsASpillButTheDrainWaitsForRoom) {
   auto loaded = persistence.Load(kOtherId);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(loaded->model, linear);
+}
+
+}  // namespace
+}  // namespace attnserve::server
+
+namespace attnserve::server {
+namespace {
+
+// A store whose writes fail until it is told otherwise (Redis down, a full disk).
+class FlakyStore final : public SessionStore {
+ public:
+  explicit FlakyStore(std::unique_ptr<SessionStore> inner) : inner_(std::move(inner)) {}
+  absl::Status Put(const std::string& id, std::string_view s, absl::Duration ttl) override {
+    if (failing.load()) return absl::UnavailableError("down");
+    return inner_->Put(id, s, ttl);
+  }
+  absl::StatusOr<std::string> Get(const std::string& id) override {
+    if (failing.load()) return absl::UnavailableError("down");
+    return inner_->Get(id);
+  }
+  absl::Status Delete(const std::string& id) override {
+    if (failing.load()) return absl::UnavailableError("down");
+    return inner_->Delete(id);
+  }
+  std::string Describe() const override { return "flaky"; }
+  std::atomic<bool> failing{true};
+
+ private:
+  std::unique_ptr<SessionStore> inner_;
+};
+
+TEST(SessionPersistenceTest, ASpillTheStoreRefusesLivesOnInTheQueueAndIsWrittenLater) {
+  TempDir dir;
+  auto repository = model::ModelRepository::BuildDefault();
+  const model::Model* mamba = (*repository)->Find("mamba");
+  auto flaky = std::make_unique<FlakyStore>(*DirSessionStore::Open(dir.path(), int64_t{1} << 30));
+  FlakyStore* store = flaky.get();
+  SessionPersistence persistence(std::move(flaky), **repository, {}, nullptr);
+  SessionLimits limits;
+  limits.state_budget_bytes = mamba->StateBytesPerSequence(0) + 100;  // one session
+  SessionTable table(limits, nullptr, &persistence);
+  std::string first;
+  {
+    auto use = table.Create(mamba, absl::Minutes(5));
+    first = (*use)->id();
+    ASSERT_TRUE(mamba->Forward(at::arange(5, at::kLong).unsqueeze(0), &(*use)->state,
+                               model::OutputKind::kLastLogits)
+                    .ok());
+    (*use)->Publish();
+  }
+  ASSERT_TRUE(table.Create(mamba, absl::Minutes(5)).ok()) << "the first spills";
+  EXPECT_EQ(persistence.Flush(absl::Now() + absl::Milliseconds(300)), 1) << "its write failed";
+  EXPECT_TRUE(dir.Files().empty());
+  // Still there, from the queue, at its position (and the other one spills in its place).
+  {
+    auto back = table.Peek(first);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ((*back)->position(), 5);
+  }
+  store->failing.store(false);
+  EXPECT_EQ(persistence.Flush(absl::Now() + absl::Seconds(5)), 0) << "written on a retry";
+  EXPECT_EQ(dir.Files(), std::vector<std::string>{first + ".snapshot"});
+}
+
+TEST(SessionPersistenceTest, AClosedSessionIsNeverSavedAndImportsCannotTakeOverIds) {
+  TempDir dir;
+  auto repository = model::ModelRepository::BuildDefault();
+  const model::Model* linear = (*repository)->Find("linear");
+  PersistenceOptions options;
+  options.checkpoint_every_appends = 1;
+  SessionPersistence persistence(*DirSessionStore::Open(dir.path(), int64_t{1} << 30),
+                                 **repository, options, nullptr);
+  SessionTable table(SessionLimits{}, nullptr, &persistence);
+  const Caller alice{"alice", false}, bob{"bob", false};
+  auto use = table.Create(linear, absl::Minutes(5), "alice");
+  Session& session = **use;
+  const std::string id = session.id();
+  // Bob's own session, relabelled with alice's id (a snapshot is checksummed, not signed).
+  auto bobs = table.Create(linear, absl::Minutes(5), "bob");
+  std::string forged = EncodeSessionSnapshot(**bobs);
+  forged.replace(forged.find((*bobs)->id()), id.size(), id);
+  auto resealed = [&] {
+    const uint64_t sum = XXH3_64bits(forged.data(), forged.size() - 8);
+    std::memcpy(forged.data() + forged.size() - 8, &sum, 8);
+    return DecodeSessionSnapshot(forged, **repository);
+  }();
+  ASSERT_TRUE(resealed.ok()) << resealed.status();
+  EXPECT_EQ(table.Import(*std::move(resealed), bob).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.Get(id, alice).ok(), true) << "alice's session is untouched";
+  // Closed while a job still holds it: the job's checkpoint must not bring it back.
+  EXPECT_TRUE(table.Close(id, alice).ok());
+  table.Applied(session);
+  EXPECT_EQ(persistence.Flush(absl::Now() + absl::Seconds(5)), 0);
+  EXPECT_EQ(table.Get(id, alice).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(dir.Files(), std::vector<std::string>{})
+      << "bob's session was never changed, alice's is gone";
 }
 
 }  // namespace
