@@ -22,17 +22,20 @@ const char* MixerKindName(MixerKind kind) {
       return "linear";
     case MixerKind::kMamba:
       return "mamba";
+    case MixerKind::kSlidingWindow:
+      return "sliding_window";
   }
   return "unknown";
 }
 
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
-  for (MixerKind kind :
-       {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba}) {
+  for (MixerKind kind : {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear,
+                         MixerKind::kMamba, MixerKind::kSlidingWindow}) {
     if (name == MixerKindName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mixer '", name, "'; expected one of standard, linformer, linear, mamba"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown mixer '", name,
+                   "'; expected one of standard, linformer, linear, mamba, sliding_window"));
 }
 
 absl::Status ValidateMixerConfig(const MixerConfig& c) {
@@ -51,6 +54,15 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
       }
       if (auto s = positive("linformer_k", c.linformer_k); !s.ok()) return s;
       if (auto s = positive("max_len", c.max_len); !s.ok()) return s;
+      [[fallthrough]];
+    case MixerKind::kSlidingWindow:
+      if (c.kind == MixerKind::kSlidingWindow) {
+        if (!c.causal) {
+          return absl::InvalidArgumentError(
+              "sliding_window is causal: each token sees the ones before it; set causal = true");
+        }
+        if (auto s = positive("window", c.window); !s.ok()) return s;
+      }
       [[fallthrough]];
     case MixerKind::kStandard:
     case MixerKind::kLinear:
@@ -85,6 +97,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
       return ExpectedLinearWeights(config);
     case MixerKind::kMamba:
       return ExpectedMambaWeights(config);
+    case MixerKind::kSlidingWindow:
+      return ExpectedSlidingWindowWeights(config);
   }
   return {};
 }
@@ -100,6 +114,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
       return RandomLinearWeights(config, gen);
     case MixerKind::kMamba:
       return RandomMambaWeights(config, gen);
+    case MixerKind::kSlidingWindow:
+      return RandomSlidingWindowWeights(config, gen);
   }
   return {};
 }
@@ -243,6 +259,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreateLinearMixer(config, weights);
       case MixerKind::kMamba:
         return CreateMambaMixer(config, weights);
+      case MixerKind::kSlidingWindow:
+        return CreateSlidingWindowMixer(config, weights);
     }
     return absl::InvalidArgumentError("unknown mixer kind");
   });

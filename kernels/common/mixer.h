@@ -23,17 +23,19 @@
 
 namespace attnserve::kernels {
 
-enum class MixerKind { kStandard, kLinformer, kLinear, kMamba };
+enum class MixerKind { kStandard, kLinformer, kLinear, kMamba, kSlidingWindow };
 
-// "standard", "linformer", "linear", "mamba".
+// "standard", "linformer", "linear", "mamba", "sliding_window".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
 
 struct MixerConfig {
   MixerKind kind = MixerKind::kStandard;
   int64_t d_model = 256;
-  // standard, linformer, linear: d_model = num_heads * head_dim.
+  // standard, linformer, linear, sliding_window: d_model = num_heads * head_dim.
   int64_t num_heads = 8;
+  // sliding_window: the tokens each query attends to, its own included (W >= 1).
+  int64_t window = 1024;
   // standard, linear: causal (can stream) or bidirectional. Linformer is never causal.
   bool causal = true;
   // linformer: projected length k and the longest input (E, F are (max_len, k)).

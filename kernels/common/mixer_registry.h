@@ -30,4 +30,9 @@ std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& config);
 WeightMap RandomMambaWeights(const MixerConfig& config, at::Generator& gen);
 std::unique_ptr<Mixer> CreateMambaMixer(const MixerConfig& config, const WeightMap& weights);
 
+std::vector<WeightSpec> ExpectedSlidingWindowWeights(const MixerConfig& config);
+WeightMap RandomSlidingWindowWeights(const MixerConfig& config, at::Generator& gen);
+std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
+                                                const WeightMap& weights);
+
 }  // namespace attnserve::kernels

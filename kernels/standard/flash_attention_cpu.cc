@@ -17,7 +17,7 @@ namespace {
 // (bmm / baddbmm over a (B·H, tile, tile) batch), so the number of ATen calls is about
 // 12 per (query tile, key tile) pair and does not grow with B·H.
 at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              bool causal, FlashAttentionTiles tiles) {
+                              bool causal, FlashAttentionTiles tiles, int64_t window) {
   const int64_t b = q.size(0), h = q.size(1), lq = q.size(2), d = q.size(3);
   const int64_t lk = k.size(2);
   const int64_t bh = b * h;
@@ -45,10 +45,12 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
     const at::Tensor qt = qf.narrow(1, q0, nq);
     // The output rows of this tile serve as the accumulator: no extra (nq, d) buffer.
     at::Tensor acc = of.narrow(1, q0, nq);
-    // Key tiles at or beyond the last query's horizon are skipped whole.
+    // Key tiles at or beyond the last query's horizon are skipped whole; with a window, so are
+    // those before the first query's window.
     const int64_t key_end = causal ? offset + q0 + nq : lk;
+    const int64_t key_begin = window > 0 ? std::max<int64_t>(0, offset + q0 - window + 1) : 0;
     at::Tensor row_max, row_sum;  // (B·H, nq, 1): running max and sum of exp(s - max)
-    for (int64_t k0 = 0; k0 < key_end; k0 += tiles.key) {
+    for (int64_t k0 = key_begin; k0 < key_end; k0 += tiles.key) {
       const int64_t nk = std::min(tiles.key, key_end - k0);
       const at::Tensor vt = vf.narrow(1, k0, nk);
       at::Tensor s = score_buffer.narrow(0, 0, bh * nq * nk).view({bh, nq, nk});
@@ -62,10 +64,20 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
             at::ones({nq, nk}, q.options().dtype(at::kBool)).triu_(offset + q0 - k0 + 1);
         s.masked_fill_(hidden, neg_inf);
       }
-      const at::Tensor tile_max = at::amax(s, 2, /*keepdim=*/true);
-      // Key 0 is in the first tile and visible to every query, so every row max is finite
-      // from the first tile on, and exp(-inf - max) = 0 handles rows a later tile hides.
-      if (k0 == 0) {
+      // The window's lower edge: key k0 + j is hidden from query q0 + i when
+      // k0 + j <= offset + q0 + i - window.
+      if (window > 0 && k0 <= offset + q0 + nq - 1 - window) {
+        const at::Tensor hidden = at::ones({nq, nk}, q.options().dtype(at::kBool))
+                                      .tril_(offset + q0 - k0 - window);
+        s.masked_fill_(hidden, neg_inf);
+      }
+      at::Tensor tile_max = at::amax(s, 2, /*keepdim=*/true);
+      // Without a window, key 0 is in the first tile and visible to every query, so every row
+      // max is finite from the first tile on, and exp(-inf - max) = 0 handles rows a later tile
+      // hides. With one, a row may see nothing of the first tile: its max is held at the
+      // lowest finite value, so it contributes exp(-inf) = 0 and a later tile's max replaces it.
+      if (window > 0) tile_max.clamp_min_(std::numeric_limits<float>::lowest());
+      if (k0 == key_begin) {
         row_max = tile_max;
         s.sub_(row_max).exp_();
         row_sum = s.sum(2, /*keepdim=*/true);
@@ -89,7 +101,7 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
 
 absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal,
-                                             FlashAttentionTiles tiles) {
+                                             FlashAttentionTiles tiles, int64_t window) {
   RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
   const int64_t b = q.size(0), h = q.size(1), lq = q.size(2), d = q.size(3);
   RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
@@ -110,8 +122,14 @@ absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tens
     return absl::InvalidArgumentError(
         absl::StrCat("attention over no keys is undefined, got Lq = ", lq, ", Lk = 0"));
   }
+  if (window < 0 || (window > 0 && !causal)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sliding window (", window, ") needs causal attention and must be >= 0 (0: none)"));
+  }
+  // A window that covers every key is no window: the same computation as without one.
+  if (window >= lk) window = 0;
   return GuardTorch("flash attention", [&]() -> absl::StatusOr<at::Tensor> {
-    return FlashAttentionImpl(q, k, v, causal, tiles);
+    return FlashAttentionImpl(q, k, v, causal, tiles, window);
   });
 }
 

@@ -28,10 +28,14 @@ struct FlashAttentionTiles {
 //   causal = true: the queries are the last Lq positions of the Lk keys (a chunk after a KV
 //   prefix of Lk - Lq tokens), so query i (0-based in the chunk) sees keys 0 .. Lk - Lq + i.
 //   Requires Lk >= Lq.
+//   window > 0 (causal only): sliding-window attention, query i also sees only the last
+//   `window` keys up to its own position (keys Lk - Lq + i - window + 1 .. Lk - Lq + i); key
+//   tiles wholly outside every query's window are skipped, so the cost is O(Lq · window). A
+//   window of at least Lk is the same computation as none (bit for bit).
 // Errors (InvalidArgument) name the tensor, the expected and the received shapes. Thread-safe:
 // it touches nothing but its arguments.
 absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal,
-                                             FlashAttentionTiles tiles = {});
+                                             FlashAttentionTiles tiles = {}, int64_t window = 0);
 
 }  // namespace attnserve::kernels

@@ -156,6 +156,7 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.d_model = c.hidden_size();
   m.num_heads = c.num_heads();
   m.causal = m.kind != kernels::MixerKind::kLinformer && !c.bidirectional();
+  m.window = c.sliding_window();
   m.linformer_k = c.linformer_k();
   m.max_len = c.linformer_max_len();
   m.d_state = c.state_size();

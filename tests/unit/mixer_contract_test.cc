@@ -26,12 +26,20 @@ MixerConfig Config(MixerKind kind, int64_t d_model, int64_t heads) {
   return c;
 }
 
+MixerConfig SlidingWindow(int64_t d_model, int64_t heads, int64_t window) {
+  MixerConfig c = Config(MixerKind::kSlidingWindow, d_model, heads);
+  c.window = window;
+  return c;
+}
+
 std::vector<ContractCase> StreamingCases() {
   return {{"standard", Config(MixerKind::kStandard, 64, 4)},
           {"standard_wide_heads", Config(MixerKind::kStandard, 128, 1)},
           {"linear", Config(MixerKind::kLinear, 64, 2)},
           {"linear_many_heads", Config(MixerKind::kLinear, 128, 8)},
-          {"mamba", Config(MixerKind::kMamba, 40, 1)}};
+          {"mamba", Config(MixerKind::kMamba, 40, 1)},
+          {"sliding_window", SlidingWindow(64, 4, 37)},
+          {"sliding_window_of_one", SlidingWindow(32, 2, 1)}};
 }
 
 class StreamingContractTest : public ::testing::TestWithParam<ContractCase> {

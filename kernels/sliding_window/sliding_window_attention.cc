@@ -1,0 +1,195 @@
+#include "kernels/sliding_window/sliding_window_attention.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/attention_projections.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+#include "kernels/standard/decode_attention_cpu.h"
+#include "kernels/standard/flash_attention_cpu.h"
+
+namespace attnserve::kernels {
+namespace {
+
+class SlidingWindowAttentionMixer final : public Mixer {
+ public:
+  SlidingWindowAttentionMixer(const MixerConfig& config, AttentionProjections projections)
+      : config_(config), projections_(std::move(projections)) {}
+
+  const MixerConfig& config() const override { return config_; }
+  bool can_stream() const override { return true; }
+
+  absl::StatusOr<MixerState> InitialState(int64_t batch) const override {
+    if (batch <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
+    }
+    RETURN_IF_ERROR(CheckCpu());
+    return GuardTorch("sliding_window InitialState", [&]() -> absl::StatusOr<MixerState> {
+      MixerState state;
+      const at::Tensor ring = at::zeros({batch, config_.num_heads, config_.window,
+                                         config_.head_dim()},
+                                        at::TensorOptions(at::kFloat).device(device()));
+      state.tensors = {ring, ring.clone()};
+      return state;
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
+    RETURN_IF_ERROR(CheckCpu());
+    RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}, device()));
+    if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
+    return GuardTorch("sliding_window Prefill", [&]() -> absl::StatusOr<at::Tensor> {
+      auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
+      const int64_t w = config_.window;
+      if (state == nullptr) {
+        ASSIGN_OR_RETURN(at::Tensor heads, FlashAttentionCpu(q, k, v, /*causal=*/true, {}, w));
+        return projections_.ProjectOutput(heads);
+      }
+      // The keys the chunk's first query still sees (the last W - 1 before it), in order,
+      // then the chunk's own.
+      const int64_t past = std::min(state->position, w - 1);
+      const at::Tensor keys = at::cat({Chronological(state->tensors[0], state->position, past), k}, 2);
+      const at::Tensor values =
+          at::cat({Chronological(state->tensors[1], state->position, past), v}, 2);
+      ASSIGN_OR_RETURN(at::Tensor heads, FlashAttentionCpu(q, keys, values, /*causal=*/true, {}, w));
+      Write(state, k, v);
+      return projections_.ProjectOutput(heads);
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
+    RETURN_IF_ERROR(CheckCpu());
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}, device()));
+    if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
+    RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
+    return GuardTorch("sliding_window Step", [&]() -> absl::StatusOr<at::Tensor> {
+      const int64_t b = x_t.size(0);
+      auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+      Write(state, k, v);
+      std::vector<DecodeAttentionRow> rows;
+      for (int64_t i = 0; i < b; ++i) rows.push_back(RingRow(*state, i));
+      return projections_.ProjectOutput(DecodeRows(q, rows)).view({b, config_.d_model});
+    });
+  }
+
+  // The projections once over all B rows; one decode-attention call over every row's own ring.
+  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                       const std::vector<MixerState*>& states) const override {
+    RETURN_IF_ERROR(CheckCpu());
+    RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
+    for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(*state, 1));
+    return GuardTorch("sliding_window StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+      const int64_t b = x_t.size(0);
+      auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+      std::vector<DecodeAttentionRow> rows;
+      for (int64_t i = 0; i < b; ++i) {
+        Write(states[i], k.narrow(0, i, 1), v.narrow(0, i, 1));
+        rows.push_back(RingRow(*states[i], 0));
+      }
+      return projections_.ProjectOutput(DecodeRows(q, rows)).view({b, config_.d_model});
+    });
+  }
+
+  int64_t StateBytesPerSequence(int64_t) const override {
+    return 2 * config_.num_heads * config_.window * config_.head_dim() *
+           static_cast<int64_t>(sizeof(float));
+  }
+
+ private:
+  at::Device device() const { return projections_.device(); }
+
+  absl::Status CheckCpu() const {
+    if (device().is_cpu()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        "sliding_window has no CUDA kernel yet: serve it with --device=cpu");
+  }
+
+  absl::Status CheckState(const MixerState& state, int64_t batch) const {
+    const int64_t h = config_.num_heads, d = config_.head_dim(), w = config_.window;
+    if (state.tensors.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sliding_window state: expected 2 tensors (k_ring, v_ring), got ", state.tensors.size()));
+    }
+    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "sliding_window state k_ring",
+                                     {batch, h, w, d}, device()));
+    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[1], "sliding_window state v_ring",
+                                     {batch, h, w, d}, device()));
+    if (!state.tensors[0].is_contiguous() || !state.tensors[1].is_contiguous()) {
+      return absl::InvalidArgumentError("sliding_window state: rings must be contiguous");
+    }
+    if (state.position < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sliding_window state: position ", state.position, " is negative"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The last `count` entries before `position` of a ring (B, H, W, d), oldest first.
+  at::Tensor Chronological(const at::Tensor& ring, int64_t position, int64_t count) const {
+    const int64_t w = config_.window;
+    if (count == 0) return ring.narrow(2, 0, 0);
+    const int64_t first = (position - count) % w;
+    if (first + count <= w) return ring.narrow(2, first, count);
+    return at::cat({ring.narrow(2, first, w - first), ring.narrow(2, 0, count - (w - first))}, 2);
+  }
+
+  // Writes k, v (B, H, L, d) of positions position .. position + L - 1 into the rings (only
+  // the last W survive) and advances the position.
+  void Write(MixerState* state, const at::Tensor& k, const at::Tensor& v) const {
+    const int64_t w = config_.window, l = k.size(2);
+    const int64_t keep = std::min(l, w);
+    for (int64_t i = l - keep; i < l;) {
+      const int64_t slot = (state->position + i) % w;
+      const int64_t run = std::min(l - i, w - slot);  // up to the ring's end
+      state->tensors[0].narrow(2, slot, run).copy_(k.narrow(2, i, run));
+      state->tensors[1].narrow(2, slot, run).copy_(v.narrow(2, i, run));
+      i += run;
+    }
+    state->position += l;
+  }
+
+  // Row `b` of a state's rings for the decode kernel: the valid slots are 0 .. min(position,
+  // W) - 1 (attention does not depend on the keys' order, only on which keys).
+  DecodeAttentionRow RingRow(const MixerState& state, int64_t b) const {
+    const at::Tensor& k = state.tensors[0];
+    const int64_t stride = k.size(1) * k.size(2) * k.size(3);
+    return {k.data_ptr<float>() + b * stride, state.tensors[1].data_ptr<float>() + b * stride,
+            std::min(state.position, config_.window), config_.window};
+  }
+
+  static at::Tensor DecodeRows(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows) {
+    const at::Tensor q_c = q.contiguous();
+    at::Tensor heads = at::empty_like(q_c);
+    DecodeAttentionCpu(q_c.data_ptr<float>(), rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
+                       heads.data_ptr<float>());
+    return heads;
+  }
+
+  const MixerConfig config_;
+  const AttentionProjections projections_;
+};
+
+}  // namespace
+
+std::vector<WeightSpec> ExpectedSlidingWindowWeights(const MixerConfig& config) {
+  return AttentionProjectionSpecs(config);
+}
+
+WeightMap RandomSlidingWindowWeights(const MixerConfig& config, at::Generator& gen) {
+  WeightMap weights;
+  AddRandomAttentionProjections(config, gen, &weights);
+  return weights;
+}
+
+std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
+                                                const WeightMap& weights) {
+  return std::make_unique<SlidingWindowAttentionMixer>(
+      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
+}
+
+}  // namespace attnserve::kernels
