@@ -73,7 +73,7 @@ class SlidingWindowAttentionMixer final : public Mixer {
       Write(state, k, v);
       std::vector<DecodeAttentionRow> rows;
       for (int64_t i = 0; i < b; ++i) rows.push_back(RingRow(*state, i));
-      return projections_.ProjectOutput(DecodeRows(q, rows)).view({b, config_.d_model});
+      return projections_.ProjectOutput(DecodeAttentionHeads(q, rows)).view({b, config_.d_model});
     });
   }
 
@@ -91,7 +91,7 @@ class SlidingWindowAttentionMixer final : public Mixer {
         Write(states[i], k.narrow(0, i, 1), v.narrow(0, i, 1));
         rows.push_back(RingRow(*states[i], 0));
       }
-      return projections_.ProjectOutput(DecodeRows(q, rows)).view({b, config_.d_model});
+      return projections_.ProjectOutput(DecodeAttentionHeads(q, rows)).view({b, config_.d_model});
     });
   }
 
@@ -162,13 +162,6 @@ class SlidingWindowAttentionMixer final : public Mixer {
             std::min(state.position, config_.window), config_.window};
   }
 
-  static at::Tensor DecodeRows(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows) {
-    const at::Tensor q_c = q.contiguous();
-    at::Tensor heads = at::empty_like(q_c);
-    DecodeAttentionCpu(q_c.data_ptr<float>(), rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
-                       heads.data_ptr<float>());
-    return heads;
-  }
 
   const MixerConfig config_;
   const AttentionProjections projections_;

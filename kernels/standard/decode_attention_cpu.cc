@@ -1,5 +1,6 @@
 #include "kernels/standard/decode_attention_cpu.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -73,6 +74,14 @@ void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t 
                  scores.data(), out + i * head_dim);
     }
   });
+}
+
+at::Tensor DecodeAttentionHeads(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows) {
+  const at::Tensor q_c = q.contiguous();
+  at::Tensor heads = at::empty_like(q_c);
+  DecodeAttentionCpu(q_c.data_ptr<float>(), rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
+                     heads.data_ptr<float>());
+  return heads;
 }
 
 }  // namespace attnserve::kernels

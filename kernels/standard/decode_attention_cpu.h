@@ -6,7 +6,10 @@
 // intra-op threads. A (row, head) is computed the same way whatever the other rows.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <vector>
 
 namespace attnserve::kernels {
 
@@ -20,5 +23,9 @@ struct DecodeAttentionRow {
 // q (B, H, d) contiguous, rows[B], out (B, H, d) contiguous.
 void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t batch,
                         int64_t heads, int64_t head_dim, float* out);
+
+// The same for q (B, H, 1, d) float32 on the CPU (any strides): a new (B, H, 1, d) tensor of
+// the heads' outputs, row b from rows[b] (the mixers' Step and StepBatch).
+at::Tensor DecodeAttentionHeads(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows);
 
 }  // namespace attnserve::kernels

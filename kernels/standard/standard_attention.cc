@@ -106,7 +106,7 @@ class StandardAttentionMixer final : public Mixer {
 #endif
       std::vector<DecodeAttentionRow> rows;
       for (int64_t i = 0; i < b; ++i) rows.push_back(CacheRow(k_cache, v_cache, i, length));
-      const at::Tensor heads = DecodeRows(q, rows);
+      const at::Tensor heads = DecodeAttentionHeads(q, rows);
       state->tensors = {std::move(k_cache), std::move(v_cache)};
       return projections_.ProjectOutput(heads).view({b, config_.d_model});
     });
@@ -131,7 +131,7 @@ class StandardAttentionMixer final : public Mixer {
         state.position += 1;
         rows.push_back(CacheRow(state.tensors[0], state.tensors[1], 0, state.position));
       }
-      return projections_.ProjectOutput(DecodeRows(q, rows)).view({b, config_.d_model});
+      return projections_.ProjectOutput(DecodeAttentionHeads(q, rows)).view({b, config_.d_model});
     });
   }
 
@@ -184,14 +184,6 @@ class StandardAttentionMixer final : public Mixer {
             k_cache.size(2)};
   }
 
-  // q (B, H, 1, d) against each row's caches (decode_attention_cpu.h): heads (B, H, 1, d).
-  static at::Tensor DecodeRows(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows) {
-    const at::Tensor q_c = q.contiguous();
-    at::Tensor heads = at::empty_like(q_c);
-    DecodeAttentionCpu(q_c.data_ptr<float>(), rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
-                       heads.data_ptr<float>());
-    return heads;
-  }
 
   // Writes k, v (B, H, L, d) at positions [position, position + L) of the state's caches and
   // returns the caches to use from now on: the same tensors when they have room (and are

@@ -120,6 +120,34 @@ class Server:
         return "\n".join(self.lines)
 
 
+class ServerProcesses:
+    """A test-case mixin: servers and channels a test opens are closed after it
+    (self.servers, self.channels), and the main() of the test files."""
+
+    def setUp(self):
+        self.servers, self.channels = [], []
+
+    def tearDown(self):
+        for channel in self.channels:
+            channel.close()
+        for server in self.servers:
+            server.kill()
+            server.pump.join(5)
+            server.proc.stdout.close()
+
+
+def run_tests(module):
+    """Parses --build-dir and --source-dir into module.ARGS (and this file's), then runs the
+    module's tests with the remaining arguments."""
+    global ARGS
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--source-dir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    module.ARGS = ARGS
+    unittest.main(module=module.__name__, argv=[sys.argv[0]] + rest, verbosity=2)
+
+
 class PythonClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -16,7 +16,6 @@ python3-grpcio.
 Usage: security_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
 
-import argparse
 import hashlib
 import os
 import re
@@ -62,7 +61,7 @@ def read(path):
         return f.read()
 
 
-class SecurityTest(unittest.TestCase):
+class SecurityTest(pct.ServerProcesses, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="attnserve_security_")
@@ -98,17 +97,6 @@ class SecurityTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self.servers, self.channels = [], []
-
-    def tearDown(self):
-        for c in self.channels:
-            c.close()
-        for s in self.servers:
-            s.kill()
-            s.pump.join(5)
-            s.proc.stdout.close()
 
     # ---- helpers ----
 
@@ -341,14 +329,5 @@ class SecurityTest(unittest.TestCase):
         self.assertIn("needs --tls_ca", plaintext_token.stderr)
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build-dir", required=True)
-    parser.add_argument("--source-dir", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    pct.run_tests(sys.modules[__name__])

@@ -18,7 +18,6 @@ by a Python gRPC client (Debian's python3-grpcio), and a real redis-server start
 Usage: session_store_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
 
-import argparse
 import os
 import re
 import shutil
@@ -72,7 +71,7 @@ class Redis:
             self.proc.wait(10)
 
 
-class SessionStoreTest(unittest.TestCase):
+class SessionStoreTest(pct.ServerProcesses, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="attnserve_store_")
@@ -86,18 +85,6 @@ class SessionStoreTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self.servers = []
-        self.channels = []
-
-    def tearDown(self):
-        for channel in self.channels:
-            channel.close()
-        for server in self.servers:
-            server.kill()
-            server.pump.join(5)
-            server.proc.stdout.close()
 
     # ---- helpers ----
 
@@ -361,14 +348,5 @@ class SessionStoreTest(unittest.TestCase):
         self.assertEqual(os.listdir(folder), [])
 
 
-def main():
-    global ARGS
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build-dir", required=True)
-    parser.add_argument("--source-dir", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
-
-
 if __name__ == "__main__":
-    main()
+    pct.run_tests(sys.modules[__name__])

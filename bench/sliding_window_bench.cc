@@ -1,0 +1,143 @@
+// attnserve_sliding_window_bench: the sliding_window mixer against standard attention, at one
+// width (the default models': d_model 256, 4 heads) and window (--window, default 1024):
+//   prefill of L tokens (whole sequence, tokens/s) for L in --lengths, with two baselines from
+//   the same run: the standard mixer (full causal attention, the same tiled kernel) and a
+//   naive banded-mask attention in ATen (the full L x L score matrix masked to the band, as the
+//   seeds write it; skipped where it would need more than --naive_max_gib);
+//   the decode step after 1K and after 32K tokens of context (a constant-size state should
+//   make them equal), for both mixers; the state bytes per session at each length.
+//
+//   attnserve_sliding_window_bench [--lengths=1024,4096,16384,65536] [--window=1024]
+//                                  [--threads=2] [--reps=3] [--naive_max_gib=13]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "kernels/common/memory_reuse.h"
+#include "kernels/common/mixer.h"
+
+namespace {
+
+using namespace attnserve::kernels;
+
+double MedianMs(int reps, const std::function<void()>& f) {
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// Banded causal attention with the whole score matrix, as a plain PyTorch program would.
+at::Tensor NaiveBanded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       int64_t window) {
+  const int64_t l = q.size(2);
+  at::Tensor s = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(3)));
+  const at::Tensor t = at::arange(l, at::kLong).unsqueeze(1), key = at::arange(l, at::kLong);
+  s.masked_fill_((key > t).logical_or(key <= t - window), -std::numeric_limits<float>::infinity());
+  return at::matmul(at::softmax(s, -1), v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string lengths = "1024,4096,16384,65536";
+  int64_t window = 1024;
+  int threads = 2, reps = 3;
+  double naive_max_gib = 13;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--lengths=", 0) == 0) lengths = arg.substr(10);
+    if (arg.rfind("--window=", 0) == 0) window = std::atoll(arg.c_str() + 9);
+    if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
+    if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
+    if (arg.rfind("--naive_max_gib=", 0) == 0) naive_max_gib = std::atof(arg.c_str() + 16);
+    if (arg == "--help") {
+      std::printf("attnserve_sliding_window_bench [--lengths=1024,4096,16384,65536] "
+                  "[--window=1024] [--threads=2] [--reps=3] [--naive_max_gib=13]\n");
+      return 0;
+    }
+  }
+  at::set_num_threads(threads);
+  KeepFreedMemoryForReuse();
+  MixerConfig swa;
+  swa.kind = MixerKind::kSlidingWindow;
+  swa.d_model = 256;
+  swa.num_heads = 4;
+  swa.window = window;
+  MixerConfig standard = swa;
+  standard.kind = MixerKind::kStandard;
+  const WeightMap weights = RandomWeights(standard, 1);
+  auto swa_mixer = CreateMixer(swa, weights);
+  auto standard_mixer = CreateMixer(standard, weights);
+  if (!swa_mixer.ok() || !standard_mixer.ok()) {
+    std::fprintf(stderr, "cannot build the mixers\n");
+    return 1;
+  }
+  std::printf("d_model 256, 4 heads, window %lld, %d threads, median of %d\n",
+              static_cast<long long>(window), threads, reps);
+  std::printf("%8s %16s %16s %16s %12s %14s %14s\n", "L", "swa tok/s", "standard tok/s",
+              "naive band tok/s", "swa/naive", "swa state MB", "std state MB");
+  for (absl::string_view part : absl::StrSplit(lengths, ',')) {
+    int64_t l = 0;
+    if (!absl::SimpleAtoi(part, &l) || l < 1) return 2;
+    const at::Tensor x = at::randn({1, l, 256});
+    const int r = l >= 32768 ? 1 : reps;
+    (void)(*swa_mixer)->Prefill(x.narrow(1, 0, std::min<int64_t>(l, 2048)), nullptr);  // warm
+    (void)(*standard_mixer)->Prefill(x.narrow(1, 0, std::min<int64_t>(l, 2048)), nullptr);
+    const double swa_ms = MedianMs(r, [&] { (void)(*swa_mixer)->Prefill(x, nullptr); });
+    const double std_ms = MedianMs(r, [&] { (void)(*standard_mixer)->Prefill(x, nullptr); });
+    // The naive band: q, k, v from the same projections (their cost is the same on all three).
+    const double naive_gib = 4.0 * 3 * l * l * 4 / (1 << 30);  // scores, mask, softmax (float)
+    double naive_ms = 0;
+    if (naive_gib <= naive_max_gib) {
+      const at::Tensor q = at::randn({1, 4, l, 64}), k = at::randn({1, 4, l, 64}),
+                       v = at::randn({1, 4, l, 64});
+      naive_ms = MedianMs(r, [&] { (void)NaiveBanded(q, k, v, window); });
+    }
+    const double swa_state = (*swa_mixer)->StateBytesPerSequence(l) / 1e6;
+    const double std_state = (*standard_mixer)->StateBytesPerSequence(l) / 1e6;
+    char naive[32] = "n/a";
+    char ratio[32] = "n/a";
+    if (naive_ms > 0) {
+      std::snprintf(naive, sizeof(naive), "%.0f", l * 1000.0 / naive_ms);
+      std::snprintf(ratio, sizeof(ratio), "%.2fx", naive_ms / swa_ms);
+    }
+    std::printf("%8lld %16.0f %16.0f %16s %12s %14.2f %14.2f\n", static_cast<long long>(l),
+                l * 1000.0 / swa_ms, l * 1000.0 / std_ms, naive, ratio, swa_state, std_state);
+  }
+  // Decode steps after 1K and 32K tokens of context.
+  std::printf("\n%-18s %14s %14s %8s\n", "decode step", "1K ctx ms", "32K ctx ms", "ratio");
+  for (auto [name, mixer] : {std::make_pair("sliding_window", swa_mixer->get()),
+                             std::make_pair("standard", standard_mixer->get())}) {
+    double ms[2];
+    int i = 0;
+    for (int64_t context : {int64_t{1024}, int64_t{32768}}) {
+      auto state = mixer->InitialState(1);
+      for (int64_t done = 0; done < context; done += 4096) {
+        (void)mixer->Prefill(at::randn({1, std::min<int64_t>(4096, context - done), 256}), &*state);
+      }
+      const at::Tensor x_t = at::randn({1, 256});
+      // Each repetition continues the same state: a longer context each time for standard.
+      for (int w = 0; w < 5; ++w) (void)mixer->Step(x_t, &*state);
+      ms[i++] = MedianMs(51, [&] { (void)mixer->Step(x_t, &*state); });
+    }
+    std::printf("%-18s %14.3f %14.3f %7.2fx\n", name, ms[0], ms[1], ms[1] / ms[0]);
+  }
+  return 0;
+}
