@@ -146,7 +146,11 @@ class AttnServeService::ImportReactor final
           absl::StrCat("the snapshot is larger than --max_snapshot_bytes=", limit)));
       return;
     }
-    if (snapshot_.empty() && chunk_.total_bytes() > 0) snapshot_.reserve(chunk_.total_bytes());
+    // The declared size is the client's word: reserve at most 64 MiB on it, grow past that as
+    // the bytes really come.
+    if (snapshot_.empty() && chunk_.total_bytes() > 0) {
+      snapshot_.reserve(std::min<int64_t>(chunk_.total_bytes(), int64_t{64} << 20));
+    }
     snapshot_.append(chunk_.data());
     StartRead(&chunk_);
   }

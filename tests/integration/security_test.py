@@ -312,8 +312,10 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
     def test_cli_connects_with_tls_and_a_token_from_the_environment(self):
         server = self.start(*self.tls_flags())
         env = dict(os.environ, ATTNSERVE_TOKEN=self.tokens["alice"])
-        args = [self.cli, "models", "--target=localhost:%d" % server.port,
-                "--tls_ca=" + os.path.join(self.certs, "ca.crt")]
+        # An address, not a name, with the name to verify given apart (as with pod IPs and
+        # --route_sessions).
+        args = [self.cli, "models", "--target=127.0.0.1:%d" % server.port,
+                "--tls_server_name=localhost", "--tls_ca=" + os.path.join(self.certs, "ca.crt")]
         ok = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
         self.assertEqual(ok.returncode, 0, ok.stderr)
         self.assertIn("mamba", ok.stdout)
