@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/common/memory_reuse.h"
 #include "server/model/model.h"
 #include "server/model/model_repository.h"
@@ -37,19 +38,8 @@
 namespace {
 
 using namespace attnserve;
+using bench::MedianMs;
 
-double MedianMs(int reps, const std::function<void()>& f) {
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 v1::ModelConfig Mamba130m() {
   v1::ModelConfig c;

@@ -24,24 +24,15 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
 
 namespace {
 
 using namespace attnserve::kernels;
+using attnserve::bench::MedianMs;
 
-double MedianMs(int reps, const std::function<void()>& f) {
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 // Banded causal attention with the whole score matrix, as a plain PyTorch program would.
 at::Tensor NaiveBanded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

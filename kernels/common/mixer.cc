@@ -24,18 +24,20 @@ const char* MixerKindName(MixerKind kind) {
       return "mamba";
     case MixerKind::kSlidingWindow:
       return "sliding_window";
+    case MixerKind::kPerformer:
+      return "performer";
   }
   return "unknown";
 }
 
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
   for (MixerKind kind : {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear,
-                         MixerKind::kMamba, MixerKind::kSlidingWindow}) {
+                         MixerKind::kMamba, MixerKind::kSlidingWindow, MixerKind::kPerformer}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown mixer '", name,
-                   "'; expected one of standard, linformer, linear, mamba, sliding_window"));
+                   "'; expected one of standard, linformer, linear, mamba, sliding_window, performer"));
 }
 
 absl::Status ValidateMixerConfig(const MixerConfig& c) {
@@ -66,6 +68,7 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
       [[fallthrough]];
     case MixerKind::kStandard:
     case MixerKind::kLinear:
+    case MixerKind::kPerformer:
       if (auto s = positive("num_heads", c.num_heads); !s.ok()) return s;
       if (c.d_model % c.num_heads != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -99,6 +102,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
       return ExpectedMambaWeights(config);
     case MixerKind::kSlidingWindow:
       return ExpectedSlidingWindowWeights(config);
+    case MixerKind::kPerformer:
+      return ExpectedPerformerWeights(config);
   }
   return {};
 }
@@ -116,6 +121,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
       return RandomMambaWeights(config, gen);
     case MixerKind::kSlidingWindow:
       return RandomSlidingWindowWeights(config, gen);
+    case MixerKind::kPerformer:
+      return RandomPerformerWeights(config, gen);
   }
   return {};
 }
@@ -261,6 +268,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreateMambaMixer(config, weights);
       case MixerKind::kSlidingWindow:
         return CreateSlidingWindowMixer(config, weights);
+      case MixerKind::kPerformer:
+        return CreatePerformerMixer(config, weights);
     }
     return absl::InvalidArgumentError("unknown mixer kind");
   });

@@ -23,19 +23,21 @@
 
 namespace attnserve::kernels {
 
-enum class MixerKind { kStandard, kLinformer, kLinear, kMamba, kSlidingWindow };
+enum class MixerKind { kStandard, kLinformer, kLinear, kMamba, kSlidingWindow, kPerformer };
 
-// "standard", "linformer", "linear", "mamba", "sliding_window".
+// "standard", "linformer", "linear", "mamba", "sliding_window", "performer".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
 
 struct MixerConfig {
   MixerKind kind = MixerKind::kStandard;
   int64_t d_model = 256;
-  // standard, linformer, linear, sliding_window: d_model = num_heads * head_dim.
+  // standard, linformer, linear, sliding_window, performer: d_model = num_heads * head_dim.
   int64_t num_heads = 8;
   // sliding_window: the tokens each query attends to, its own included (W >= 1).
   int64_t window = 1024;
+  // performer: the seed its random features are drawn from (part of the model).
+  uint64_t performer_seed = 0;
   // standard, linear: causal (can stream) or bidirectional. Linformer is never causal.
   bool causal = true;
   // linformer: projected length k and the longest input (E, F are (max_len, k)).

@@ -35,4 +35,8 @@ WeightMap RandomSlidingWindowWeights(const MixerConfig& config, at::Generator& g
 std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
                                                 const WeightMap& weights);
 
+std::vector<WeightSpec> ExpectedPerformerWeights(const MixerConfig& config);
+WeightMap RandomPerformerWeights(const MixerConfig& config, at::Generator& gen);
+std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const WeightMap& weights);
+
 }  // namespace attnserve::kernels

@@ -54,8 +54,11 @@ at::Tensor ExclusivePrefixSumInPlace(at::Tensor& delta, const at::Tensor& initia
   return final_value;
 }
 
+// With map_features, q and k are mapped by φ here; without, they are features already (another
+// feature map's, e.g. the Performer's FAVOR+).
 LinearAttentionResult CausalImpl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const at::Tensor& s, const at::Tensor& z, int64_t chunk) {
+                                 const at::Tensor& s, const at::Tensor& z, int64_t chunk,
+                                 bool map_features) {
   const int64_t b = q.size(0), h = q.size(1), l = q.size(2), d = q.size(3);
   const int64_t bh = b * h;
   if (l == 0) return {at::empty({b, h, 0, d}, q.options()), s, z};
@@ -63,8 +66,12 @@ LinearAttentionResult CausalImpl(const at::Tensor& q, const at::Tensor& k, const
   const int64_t padded = n * chunk;
 
   // Blocks as a batch: (B·H·n, chunk, d). φ(Q) and φ(K) are new buffers owned here.
-  const at::Tensor fq = PadRows(FeatureMap(q).reshape({bh, l, d}), padded).view({-1, chunk, d});
-  at::Tensor fk = PadRows(FeatureMap(k).reshape({bh, l, d}), padded).view({-1, chunk, d});
+  // (PadRows copies, so φ(K)'s buffer below is ours even when k is the caller's features.)
+  const at::Tensor fq =
+      PadRows((map_features ? FeatureMap(q) : q).reshape({bh, l, d}), padded).view({-1, chunk, d});
+  at::Tensor fk = PadRows((map_features ? FeatureMap(k) : k).reshape({bh, l, d}), padded)
+                      .view({-1, chunk, d});
+  if (!map_features && l == padded) fk = fk.clone();  // no pad: a view of the caller's features
   const at::Tensor vb = PadRows(v.reshape({bh, l, d}), padded).view({-1, chunk, d});
 
   // What each block adds to the state: ΔS = φ(K_c)ᵀ V_c, Δz = Σ_rows φ(K_c); turned in place
@@ -105,6 +112,12 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionCpu(const at::Tensor&
                                                                const at::Tensor& v,
                                                                const at::Tensor& s,
                                                                const at::Tensor& z, int64_t chunk) {
+  return CausalLinearAttentionOnFeaturesCpu(q, k, v, s, z, chunk, /*map_features=*/true);
+}
+
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnFeaturesCpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, int64_t chunk, bool map_features) {
   RETURN_IF_ERROR(CheckQkv(q, k, v));
   const int64_t b = q.size(0), h = q.size(1), d = q.size(3);
   RETURN_IF_ERROR(CheckFloatTensor(s, "S", {b, h, d, d}));
@@ -113,7 +126,7 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionCpu(const at::Tensor&
     return absl::InvalidArgumentError(absl::StrCat("chunk must be > 0, got ", chunk));
   }
   return GuardTorch("causal linear attention", [&]() -> absl::StatusOr<LinearAttentionResult> {
-    return CausalImpl(q, k, v, s, z, chunk);
+    return CausalImpl(q, k, v, s, z, chunk, map_features);
   });
 }
 
@@ -122,6 +135,12 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepCpu(const at::Ten
                                                                    const at::Tensor& v,
                                                                    const at::Tensor& s,
                                                                    const at::Tensor& z) {
+  return CausalLinearAttentionStepOnFeaturesCpu(q, k, v, s, z, /*map_features=*/true);
+}
+
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnFeaturesCpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, bool map_features) {
   RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1}));
   const int64_t b = q.size(0), h = q.size(1), d = q.size(2);
   RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, d}));
@@ -129,7 +148,8 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepCpu(const at::Ten
   RETURN_IF_ERROR(CheckFloatTensor(s, "S", {b, h, d, d}));
   RETURN_IF_ERROR(CheckFloatTensor(z, "z", {b, h, d}));
   return GuardTorch("causal linear attention step", [&]() -> absl::StatusOr<LinearAttentionResult> {
-    const at::Tensor fq = FeatureMap(q), fk = FeatureMap(k);
+    const at::Tensor fq = map_features ? FeatureMap(q) : q;
+    const at::Tensor fk = map_features ? FeatureMap(k) : k;
     // The token enters the state before it is read: o_t uses S_t, z_t.
     at::Tensor s_new = at::addcmul(s, fk.unsqueeze(-1), v.unsqueeze(-2));
     at::Tensor z_new = z + fk;
@@ -141,12 +161,17 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepCpu(const at::Ten
 
 absl::StatusOr<at::Tensor> LinearAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v) {
+  return LinearAttentionOnFeaturesCpu(q, k, v, /*map_features=*/true);
+}
+
+absl::StatusOr<at::Tensor> LinearAttentionOnFeaturesCpu(const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v, bool map_features) {
   // Plain ATen products: the same code serves CUDA tensors (through cuBLAS).
   RETURN_IF_ERROR(CheckQkv(q, k, v, q.defined() ? q.device() : at::Device(at::kCPU)));
   return GuardTorch("linear attention", [&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = q.size(0), h = q.size(1), l = q.size(2), d = q.size(3);
-    const at::Tensor fq = FeatureMap(q).reshape({b * h, l, d});
-    const at::Tensor fk = FeatureMap(k).reshape({b * h, l, d});
+    const at::Tensor fq = (map_features ? FeatureMap(q) : q).reshape({b * h, l, d});
+    const at::Tensor fk = (map_features ? FeatureMap(k) : k).reshape({b * h, l, d});
     const at::Tensor kv = at::bmm(fk.transpose(1, 2), v.reshape({b * h, l, d}));  // (B·H, d, d)
     const at::Tensor k_sum = fk.sum(1).unsqueeze(2);                              // (B·H, d, 1)
     return at::bmm(fq, kv).div_(at::bmm(fq, k_sum).add_(kLinearAttentionEps)).view({b, h, l, d});

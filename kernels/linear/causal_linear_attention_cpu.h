@@ -50,4 +50,16 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepCpu(const at::Ten
 absl::StatusOr<at::Tensor> LinearAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                               const at::Tensor& v);
 
+// The same three, for another feature map: with map_features = false, q and k are φ(q), φ(k)
+// already (positive, (B, H, L, d) like v), as the Performer's FAVOR+ features are
+// (kernels/performer/); true is the functions above.
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnFeaturesCpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, int64_t chunk, bool map_features);
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnFeaturesCpu(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, bool map_features);
+absl::StatusOr<at::Tensor> LinearAttentionOnFeaturesCpu(const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v, bool map_features);
+
 }  // namespace attnserve::kernels

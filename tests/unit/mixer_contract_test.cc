@@ -32,6 +32,12 @@ MixerConfig SlidingWindow(int64_t d_model, int64_t heads, int64_t window) {
   return c;
 }
 
+MixerConfig Performer(int64_t d_model, int64_t heads) {
+  MixerConfig c = Config(MixerKind::kPerformer, d_model, heads);
+  c.performer_seed = 11;
+  return c;
+}
+
 std::vector<ContractCase> StreamingCases() {
   return {{"standard", Config(MixerKind::kStandard, 64, 4)},
           {"standard_wide_heads", Config(MixerKind::kStandard, 128, 1)},
@@ -39,7 +45,8 @@ std::vector<ContractCase> StreamingCases() {
           {"linear_many_heads", Config(MixerKind::kLinear, 128, 8)},
           {"mamba", Config(MixerKind::kMamba, 40, 1)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
-          {"sliding_window_of_one", SlidingWindow(32, 2, 1)}};
+          {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
+          {"performer", Performer(64, 4)}};
 }
 
 class StreamingContractTest : public ::testing::TestWithParam<ContractCase> {

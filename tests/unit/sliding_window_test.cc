@@ -148,7 +148,7 @@ TEST(SlidingWindowMixerTest, ItsStateHasOneSizeWhateverTheLength) {
 namespace attnserve::server {
 namespace {
 
-TEST(SlidingWindowModelTest, AHybridStreamsAndItsSessionsSnapshotAtAnyLength) {
+TEST(NewMixersModelTest, AHybridOfThemStreamsAndItsSessionsSnapshotAtAnyLength) {
   v1::ModelConfig config;
   config.set_vocab_size(512);
   config.set_hidden_size(64);
@@ -159,7 +159,8 @@ TEST(SlidingWindowModelTest, AHybridStreamsAndItsSessionsSnapshotAtAnyLength) {
   config.set_expand(2);
   config.set_norm_epsilon(1e-5);
   config.set_max_sequence_length(100000);
-  for (const char* layer : {"sliding_window", "mamba", "sliding_window"}) config.add_layers(layer);
+  config.set_performer_seed(21);
+  for (const char* layer : {"sliding_window", "mamba", "performer"}) config.add_layers(layer);
   auto built = model::Model::Create("swa_hybrid", config, model::Model::RandomWeights(config, 3));
   ASSERT_TRUE(built.ok()) << built.status();
   const model::Model* m = built->get();
