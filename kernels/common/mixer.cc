@@ -101,9 +101,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
     case MixerKind::kMamba:
       return ExpectedMambaWeights(config);
     case MixerKind::kSlidingWindow:
-      return ExpectedSlidingWindowWeights(config);
     case MixerKind::kPerformer:
-      return ExpectedPerformerWeights(config);
+      return ExpectedStandardWeights(config);  // the same four projections
   }
   return {};
 }
@@ -120,9 +119,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
     case MixerKind::kMamba:
       return RandomMambaWeights(config, gen);
     case MixerKind::kSlidingWindow:
-      return RandomSlidingWindowWeights(config, gen);
     case MixerKind::kPerformer:
-      return RandomPerformerWeights(config, gen);
+      return RandomStandardWeights(config, gen);
   }
   return {};
 }

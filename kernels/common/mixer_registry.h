@@ -30,13 +30,10 @@ std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& config);
 WeightMap RandomMambaWeights(const MixerConfig& config, at::Generator& gen);
 std::unique_ptr<Mixer> CreateMambaMixer(const MixerConfig& config, const WeightMap& weights);
 
-std::vector<WeightSpec> ExpectedSlidingWindowWeights(const MixerConfig& config);
-WeightMap RandomSlidingWindowWeights(const MixerConfig& config, at::Generator& gen);
+// sliding_window and performer take the standard mixer's weights (Expected/RandomStandardWeights).
 std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
                                                 const WeightMap& weights);
 
-std::vector<WeightSpec> ExpectedPerformerWeights(const MixerConfig& config);
-WeightMap RandomPerformerWeights(const MixerConfig& config, at::Generator& gen);
 std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const WeightMap& weights);
 
 }  // namespace attnserve::kernels

@@ -154,16 +154,6 @@ class PerformerMixer final : public Mixer {
 
 }  // namespace
 
-std::vector<WeightSpec> ExpectedPerformerWeights(const MixerConfig& config) {
-  return AttentionProjectionSpecs(config);
-}
-
-WeightMap RandomPerformerWeights(const MixerConfig& config, at::Generator& gen) {
-  WeightMap weights;
-  AddRandomAttentionProjections(config, gen, &weights);
-  return weights;
-}
-
 std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<PerformerMixer>(
       config, AttentionProjections::FromWeights(weights, config.bf16_weights));

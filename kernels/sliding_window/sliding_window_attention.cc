@@ -169,16 +169,6 @@ class SlidingWindowAttentionMixer final : public Mixer {
 
 }  // namespace
 
-std::vector<WeightSpec> ExpectedSlidingWindowWeights(const MixerConfig& config) {
-  return AttentionProjectionSpecs(config);
-}
-
-WeightMap RandomSlidingWindowWeights(const MixerConfig& config, at::Generator& gen) {
-  WeightMap weights;
-  AddRandomAttentionProjections(config, gen, &weights);
-  return weights;
-}
-
 std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
                                                 const WeightMap& weights) {
   return std::make_unique<SlidingWindowAttentionMixer>(
