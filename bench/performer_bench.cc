@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
     if (arg.rfind("--naive_max_gib=", 0) == 0) naive_max_gib = std::atof(arg.c_str() + 16);
     if (arg == "--help") {
-      std::printf("attnserve_performer_bench [--lengths=1024,4096,16384,65536] [--threads=2] "
-                  "[--reps=3] [--naive_max_gib=13]\n");
+      std::printf(
+          "attnserve_performer_bench [--lengths=1024,4096,16384,65536] [--threads=2] "
+          "[--reps=3] [--naive_max_gib=13]\n");
       return 0;
     }
   }

@@ -40,7 +40,6 @@ namespace {
 using namespace attnserve;
 using bench::MedianMs;
 
-
 v1::ModelConfig Mamba130m() {
   v1::ModelConfig c;
   c.set_model_type("attnserve");
@@ -88,8 +87,9 @@ int main(int argc, char** argv) {
     if (arg.rfind("--dir=", 0) == 0) dir = arg.substr(6);
     if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
     if (arg == "--help") {
-      std::printf("attnserve_session_store_bench [--tokens=4096] [--reps=5] [--dir=/var/tmp] "
-                  "[--threads=2]\n");
+      std::printf(
+          "attnserve_session_store_bench [--tokens=4096] [--reps=5] [--dir=/var/tmp] "
+          "[--threads=2]\n");
       return 0;
     }
   }
@@ -120,9 +120,9 @@ int main(int argc, char** argv) {
   std::printf("%-22s %-34s %10s %9s %9s\n", "model", "operation", "MB", "ms", "GB/s");
   const std::string id = "0123456789abcdef0123456789abcdef";
   std::vector<std::unique_ptr<model::Model>> built;
-  for (const auto& [name, config] : {std::make_pair(std::string("mamba-130m"), Mamba130m()),
-                                     std::make_pair(std::string("standard-12x768"),
-                                                    Gpt2SmallShapedStandard())}) {
+  for (const auto& [name, config] :
+       {std::make_pair(std::string("mamba-130m"), Mamba130m()),
+        std::make_pair(std::string("standard-12x768"), Gpt2SmallShapedStandard())}) {
     auto m = model::Model::Create(name, config, model::Model::RandomWeights(config, 7));
     if (!m.ok()) {
       std::cerr << m.status() << std::endl;

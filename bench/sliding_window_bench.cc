@@ -33,7 +33,6 @@ namespace {
 using namespace attnserve::kernels;
 using attnserve::bench::MedianMs;
 
-
 // Banded causal attention with the whole score matrix, as a plain PyTorch program would.
 at::Tensor NaiveBanded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        int64_t window) {
@@ -59,8 +58,9 @@ int main(int argc, char** argv) {
     if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
     if (arg.rfind("--naive_max_gib=", 0) == 0) naive_max_gib = std::atof(arg.c_str() + 16);
     if (arg == "--help") {
-      std::printf("attnserve_sliding_window_bench [--lengths=1024,4096,16384,65536] "
-                  "[--window=1024] [--threads=2] [--reps=3] [--naive_max_gib=13]\n");
+      std::printf(
+          "attnserve_sliding_window_bench [--lengths=1024,4096,16384,65536] "
+          "[--window=1024] [--threads=2] [--reps=3] [--naive_max_gib=13]\n");
       return 0;
     }
   }

@@ -6,9 +6,9 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/impl/server_builder_option.h>
 #include <grpcpp/impl/server_builder_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <torch/version.h>
@@ -161,12 +161,13 @@ class WithoutReflection final : public grpc::ServerBuilderOption {
  public:
   void UpdateArguments(grpc::ChannelArguments*) override {}
   void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
-                                  [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
-                                    return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
-                                               p.get()) != nullptr;
-                                  }),
-                   plugins->end());
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                         return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                    p.get()) != nullptr;
+                       }),
+        plugins->end());
   }
 };
 void OnSignal(int) { g_stop.store(true); }
@@ -191,8 +192,8 @@ int main(int argc, char** argv) {
     const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host).empty()
                                          ? absl::GetFlag(FLAGS_host)
                                          : absl::GetFlag(FLAGS_metrics_host);
-    auto endpoint = server::MetricsEndpoint::Start(
-        metrics_host, absl::GetFlag(FLAGS_metrics_port), {metrics.registry(), metrics.collector()});
+    auto endpoint = server::MetricsEndpoint::Start(metrics_host, absl::GetFlag(FLAGS_metrics_port),
+                                                   {metrics.registry(), metrics.collector()});
     if (!endpoint.ok()) return Fail(std::string(endpoint.status().message()));
     metrics_endpoint = *std::move(endpoint);
     std::cout << "metrics on " << metrics_host << ":" << metrics_endpoint->port() << "/metrics"
@@ -225,8 +226,8 @@ int main(int argc, char** argv) {
   if ((*authenticator)->enabled()) {
     std::vector<std::string> by;
     if (!auth_options.tokens_file.empty()) {
-      by.push_back(absl::StrCat((*authenticator)->token_count(), " tokens from ",
-                                auth_options.tokens_file));
+      by.push_back(
+          absl::StrCat((*authenticator)->token_count(), " tokens from ", auth_options.tokens_file));
     }
     if (credentials->mutual) by.push_back("client certificates");
     authentication = absl::StrCat(absl::StrJoin(by, " and "), "; ",
@@ -298,8 +299,8 @@ int main(int argc, char** argv) {
         persistence_options.max_queued_bytes <= 0) {
       return Fail("--checkpoint_every_appends must be >= 0 and --session_store_queue_bytes > 0");
     }
-    persistence = std::make_unique<server::SessionPersistence>(
-        *std::move(store), **repository, persistence_options, &metrics);
+    persistence = std::make_unique<server::SessionPersistence>(*std::move(store), **repository,
+                                                               persistence_options, &metrics);
     std::cout << "session store " << persistence->Describe() << ", checkpoint every "
               << persistence_options.checkpoint_every_appends << " appends" << std::endl;
   } else {

@@ -180,9 +180,8 @@ ServerMetrics::ServerMetrics()
                       .Name("attnserve_build_info")
                       .Help("Always 1; the labels describe the build.")
                       .Register(*registry_)) {
-  for (EvictionReason r :
-       {EvictionReason::kTtl, EvictionReason::kCapacity, EvictionReason::kSpilled,
-        EvictionReason::kClosed}) {
+  for (EvictionReason r : {EvictionReason::kTtl, EvictionReason::kCapacity,
+                           EvictionReason::kSpilled, EvictionReason::kClosed}) {
     evictions_.Add({{"reason", EvictionReasonName(r)}});  // present at 0 from the start
   }
   for (const char* op : {"put", "get", "delete"}) {
@@ -204,24 +203,16 @@ void ServerMetrics::RecordRequest(const std::string& rpc, const std::string& var
 }
 
 void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& variants) {
-  static const char* const kModelRpcs[] = {"Infer",         "StreamOpen",   "StreamAppend",
-                                           "StreamClose",   "StreamInvalid", "ExportSession",
+  static const char* const kModelRpcs[] = {"Infer",        "StreamOpen",    "StreamAppend",
+                                           "StreamClose",  "StreamInvalid", "ExportSession",
                                            "ImportSession"};
   static const char* const kTableRpcs[] = {"GetSession", "CloseSession", "ListSessions",
                                            "ListModels", "StreamEmpty"};
-  static const char* const kCodes[] = {"OK",
-                                       "CANCELLED",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "UNAVAILABLE",
-                                       "UNAUTHENTICATED",
-                                       "ALREADY_EXISTS",
-                                       "DATA_LOSS",
-                                       "INTERNAL"};
+  static const char* const kCodes[] = {
+      "OK",          "CANCELLED",          "INVALID_ARGUMENT",    "DEADLINE_EXCEEDED",
+      "NOT_FOUND",   "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+      "UNAVAILABLE", "UNAUTHENTICATED",    "ALREADY_EXISTS",      "DATA_LOSS",
+      "INTERNAL"};
   std::vector<std::string> with_none = variants;
   with_none.push_back("none");
   for (const char* code : kCodes) {

@@ -207,8 +207,9 @@ grpc::ServerUnaryReactor* AttnServeService::CloseSession(grpc::CallbackServerCon
                                                          v1::CloseSessionResponse*) {
   const auto arrival = std::chrono::steady_clock::now();
   absl::StatusOr<Caller> caller = Authenticate(*context);
-  absl::Status status = caller.ok() ? OnThisInstance(sessions_.Close(request->session_id(), *caller))
-                                    : caller.status();
+  absl::Status status = caller.ok()
+                            ? OnThisInstance(sessions_.Close(request->session_id(), *caller))
+                            : caller.status();
   Record("CloseSession", "", status, SecondsSince(arrival));
   return FinishNow(context, status);
 }
@@ -225,9 +226,9 @@ grpc::ServerUnaryReactor* AttnServeService::ListSessions(grpc::CallbackServerCon
     return FinishNow(context, absl::InvalidArgumentError("limit must be >= 0 (0: 1000)"));
   }
   int64_t total = 0, state_bytes = 0;
-  for (v1::SessionInfo& info : sessions_.List(request->model(),
-                                              request->limit() > 0 ? request->limit() : 1000,
-                                              *caller, &total, &state_bytes)) {
+  for (v1::SessionInfo& info :
+       sessions_.List(request->model(), request->limit() > 0 ? request->limit() : 1000, *caller,
+                      &total, &state_bytes)) {
     *info.mutable_server() = options_.identity;
     *response->add_sessions() = std::move(info);
   }

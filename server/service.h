@@ -46,12 +46,15 @@ struct ServiceOptions {
 // The callback service with Stream registered raw (ByteBuffer in and out), so that the
 // reactor parses each message itself and can answer a corrupted one with INVALID_ARGUMENT
 // (stream_reactor.cc); every other method as v1::AttnServe::CallbackService has it.
-using AttnServeBase = v1::AttnServe::WithCallbackMethod_Infer<
-    v1::AttnServe::WithRawCallbackMethod_Stream<v1::AttnServe::WithCallbackMethod_GetSession<
-        v1::AttnServe::WithCallbackMethod_CloseSession<v1::AttnServe::WithCallbackMethod_ListSessions<
-            v1::AttnServe::WithCallbackMethod_ListModels<v1::AttnServe::WithCallbackMethod_GetModel<
-                v1::AttnServe::WithCallbackMethod_ExportSession<
-                    v1::AttnServe::WithCallbackMethod_ImportSession<v1::AttnServe::Service>>>>>>>>>;
+using AttnServeBase =
+    v1::AttnServe::WithCallbackMethod_Infer<v1::AttnServe::WithRawCallbackMethod_Stream<
+        v1::AttnServe::WithCallbackMethod_GetSession<v1::AttnServe::WithCallbackMethod_CloseSession<
+            v1::AttnServe::WithCallbackMethod_ListSessions<
+                v1::AttnServe::WithCallbackMethod_ListModels<
+                    v1::AttnServe::WithCallbackMethod_GetModel<
+                        v1::AttnServe::WithCallbackMethod_ExportSession<
+                            v1::AttnServe::WithCallbackMethod_ImportSession<
+                                v1::AttnServe::Service>>>>>>>>>;
 
 class AttnServeService final : public AttnServeBase {
  public:

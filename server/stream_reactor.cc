@@ -60,11 +60,12 @@ class AttnServeService::StreamReactor final
     }
     // The credentials again, as they stand now: a token revoked while the stream is open
     // ends it at its next message.
-    if (Authenticator* auth = service_->options_.authenticator; auth != nullptr && auth->enabled()) {
+    if (Authenticator* auth = service_->options_.authenticator;
+        auth != nullptr && auth->enabled()) {
       absl::StatusOr<Caller> now = auth->Authenticate(credentials_);
       if (!now.ok() || now->principal != caller_.principal) {
-        Done("StreamInvalid", now.ok() ? absl::UnauthenticatedError("credentials changed") : now.status(),
-             arrival);
+        Done("StreamInvalid",
+             now.ok() ? absl::UnauthenticatedError("credentials changed") : now.status(), arrival);
         return;
       }
     }
@@ -402,7 +403,7 @@ class AttnServeService::StreamReactor final
 
   AttnServeService* const service_;
   grpc::CallbackServerContext* const context_;
-  const Caller caller_;  // authenticated when the stream started
+  const Caller caller_;                     // authenticated when the stream started
   Authenticator::Credentials credentials_;  // what the stream presented, checked per message
   std::atomic<bool> cancelled_{false};
   grpc::ByteBuffer read_buffer_;  // the message being read, raw

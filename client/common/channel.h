@@ -20,16 +20,16 @@ struct ChannelSecurity {
   std::string cert_pem;
   std::string key_pem;
   std::string server_name;  // name to verify in the server's certificate (empty: the target's)
-  std::string token;  // sent as "authorization: Bearer <token>"; needs TLS
+  std::string token;        // sent as "authorization: Bearer <token>"; needs TLS
 };
 
 // Sets the security of every channel MakeChannel makes from now on (the tools call it once,
 // from their flags, before any channel).
 void SetChannelSecurity(ChannelSecurity security);
 
-// From the common flags --tls_ca, --tls_cert, --tls_key (files), --tls_server_name and --token (or, when it is
-// empty, the environment variable ATTNSERVE_TOKEN; a token is never printed): reads the files
-// and calls SetChannelSecurity. INVALID_ARGUMENT naming the flag for a file that cannot be
+// From the common flags --tls_ca, --tls_cert, --tls_key (files), --tls_server_name and --token (or,
+// when it is empty, the environment variable ATTNSERVE_TOKEN; a token is never printed): reads the
+// files and calls SetChannelSecurity. INVALID_ARGUMENT naming the flag for a file that cannot be
 // read, a certificate without its key, or a token or client certificate without --tls_ca.
 absl::Status ConfigureChannelSecurityFromFlags();
 

@@ -35,9 +35,9 @@ absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
                          MixerKind::kMamba, MixerKind::kSlidingWindow, MixerKind::kPerformer}) {
     if (name == MixerKindName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mixer '", name,
-                   "'; expected one of standard, linformer, linear, mamba, sliding_window, performer"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown mixer '", name,
+      "'; expected one of standard, linformer, linear, mamba, sliding_window, performer"));
 }
 
 absl::Status ValidateMixerConfig(const MixerConfig& c) {

@@ -69,8 +69,8 @@ LinearAttentionResult CausalImpl(const at::Tensor& q, const at::Tensor& k, const
   // (PadRows copies, so φ(K)'s buffer below is ours even when k is the caller's features.)
   const at::Tensor fq =
       PadRows((map_features ? FeatureMap(q) : q).reshape({bh, l, d}), padded).view({-1, chunk, d});
-  at::Tensor fk = PadRows((map_features ? FeatureMap(k) : k).reshape({bh, l, d}), padded)
-                      .view({-1, chunk, d});
+  at::Tensor fk =
+      PadRows((map_features ? FeatureMap(k) : k).reshape({bh, l, d}), padded).view({-1, chunk, d});
   if (!map_features && l == padded) fk = fk.clone();  // no pad: a view of the caller's features
   const at::Tensor vb = PadRows(v.reshape({bh, l, d}), padded).view({-1, chunk, d});
 

@@ -130,9 +130,9 @@ class PerformerMixer final : public Mixer {
           "performer has no CUDA kernel yet: serve it with --device=cpu");
     }
     if (stream && !config_.causal) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "performer is bidirectional (causal=false): it cannot stream; ", operation,
-          " is not available. Call Prefill with a null state on the whole sequence"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("performer is bidirectional (causal=false): it cannot stream; ", operation,
+                       " is not available. Call Prefill with a null state on the whole sequence"));
     }
     return absl::OkStatus();
   }

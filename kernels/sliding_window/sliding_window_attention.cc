@@ -31,9 +31,9 @@ class SlidingWindowAttentionMixer final : public Mixer {
     RETURN_IF_ERROR(CheckCpu());
     return GuardTorch("sliding_window InitialState", [&]() -> absl::StatusOr<MixerState> {
       MixerState state;
-      const at::Tensor ring = at::zeros({batch, config_.num_heads, config_.window,
-                                         config_.head_dim()},
-                                        at::TensorOptions(at::kFloat).device(device()));
+      const at::Tensor ring =
+          at::zeros({batch, config_.num_heads, config_.window, config_.head_dim()},
+                    at::TensorOptions(at::kFloat).device(device()));
       state.tensors = {ring, ring.clone()};
       return state;
     });
@@ -53,10 +53,12 @@ class SlidingWindowAttentionMixer final : public Mixer {
       // The keys the chunk's first query still sees (the last W - 1 before it), in order,
       // then the chunk's own.
       const int64_t past = std::min(state->position, w - 1);
-      const at::Tensor keys = at::cat({Chronological(state->tensors[0], state->position, past), k}, 2);
+      const at::Tensor keys =
+          at::cat({Chronological(state->tensors[0], state->position, past), k}, 2);
       const at::Tensor values =
           at::cat({Chronological(state->tensors[1], state->position, past), v}, 2);
-      ASSIGN_OR_RETURN(at::Tensor heads, FlashAttentionCpu(q, keys, values, /*causal=*/true, {}, w));
+      ASSIGN_OR_RETURN(at::Tensor heads,
+                       FlashAttentionCpu(q, keys, values, /*causal=*/true, {}, w));
       Write(state, k, v);
       return projections_.ProjectOutput(heads);
     });
@@ -161,7 +163,6 @@ class SlidingWindowAttentionMixer final : public Mixer {
     return {k.data_ptr<float>() + b * stride, state.tensors[1].data_ptr<float>() + b * stride,
             std::min(state.position, config_.window), config_.window};
   }
-
 
   const MixerConfig config_;
   const AttentionProjections projections_;

@@ -67,8 +67,8 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
       // The window's lower edge: key k0 + j is hidden from query q0 + i when
       // k0 + j <= offset + q0 + i - window.
       if (window > 0 && k0 <= offset + q0 + nq - 1 - window) {
-        const at::Tensor hidden = at::ones({nq, nk}, q.options().dtype(at::kBool))
-                                      .tril_(offset + q0 - k0 - window);
+        const at::Tensor hidden =
+            at::ones({nq, nk}, q.options().dtype(at::kBool)).tril_(offset + q0 - k0 - window);
         s.masked_fill_(hidden, neg_inf);
       }
       at::Tensor tile_max = at::amax(s, 2, /*keepdim=*/true);

@@ -184,7 +184,6 @@ class StandardAttentionMixer final : public Mixer {
             k_cache.size(2)};
   }
 
-
   // Writes k, v (B, H, L, d) at positions [position, position + L) of the state's caches and
   // returns the caches to use from now on: the same tensors when they have room (and are
   // plain contiguous tensors we may write into), otherwise new ones with at least double the

@@ -72,13 +72,11 @@ BatchScheduler::BatchScheduler(SchedulerOptions options) : options_(std::move(op
 BatchScheduler::~BatchScheduler() { Stop(); }
 
 absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
-  const bool state_only =
-      job != nullptr && !job->tokens.defined() && job->session && job->on_start;
+  const bool state_only = job != nullptr && !job->tokens.defined() && job->session && job->on_start;
   if (job == nullptr || job->model == nullptr || !job->on_done ||
-      (!state_only &&
-       (!job->tokens.defined() || job->tokens.dim() != 2 ||
-        job->tokens.scalar_type() != at::kLong || job->tokens.size(0) != 1 ||
-        job->tokens.size(1) < 1))) {
+      (!state_only && (!job->tokens.defined() || job->tokens.dim() != 2 ||
+                       job->tokens.scalar_type() != at::kLong || job->tokens.size(0) != 1 ||
+                       job->tokens.size(1) < 1))) {
     return absl::InvalidArgumentError(
         "scheduler: a job needs a model, on_done, and (1, n >= 1) int64 tokens or (a session "
         "and on_start and no tokens)");

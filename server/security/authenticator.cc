@@ -75,9 +75,9 @@ absl::StatusOr<std::vector<Authenticator::Entry>> Authenticator::ReadTokens(
     Entry e;
     if (colon == absl::string_view::npos ||
         !ParseHex(absl::StripAsciiWhitespace(text.substr(colon + 1)), e.digest.data())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, " line ", number,
-          ": expected 'principal: sha256-of-the-token' (64 lowercase hex digits)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, " line ", number,
+                       ": expected 'principal: sha256-of-the-token' (64 lowercase hex digits)"));
     }
     e.principal = std::string(absl::StripAsciiWhitespace(text.substr(0, colon)));
     if (e.principal.empty()) {
@@ -149,8 +149,7 @@ absl::StatusOr<Caller> Authenticator::Authenticate(absl::string_view authorizati
   if (!enabled()) return Caller{};
   if (!authorization.empty()) {
     absl::string_view token = authorization;
-    if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty() ||
-        options_.tokens_file.empty()) {
+    if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty() || options_.tokens_file.empty()) {
       return Unauthenticated();
     }
     Digest digest;

@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -47,8 +47,8 @@ struct Caller {
 };
 
 struct AuthOptions {
-  std::string tokens_file;                // empty: no tokens
-  bool client_certificates = false;       // mutual TLS: the certificate subject is a principal
+  std::string tokens_file;           // empty: no tokens
+  bool client_certificates = false;  // mutual TLS: the certificate subject is a principal
   std::vector<std::string> admin_principals;
 };
 

@@ -47,9 +47,7 @@ class Fd {
   int fd_;
 };
 
-absl::Time ModificationTime(const struct stat& st) {
-  return absl::TimeFromTimespec(st.st_mtim);
-}
+absl::Time ModificationTime(const struct stat& st) { return absl::TimeFromTimespec(st.st_mtim); }
 
 }  // namespace
 
@@ -139,8 +137,8 @@ int64_t DirSessionStore::Sweep(absl::Time now, bool temporaries) {
     }
   }
   for (const Entry& e : entries) {
-    const bool snapshot = absl::EndsWith(e.name, kSuffix) &&
-                          !absl::StrContains(e.name, kTemporaryMarker);
+    const bool snapshot =
+        absl::EndsWith(e.name, kSuffix) && !absl::StrContains(e.name, kTemporaryMarker);
     const std::string id = snapshot ? e.name.substr(0, e.name.size() - (sizeof(kSuffix) - 1)) : "";
     if (e.expired) {
       ::unlink(absl::StrCat(folder_, "/", e.name).c_str());

@@ -64,8 +64,8 @@ absl::Status RedisSessionStore::ConnectLocked() {
   if (context_ != nullptr) return absl::OkStatus();
   const absl::Time now = absl::Now();
   if (now - last_failed_connect_ < kReconnectInterval) {
-    return absl::UnavailableError(absl::StrCat("redis ", host_, ":", port_,
-                                               " is unreachable (retrying once a second)"));
+    return absl::UnavailableError(
+        absl::StrCat("redis ", host_, ":", port_, " is unreachable (retrying once a second)"));
   }
   const struct timeval tv = absl::ToTimeval(timeout_);
   redisContext* c = redisConnectWithTimeout(host_.c_str(), port_, tv);
@@ -86,8 +86,8 @@ absl::Status RedisSessionStore::ConnectLocked() {
 }
 
 absl::Status RedisSessionStore::FailLocked(const char* what) {
-  const std::string reason = context_ != nullptr && context_->err != 0 ? context_->errstr
-                                                                       : "no reply";
+  const std::string reason =
+      context_ != nullptr && context_->err != 0 ? context_->errstr : "no reply";
   if (context_ != nullptr) redisFree(context_);
   context_ = nullptr;
   last_failed_connect_ = absl::Now();
@@ -143,8 +143,8 @@ absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snap
                            static_cast<long long>(offset), snapshot.data() + offset, n);
   }
   if (status.ok()) {
-    status = CommandLocked("RENAME", "RENAME %b %b", temporary.data(), temporary.size(),
-                           key.data(), key.size());
+    status = CommandLocked("RENAME", "RENAME %b %b", temporary.data(), temporary.size(), key.data(),
+                           key.size());
   }
   if (!status.ok() && context_ != nullptr) {
     CommandLocked("DEL", "DEL %b", temporary.data(), temporary.size()).IgnoreError();
@@ -159,8 +159,8 @@ absl::StatusOr<std::string> RedisSessionStore::Get(const std::string& id) {
   if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
   // The reply's size first, so that hiredis's read buffer is made that large once: growing it
   // 1 MB at a time reallocates and copies it hundreds of times for a large snapshot.
-  Reply length(static_cast<redisReply*>(redisCommand(context_, "STRLEN %b", key.data(),
-                                                     key.size())));
+  Reply length(
+      static_cast<redisReply*>(redisCommand(context_, "STRLEN %b", key.data(), key.size())));
   if (length == nullptr) return FailLocked("STRLEN");
   redisReader* reader = context_->reader;
   const bool large = length->type == REDIS_REPLY_INTEGER && length->integer > (1 << 20);

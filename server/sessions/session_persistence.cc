@@ -70,13 +70,15 @@ bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
   try {
     snapshot = std::make_shared<const std::string>(EncodeSessionSnapshot(session));
   } catch (const std::exception& e) {  // out of memory, a device copy that failed
-    Count("put", absl::ResourceExhaustedError(absl::StrCat("cannot encode session ", session.id(),
-                                                           ": ", e.what())),
+    Count("put",
+          absl::ResourceExhaustedError(
+              absl::StrCat("cannot encode session ", session.id(), ": ", e.what())),
           absl::Now());
     return false;
   }
   const absl::Time now = absl::Now();
-  const absl::Duration ttl = std::max(absl::Seconds(1), session.ttl() - (now - session.last_used()));
+  const absl::Duration ttl =
+      std::max(absl::Seconds(1), session.ttl() - (now - session.last_used()));
   {
     absl::MutexLock lock(&mu_);
     // Checked again under the lock: Close marks the session closed before it queues the
@@ -166,9 +168,8 @@ absl::StatusOr<SessionSnapshot> SessionPersistence::Load(const std::string& id) 
 
 int64_t SessionPersistence::Flush(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queued_.empty() && writing_ == 0;
-  };
+  auto done = [this]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return queued_.empty() && writing_ == 0; };
   mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
   return static_cast<int64_t>(queued_.size()) + writing_;
 }
@@ -177,7 +178,8 @@ void SessionPersistence::WriterLoop() {
   absl::MutexLock lock(&mu_);
   auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !order_.empty(); };
   while (true) {
-    const absl::Time next_retry = retries_.empty() ? absl::InfiniteFuture() : retries_.begin()->first;
+    const absl::Time next_retry =
+        retries_.empty() ? absl::InfiniteFuture() : retries_.begin()->first;
     mu_.AwaitWithDeadline(absl::Condition(&wake), next_retry);
     if (stop_) return;
     // Failed operations whose time has come go to the back of the order.

@@ -87,8 +87,8 @@ std::string EncodeSessionSnapshot(const Session& session) {
     out->set_position(layer.position);
     for (size_t k = 0; k < layer.tensors.size(); ++k) {
       const at::Tensor& t = layer.tensors[k];
-      const bool growing = i < growing_caches.size() && k < growing_caches[i].size() &&
-                           growing_caches[i][k];
+      const bool growing =
+          i < growing_caches.size() && k < growing_caches[i].size() && growing_caches[i][k];
       at::Tensor view = growing ? t.narrow(2, 0, layer.position) : t;
       v1::StateTensor* desc = out->add_tensors();
       desc->set_dtype(v1::DATA_TYPE_FLOAT32);
@@ -146,9 +146,9 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
                                                       const model::ModelRepository& models,
                                                       absl::Time now) {
   if (bytes.size() < kPrefixBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
-    return absl::DataLossError(absl::StrCat(
-        "not an attnserve session snapshot (", bytes.size() < kPrefixBytes ? "too short" : "bad magic",
-        ", ", bytes.size(), " bytes)"));
+    return absl::DataLossError(absl::StrCat("not an attnserve session snapshot (",
+                                            bytes.size() < kPrefixBytes ? "too short" : "bad magic",
+                                            ", ", bytes.size(), " bytes)"));
   }
   const uint32_t version = LoadLittleEndian<uint32_t>(bytes.data() + 4);
   if (version != kSessionSnapshotVersion) {
@@ -163,14 +163,15 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
                                             kPrefixBytes + header_size + kChecksumBytes));
   }
   v1::SessionSnapshotHeader header;
-  const bool parsed = header.ParseFromArray(bytes.data() + kPrefixBytes, static_cast<int>(header_size));
+  const bool parsed =
+      header.ParseFromArray(bytes.data() + kPrefixBytes, static_cast<int>(header_size));
   if (parsed && header.payload_bytes() >= 0 &&
       static_cast<uint64_t>(header.payload_bytes()) !=
           bytes.size() - kPrefixBytes - header_size - kChecksumBytes) {
     const uint64_t expected = kPrefixBytes + header_size + header.payload_bytes() + kChecksumBytes;
     if (bytes.size() < expected) {
-      return absl::DataLossError(absl::StrCat("session snapshot is truncated: ", bytes.size(),
-                                              " bytes of ", expected));
+      return absl::DataLossError(
+          absl::StrCat("session snapshot is truncated: ", bytes.size(), " bytes of ", expected));
     }
     return Corrupt(absl::StrCat(bytes.size() - expected, " bytes after its end"));
   }
@@ -183,15 +184,15 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
 
   const model::Model* m = models.Find(header.model());
   if (m == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session snapshot is of model ", ClientText(header.model()),
-                     ", which this server does not serve"));
+    return absl::FailedPreconditionError(absl::StrCat("session snapshot is of model ",
+                                                      ClientText(header.model()),
+                                                      ", which this server does not serve"));
   }
   if (header.model_fingerprint() != m->fingerprint()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session snapshot is of another model '", m->name(),
-        "' (other architecture or weights: fingerprint ", header.model_fingerprint(), ", served ",
-        m->fingerprint(), ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session snapshot is of another model '", m->name(),
+                     "' (other architecture or weights: fingerprint ", header.model_fingerprint(),
+                     ", served ", m->fingerprint(), ")"));
   }
   absl::StatusOr<model::ModelState> fresh = m->NewState(1);
   if (!fresh.ok()) return fresh.status();
@@ -232,8 +233,8 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
     }
   }
   if (payload != header.payload_bytes()) {
-    return Corrupt(absl::StrCat("tensors of ", payload, " bytes, header says ",
-                                header.payload_bytes()));
+    return Corrupt(
+        absl::StrCat("tensors of ", payload, " bytes, header says ", header.payload_bytes()));
   }
 
   SessionSnapshot snapshot;

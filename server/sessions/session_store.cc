@@ -8,8 +8,8 @@
 
 namespace attnserve::server {
 
-absl::StatusOr<std::unique_ptr<SessionStore>> OpenSessionStore(
-    const std::string& spec, const SessionStoreOptions& options) {
+absl::StatusOr<std::unique_ptr<SessionStore>> OpenSessionStore(const std::string& spec,
+                                                               const SessionStoreOptions& options) {
   if (absl::StartsWith(spec, "dir:")) {
     auto store = DirSessionStore::Open(spec.substr(4), options.max_bytes);
     if (!store.ok()) return store.status();

@@ -109,24 +109,28 @@ absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl:
   const int64_t bytes = model->StateBytesPerSequence(0);
   auto session = std::make_shared<Session>(NewId(), model, ttl, *std::move(state), owner);
   SessionUse use(session);
-  {
-    absl::MutexLock admission(&admission_mu_);
-    const bool full = count_.load() + 1 > limits_.max_sessions ||
-                      bytes_.load() + bytes > limits_.state_budget_bytes;
-    if (full && !MakeRoom(1, bytes, nullptr)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "session table is full: ", count_.load(), " of --max_sessions=", limits_.max_sessions,
-          " sessions, ", bytes_.load(), " of --state_budget_bytes=", limits_.state_budget_bytes,
-          " state bytes; close idle sessions or retry later"));
-    }
-    count_.fetch_add(1);
-    bytes_.fetch_add(bytes);
-    session->state_bytes_.store(bytes);
-    Shard& shard = ShardFor(session->id());
-    absl::MutexLock lock(&shard.mu);
-    shard.sessions[session->id()] = session;
-  }
+  absl::MutexLock admission(&admission_mu_);
+  if (absl::Status admitted = InsertLocked(session, bytes); !admitted.ok()) return admitted;
   return use;
+}
+
+absl::Status SessionTable::InsertLocked(const std::shared_ptr<Session>& session, int64_t bytes) {
+  const bool full = count_.load() + 1 > limits_.max_sessions ||
+                    bytes_.load() + bytes > limits_.state_budget_bytes;
+  if (full && !MakeRoom(1, bytes, nullptr)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "session table is full: ", count_.load(), " of --max_sessions=", limits_.max_sessions,
+        " sessions, ", bytes_.load(), " of --state_budget_bytes=", limits_.state_budget_bytes,
+        " state bytes (session '", session->id(), "' needs ", bytes,
+        "); close idle sessions or retry later"));
+  }
+  count_.fetch_add(1);
+  bytes_.fetch_add(bytes);
+  session->state_bytes_.store(bytes);
+  Shard& shard = ShardFor(session->id());
+  absl::MutexLock lock(&shard.mu);
+  shard.sessions[session->id()] = session;
+  return absl::OkStatus();
 }
 
 namespace {
@@ -168,8 +172,7 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::str
   return std::shared_ptr<const Session>(FromSnapshot(*std::move(snapshot)));
 }
 
-absl::StatusOr<SessionSnapshot> SessionTable::LoadFor(const std::string& id,
-                                                      const Caller& caller) {
+absl::StatusOr<SessionSnapshot> SessionTable::LoadFor(const std::string& id, const Caller& caller) {
   if (persistence_ == nullptr) return NoSession(id);
   absl::StatusOr<SessionSnapshot> snapshot = persistence_->Load(id);
   if (!snapshot.ok()) {
@@ -257,25 +260,12 @@ absl::StatusOr<SessionUse> SessionTable::Admit(SessionSnapshot snapshot, bool ex
           absl::StrCat("session '", session->id(), "' is already on this instance"));
     }
   }
-  const bool full = count_.load() + 1 > limits_.max_sessions ||
-                    bytes_.load() + bytes > limits_.state_budget_bytes;
-  if (full && !MakeRoom(1, bytes, nullptr)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "session '", session->id(), "' (", bytes, " state bytes) does not fit: ", count_.load(),
-        " of --max_sessions=", limits_.max_sessions, " sessions, ", bytes_.load(),
-        " of --state_budget_bytes=", limits_.state_budget_bytes, " state bytes in use"));
-  }
-  count_.fetch_add(1);
-  bytes_.fetch_add(bytes);
-  session->state_bytes_.store(bytes);
-  Shard& shard = ShardFor(session->id());
-  absl::MutexLock lock(&shard.mu);
-  shard.sessions[session->id()] = session;
+  if (absl::Status admitted = InsertLocked(session, bytes); !admitted.ok()) return admitted;
   return use;
 }
 
 std::shared_ptr<Session> SessionTable::Remove(const std::string& id, bool only_if_idle,
-                                             const Caller* caller) {
+                                              const Caller* caller) {
   Shard& shard = ShardFor(id);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.sessions.find(id);
@@ -300,7 +290,8 @@ void SessionTable::Evicted(const std::shared_ptr<Session>& session, EvictionReas
 
 absl::Status SessionTable::Close(const std::string& id, const Caller& caller) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
-  const absl::Status not_found = absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));
+  const absl::Status not_found =
+      absl::NotFoundError(absl::StrCat("no session '", id, "' to close"));
   {
     Shard& shard = ShardFor(id);
     absl::MutexLock lock(&shard.mu);
@@ -348,8 +339,7 @@ absl::Status SessionTable::Reserve(Session& session, int64_t new_bytes) {
   return absl::OkStatus();
 }
 
-std::shared_ptr<Session> SessionTable::TakeForRoom(const std::string& id,
-                                                  EvictionReason* reason) {
+std::shared_ptr<Session> SessionTable::TakeForRoom(const std::string& id, EvictionReason* reason) {
   Shard& shard = ShardFor(id);
   absl::MutexLock lock(&shard.mu);
   auto it = shard.sessions.find(id);

@@ -124,7 +124,7 @@ class Session : public std::enable_shared_from_this<Session> {
   const absl::Duration ttl_;
   const std::string owner_;
   std::atomic<int64_t> changes_{0};
-  std::atomic<int64_t> saved_{-1};  // changes() when last saved; -1: the store lacks it
+  std::atomic<int64_t> saved_{-1};           // changes() when last saved; -1: the store lacks it
   std::atomic<int64_t> stored_until_ns_{0};  // when the stored copy expires
   std::atomic<int64_t> position_{0};
   std::atomic<int64_t> state_bytes_{0};
@@ -251,6 +251,10 @@ class SessionTable {
   // Admits a restored or imported session: the existing one when `existing_ok` and the table
   // holds its id already (a concurrent restore), else ALREADY_EXISTS.
   absl::StatusOr<SessionUse> Admit(SessionSnapshot snapshot, bool existing_ok);
+  // Counts and inserts a new session of `bytes` state (evicting or spilling idle ones to make
+  // room), or RESOURCE_EXHAUSTED. Under admission_mu_.
+  absl::Status InsertLocked(const std::shared_ptr<Session>& session, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu_);
   absl::StatusOr<SessionUse> Restore(const std::string& id, const Caller& caller);
   // The snapshot of `id` from the store, when `caller` may access it (NOT_FOUND otherwise).
   absl::StatusOr<SessionSnapshot> LoadFor(const std::string& id, const Caller& caller);

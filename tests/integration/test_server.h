@@ -438,11 +438,11 @@ inline void ExpectResidentMemoryBackTo(int64_t before) {
   const int64_t limit = before + before / 10;
   int64_t now = 0;
   WaitFor([&] {
-        now = TrimmedResidentBytes();
-        if (now < limit) return true;
-        absl::SleepFor(absl::Milliseconds(90));
-        return false;
-      });
+    now = TrimmedResidentBytes();
+    if (now < limit) return true;
+    absl::SleepFor(absl::Milliseconds(90));
+    return false;
+  });
   EXPECT_LT(now, limit) << "resident memory did not come back";
 }
 

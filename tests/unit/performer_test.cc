@@ -3,14 +3,13 @@
 // features drawn once from the config's seed (orthogonal, the same on every load), and an
 // unbiased estimate of softmax attention's kernel. (Chunks, steps, StepBatch:
 // mixer_contract_test.cc.)
-#include "kernels/performer/performer_attention.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "kernels/performer/performer_attention.h"
 #include "kernels/performer/performer_reference.h"
 #include "tests/unit/test_util.h"
 
@@ -81,7 +80,8 @@ TEST(PerformerTest, FeatureProductsEstimateTheSoftmaxKernel) {
 }
 
 TEST(PerformerTest, BidirectionalCannotStreamAndStateIsFixed) {
-  auto bidirectional = CreateMixer(Config(32, 2, false, 1), RandomWeights(Config(32, 2, false, 1), 1));
+  auto bidirectional =
+      CreateMixer(Config(32, 2, false, 1), RandomWeights(Config(32, 2, false, 1), 1));
   EXPECT_EQ((*bidirectional)->InitialState(1).status().code(),
             absl::StatusCode::kFailedPrecondition);
   auto causal = CreateMixer(Config(32, 2, true, 1), RandomWeights(Config(32, 2, true, 1), 1));

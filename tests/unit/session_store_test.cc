@@ -2,10 +2,12 @@
 // redis-server started by the test; and the session table spilling to, checkpointing to and
 // restoring from a store.
 #include <ATen/ATen.h>
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -16,10 +18,6 @@
 #include "server/sessions/session_snapshot.h"
 #include "server/sessions/session_table.h"
 #include "tests/common/redis_server.h"
-
-#include <xxhash.h>
-
-#include <cstring>
 
 namespace attnserve::server {
 namespace {
@@ -63,7 +61,7 @@ void CheckStoreContract(SessionStore& store) {
   EXPECT_EQ(store.Get(kId).status().code(), absl::StatusCode::kNotFound);
   // Ids not of the session format never become a path or a key.
   for (const std::string& bad : {std::string("../../etc/passwd"), std::string(10240, 'a'),
-                                std::string("0123456789ABCDEF0123456789ABCDEF"), std::string()}) {
+                                 std::string("0123456789ABCDEF0123456789ABCDEF"), std::string()}) {
     EXPECT_EQ(store.Put(bad, "x", absl::Minutes(1)).code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(store.Get(bad).status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(store.Delete(bad).code(), absl::StatusCode::kInvalidArgument);
@@ -87,9 +85,7 @@ TEST(DirSessionStoreTest, KeepsTheContractWithAtomicFilesOnly) {
 
 TEST(DirSessionStoreTest, ExpiresSweepsAndBoundsItsSize) {
   TempDir dir;
-  {
-    std::ofstream(dir.path() + "/" + kId + ".snapshot.tmp.3") << "left by a crash";
-  }
+  { std::ofstream(dir.path() + "/" + kId + ".snapshot.tmp.3") << "left by a crash"; }
   auto store = DirSessionStore::Open(dir.path(), 1000);
   ASSERT_TRUE(store.ok());
   EXPECT_TRUE(dir.Files().empty()) << "the temporary file is swept at open";
@@ -178,8 +174,8 @@ class TableWithStoreTest : public ::testing::Test {
     auto store = DirSessionStore::Open(dir_.path(), int64_t{1} << 30);
     PersistenceOptions options;
     options.checkpoint_every_appends = checkpoint_every;
-    persistence_ = std::make_unique<SessionPersistence>(*std::move(store), Repository(), options,
-                                                        nullptr);
+    persistence_ =
+        std::make_unique<SessionPersistence>(*std::move(store), Repository(), options, nullptr);
     SessionLimits limits;
     limits.state_budget_bytes = budget_bytes;
     table_ = std::make_unique<SessionTable>(limits, nullptr, persistence_.get());
@@ -216,7 +212,8 @@ TEST_F(TableWithStoreTest, SessionsSpillWhenFullAndComeBackIdentical) {
     auto use = table_->Get(ids[i]);
     ASSERT_TRUE(use.ok()) << i << ": " << use.status();
     EXPECT_EQ((*use)->position(), 7);
-    at::Tensor next = *mamba->Forward(Tokens(1, 99), &(*use)->state, model::OutputKind::kLastLogits);
+    at::Tensor next =
+        *mamba->Forward(Tokens(1, 99), &(*use)->state, model::OutputKind::kLastLogits);
     EXPECT_TRUE(at::equal(next, expected[i])) << i;
   }
   EXPECT_LE(table_->size(), 2);
@@ -295,8 +292,7 @@ TEST(SessionPersistenceTest, AFullQueueDropsASpillButTheDrainWaitsForRoom) {
   const model::Model* linear = (*repository)->Find("linear");
   auto inner = DirSessionStore::Open(dir.path(), int64_t{1} << 30);
   PersistenceOptions options;
-  Session probe("00000000000000000000000000000000", linear, absl::Minutes(1),
-                *linear->NewState());
+  Session probe("00000000000000000000000000000000", linear, absl::Minutes(1), *linear->NewState());
   options.max_queued_bytes = static_cast<int64_t>(EncodeSessionSnapshot(probe).size()) + 10;
   SessionPersistence persistence(std::make_unique<SlowStore>(*std::move(inner)), **repository,
                                  options, nullptr);
@@ -362,8 +358,9 @@ TEST(SessionPersistenceTest, ASpillTheStoreRefusesLivesOnInTheQueueAndIsWrittenL
   {
     auto use = table.Create(mamba, absl::Minutes(5));
     first = (*use)->id();
-    ASSERT_TRUE(mamba->Forward(at::arange(5, at::kLong).unsqueeze(0), &(*use)->state,
-                               model::OutputKind::kLastLogits)
+    ASSERT_TRUE(mamba
+                    ->Forward(at::arange(5, at::kLong).unsqueeze(0), &(*use)->state,
+                              model::OutputKind::kLastLogits)
                     .ok());
     (*use)->Publish();
   }
@@ -387,8 +384,8 @@ TEST(SessionPersistenceTest, AClosedSessionIsNeverSavedAndImportsCannotTakeOverI
   const model::Model* linear = (*repository)->Find("linear");
   PersistenceOptions options;
   options.checkpoint_every_appends = 1;
-  SessionPersistence persistence(*DirSessionStore::Open(dir.path(), int64_t{1} << 30),
-                                 **repository, options, nullptr);
+  SessionPersistence persistence(*DirSessionStore::Open(dir.path(), int64_t{1} << 30), **repository,
+                                 options, nullptr);
   SessionTable table(SessionLimits{}, nullptr, &persistence);
   const Caller alice{"alice", false}, bob{"bob", false};
   auto use = table.Create(linear, absl::Minutes(5), "alice");
@@ -404,8 +401,7 @@ TEST(SessionPersistenceTest, AClosedSessionIsNeverSavedAndImportsCannotTakeOverI
     return DecodeSessionSnapshot(forged, **repository);
   }();
   ASSERT_TRUE(resealed.ok()) << resealed.status();
-  EXPECT_EQ(table.Import(*std::move(resealed), bob).status().code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.Import(*std::move(resealed), bob).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(table.Get(id, alice).ok(), true) << "alice's session is untouched";
   // Closed while a job still holds it: the job's checkpoint must not bring it back.
   EXPECT_TRUE(table.Close(id, alice).ok());

@@ -3,8 +3,6 @@
 // whole pass across the ring's wrap-around, bit-identical to standard attention when the
 // window covers the sequence, a state of constant size. (Chunks, steps and StepBatch of every
 // streaming mixer: mixer_contract_test.cc.)
-#include "kernels/sliding_window/sliding_window_attention.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +10,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/sliding_window/sliding_window_attention.h"
 #include "kernels/sliding_window/sliding_window_reference.h"
 #include "kernels/standard/flash_attention_cpu.h"
 #include "tests/unit/test_util.h"
@@ -169,21 +168,21 @@ TEST(NewMixersModelTest, AHybridOfThemStreamsAndItsSessionsSnapshotAtAnyLength) 
   auto repository = model::ModelRepository::FromModels(std::move(models));
   const at::Tensor tokens = at::randint(0, 512, {1, 60}, at::kLong);
   const at::Tensor whole = *m->Forward(tokens, nullptr, model::OutputKind::kAllLogits);
-  auto session = std::make_shared<Session>("0123456789abcdef0123456789abcdef", m,
-                                           absl::Minutes(1), *m->NewState());
+  auto session = std::make_shared<Session>("0123456789abcdef0123456789abcdef", m, absl::Minutes(1),
+                                           *m->NewState());
   std::vector<at::Tensor> parts;
-  parts.push_back(*m->Forward(tokens.narrow(1, 0, 25), &session->state,
-                              model::OutputKind::kAllLogits));
+  parts.push_back(
+      *m->Forward(tokens.narrow(1, 0, 25), &session->state, model::OutputKind::kAllLogits));
   // A snapshot mid-way (the rings are whole, not a growing cache), restored and continued.
   const std::string bytes = EncodeSessionSnapshot(*session);
   EXPECT_LE(static_cast<int64_t>(bytes.size()), m->StateBytesPerSequence(25) + 4096);
   auto restored = DecodeSessionSnapshot(bytes, **repository);
   ASSERT_TRUE(restored.ok()) << restored.status();
-  parts.push_back(*m->Forward(tokens.narrow(1, 25, 20), &restored->state,
-                              model::OutputKind::kAllLogits));
+  parts.push_back(
+      *m->Forward(tokens.narrow(1, 25, 20), &restored->state, model::OutputKind::kAllLogits));
   for (int64_t t = 45; t < 60; ++t) {
-    parts.push_back(*m->Forward(tokens.narrow(1, t, 1), &restored->state,
-                                model::OutputKind::kAllLogits));
+    parts.push_back(
+        *m->Forward(tokens.narrow(1, t, 1), &restored->state, model::OutputKind::kAllLogits));
   }
   EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), whole), 1e-5);
   EXPECT_EQ(m->StateBytesPerSequence(10), m->StateBytesPerSequence(90000));
