@@ -75,11 +75,14 @@ ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus endpoint /metrics (0: pick a free one and print it; -1: off).");
 ABSL_FLAG(std::string, model_repository, "",
           "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
-          "default models standard, linformer, linear, mamba and hybrid.");
+          "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer and "
+          "rwkv.");
 ABSL_FLAG(std::string, policy, attnserve::server::Policy::kDefaultSpec,
           "Sequence-length policy for model \"auto\": comma-separated rules "
-          "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound), or "
-          "@file.json with {\"rules\": [{\"variant\": ..., \"max_tokens\": ...}]}.");
+          "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound) and "
+          "variant:unbounded for streams that declare no expected length, or @file.json with "
+          "{\"rules\": [{\"variant\": ..., \"max_tokens\": ...}, {\"variant\": ..., "
+          "\"unbounded\": true}]}.");
 ABSL_FLAG(int64_t, max_sessions, 10000, "Most sessions held at once.");
 ABSL_FLAG(int64_t, state_budget_bytes, int64_t{8} << 30,
           "Most bytes of session state (recurrent states and KV caches) held at once.");

@@ -18,6 +18,7 @@ namespace attnserve::server {
 namespace {
 
 std::string RuleText(const PolicyRule& rule) {
+  if (rule.unbounded) return absl::StrCat(rule.variant, " for streams of unknown length");
   return rule.max_tokens > 0 ? absl::StrCat(rule.variant, " up to ", rule.max_tokens, " tokens")
                              : absl::StrCat(rule.variant, " beyond");
 }
@@ -47,6 +48,9 @@ absl::StatusOr<std::vector<PolicyRule>> ParseJsonRules(const std::string& path) 
     if (auto max = f.find("max_tokens"); max != f.end()) {
       rule.max_tokens = static_cast<int64_t>(max->second.number_value());
     }
+    if (auto unbounded = f.find("unbounded"); unbounded != f.end()) {
+      rule.unbounded = unbounded->second.bool_value();
+    }
     rules.push_back(rule);
   }
   return rules;
@@ -67,10 +71,11 @@ absl::StatusOr<Policy> Policy::Parse(const std::string& spec,
       std::vector<std::string> fields = absl::StrSplit(absl::StripAsciiWhitespace(part), ':');
       PolicyRule rule;
       rule.variant = fields[0];
-      if (fields.size() > 2 ||
-          (fields.size() == 2 && !absl::SimpleAtoi(fields[1], &rule.max_tokens))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("policy rule '", part, "': expected variant or variant:max_tokens"));
+      rule.unbounded = fields.size() == 2 && fields[1] == "unbounded";
+      if (fields.size() > 2 || (fields.size() == 2 && !rule.unbounded &&
+                                !absl::SimpleAtoi(fields[1], &rule.max_tokens))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "policy rule '", part, "': expected variant, variant:max_tokens or variant:unbounded"));
       }
       policy.rules_.push_back(rule);
     }
@@ -89,25 +94,46 @@ absl::StatusOr<Policy> Policy::Parse(const std::string& spec,
       return absl::InvalidArgumentError(
           absl::StrCat("policy rule ", i + 1, ": max_tokens must be >= 0 (0: no bound)"));
     }
+    if (rule.unbounded && rule.max_tokens > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy rule ", i + 1,
+                       ": an unbounded rule (streams of unknown length) has no max_tokens"));
+    }
+    if (rule.unbounded && !repository.Find(rule.variant)->can_stream()) {
+      return absl::InvalidArgumentError(absl::StrCat("policy rule ", i + 1, ": '", rule.variant,
+                                                     "' cannot stream, so it cannot serve "
+                                                     "streams of unknown length"));
+    }
   }
   return policy;
 }
 
 absl::StatusOr<PolicyDecision> Policy::Choose(int64_t length, bool stream) const {
+  auto decide = [&](size_t i) {
+    PolicyDecision d;
+    d.model = repository_->Find(rules_[i].variant);
+    d.rule = static_cast<int>(i + 1);
+    d.reason =
+        absl::StrCat("rule ", i + 1, ": ", RuleText(rules_[i]),
+                     " (request: ", length > 0 ? absl::StrCat(length, " tokens") : "unknown length",
+                     stream ? ", streaming" : "", ")");
+    return d;
+  };
+  if (stream && length <= 0) {
+    for (size_t i = 0; i < rules_.size(); ++i) {
+      if (rules_[i].unbounded) return decide(i);  // Parse checked that it streams
+    }
+  }
   bool fits_some = false;
   for (size_t i = 0; i < rules_.size(); ++i) {
     const PolicyRule& rule = rules_[i];
     const model::Model* m = repository_->Find(rule.variant);
+    if (rule.unbounded) continue;
     if (rule.max_tokens > 0 && length > rule.max_tokens) continue;
     if (length > m->max_sequence_length()) continue;
     fits_some = true;
     if (stream && !m->can_stream()) continue;
-    PolicyDecision d;
-    d.model = m;
-    d.rule = static_cast<int>(i + 1);
-    d.reason = absl::StrCat("rule ", i + 1, ": ", RuleText(rule), " (request: ", length, " tokens",
-                            stream ? ", streaming" : "", ")");
-    return d;
+    return decide(i);
   }
   if (!fits_some) {
     return absl::ResourceExhaustedError(

@@ -1,8 +1,12 @@
 // The sequence-length policy: which model variant serves a request. An ordered list of rules
 // "variant up to N tokens" (the last may have no bound), checked in order; a rule applies
 // when the request fits under its bound and the variant can serve it (a stream needs a
-// causal variant; the variant's own max length must hold the request). Defaults follow the
-// seeds: standard below 4096 tokens, linformer up to 32768, mamba beyond. Immutable after
+// causal variant; the variant's own max length must hold the request). Rules marked
+// "unbounded" apply only to streams that declare no expected length (which may run forever:
+// a variant with a fixed-size state belongs there), and are checked first for them; such a
+// stream with no unbounded rule takes the first streaming variant. Defaults follow the seeds'
+// guide: standard up to 4095 tokens (exact, KV cache), sliding_window up to 32768 (local window,
+// fixed-size state, streams), mamba beyond, rwkv for streams of unknown length. Immutable after
 // parsing; safe to share between threads.
 #pragma once
 
@@ -18,6 +22,7 @@ namespace attnserve::server {
 struct PolicyRule {
   std::string variant;
   int64_t max_tokens = 0;  // inclusive; 0: no bound
+  bool unbounded = false;  // only for streams of unknown length (max_tokens is then 0)
 };
 
 struct PolicyDecision {
@@ -28,17 +33,19 @@ struct PolicyDecision {
 
 class Policy {
  public:
-  // "standard:4095,linformer:32768,mamba": comma-separated rules variant[:max_tokens].
-  static constexpr const char* kDefaultSpec = "standard:4095,linformer:32768,mamba";
+  // Comma-separated rules variant[:max_tokens] or variant:unbounded.
+  static constexpr const char* kDefaultSpec =
+      "standard:4095,sliding_window:32768,mamba,rwkv:unbounded";
 
   // Parses `spec`, or a JSON file when it starts with '@' ({"rules": [{"variant": "standard",
-  // "max_tokens": 4095}, ...]}). Every variant must exist in `repository`.
+  // "max_tokens": 4095}, ..., {"variant": "rwkv", "unbounded": true}]}). Every variant must
+  // exist in `repository`; an unbounded rule's variant must stream.
   static absl::StatusOr<Policy> Parse(const std::string& spec,
                                       const model::ModelRepository& repository);
 
-  // Picks the variant for `length` tokens; `stream` asks for a variant that can stream. When
-  // no rule fits: RESOURCE_EXHAUSTED if the request is too long for every variant,
-  // FAILED_PRECONDITION if no streaming variant fits.
+  // Picks the variant for `length` tokens (0 with `stream`: a stream of unknown length);
+  // `stream` asks for a variant that can stream. When no rule fits: RESOURCE_EXHAUSTED if the
+  // request is too long for every variant, FAILED_PRECONDITION if no streaming variant fits.
   absl::StatusOr<PolicyDecision> Choose(int64_t length, bool stream) const;
 
   // The model `name` ("auto" or empty: Choose). An unknown name is NOT_FOUND.

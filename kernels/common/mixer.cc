@@ -26,18 +26,23 @@ const char* MixerKindName(MixerKind kind) {
       return "sliding_window";
     case MixerKind::kPerformer:
       return "performer";
+    case MixerKind::kRwkv:
+      return "rwkv";
   }
   return "unknown";
 }
 
+bool MixerOwnsNorms(MixerKind kind) { return kind == MixerKind::kRwkv; }
+
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
-  for (MixerKind kind : {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear,
-                         MixerKind::kMamba, MixerKind::kSlidingWindow, MixerKind::kPerformer}) {
+  for (MixerKind kind :
+       {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba,
+        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mixer '", name,
-      "'; expected one of standard, linformer, linear, mamba, sliding_window, performer"));
+      "'; expected one of standard, linformer, linear, mamba, sliding_window, performer, rwkv"));
 }
 
 absl::Status ValidateMixerConfig(const MixerConfig& c) {
@@ -86,6 +91,23 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
             absl::StrCat("dt_rank must be >= 0 (0: ceil(d_model / 16)), got ", c.dt_rank));
       }
       return absl::OkStatus();
+    case MixerKind::kRwkv:
+      if (!c.causal) {
+        return absl::InvalidArgumentError(
+            "rwkv is causal: its recurrence runs forward in time; set causal = true");
+      }
+      for (auto [field, value] : {std::pair<const char*, int64_t>{"ffn_dim", c.ffn_dim},
+                                  {"rwkv_attention_dim", c.rwkv_attention_dim}}) {
+        if (value < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(field, " must be >= 0 (0: its default), got ", value));
+        }
+      }
+      if (!(c.norm_epsilon > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("norm_epsilon must be > 0, got ", c.norm_epsilon));
+      }
+      return absl::OkStatus();
   }
   return absl::InvalidArgumentError("unknown mixer kind");
 }
@@ -103,6 +125,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
     case MixerKind::kSlidingWindow:
     case MixerKind::kPerformer:
       return ExpectedStandardWeights(config);  // the same four projections
+    case MixerKind::kRwkv:
+      return ExpectedRwkvWeights(config);
   }
   return {};
 }
@@ -121,6 +145,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
     case MixerKind::kSlidingWindow:
     case MixerKind::kPerformer:
       return RandomStandardWeights(config, gen);
+    case MixerKind::kRwkv:
+      return RandomRwkvWeights(config, gen);
   }
   return {};
 }
@@ -268,6 +294,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreateSlidingWindowMixer(config, weights);
       case MixerKind::kPerformer:
         return CreatePerformerMixer(config, weights);
+      case MixerKind::kRwkv:
+        return CreateRwkvMixer(config, weights);
     }
     return absl::InvalidArgumentError("unknown mixer kind");
   });

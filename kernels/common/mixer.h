@@ -1,4 +1,5 @@
-// The one interface every sequence mixer implements (standard, linformer, linear, mamba).
+// The one interface every sequence mixer implements (standard, linformer, linear, mamba,
+// sliding_window, performer, rwkv).
 //
 // Contract (held by tests/unit/mixer_contract_test.cc for every streaming mixer):
 //   * Prefill(x, state): x is (B, L, d_model) float32 on the CPU. With a state, it continues
@@ -23,11 +24,16 @@
 
 namespace attnserve::kernels {
 
-enum class MixerKind { kStandard, kLinformer, kLinear, kMamba, kSlidingWindow, kPerformer };
+enum class MixerKind { kStandard, kLinformer, kLinear, kMamba, kSlidingWindow, kPerformer, kRwkv };
 
-// "standard", "linformer", "linear", "mamba", "sliding_window", "performer".
+// "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
+
+// Whether the mixer is a whole block with its own norms and feed-forward (rwkv: its LayerNorms
+// and channel mixing carry token-shift state): a model applies no norm or MLP of its own
+// around such a layer, only the outer residual (y = x + mixer(x)).
+bool MixerOwnsNorms(MixerKind kind);
 
 struct MixerConfig {
   MixerKind kind = MixerKind::kStandard;
@@ -48,6 +54,11 @@ struct MixerConfig {
   int64_t d_conv = 4;
   int64_t expand = 2;
   int64_t dt_rank = 0;
+  // rwkv (RWKV-4 block): channel-mixing width (0: 4 * d_model), the width of k, v, r and the
+  // WKV state (0: d_model), and its LayerNorms' epsilon.
+  int64_t ffn_dim = 0;
+  int64_t rwkv_attention_dim = 0;
+  double norm_epsilon = 1e-5;
   // The weights are bfloat16-exact (rounded at load): keep a bfloat16 copy of each matrix for
   // single-row products (kernels/common/linear.h). A serving option, not part of the model.
   bool bf16_weights = false;
@@ -55,6 +66,10 @@ struct MixerConfig {
   int64_t head_dim() const { return d_model / num_heads; }
   int64_t d_inner() const { return expand * d_model; }
   int64_t resolved_dt_rank() const { return dt_rank > 0 ? dt_rank : (d_model + 15) / 16; }
+  int64_t resolved_ffn_dim() const { return ffn_dim > 0 ? ffn_dim : 4 * d_model; }
+  int64_t resolved_rwkv_attention_dim() const {
+    return rwkv_attention_dim > 0 ? rwkv_attention_dim : d_model;
+  }
 };
 
 // Checks sizes and their consistency; the message names the field and the allowed values.

@@ -36,4 +36,8 @@ std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
 
 std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const WeightMap& weights);
 
+std::vector<WeightSpec> ExpectedRwkvWeights(const MixerConfig& config);
+WeightMap RandomRwkvWeights(const MixerConfig& config, at::Generator& gen);
+std::unique_ptr<Mixer> CreateRwkvMixer(const MixerConfig& config, const WeightMap& weights);
+
 }  // namespace attnserve::kernels

@@ -14,7 +14,8 @@ constexpr uint64_t kSeed = 20261129;
 }  // namespace
 
 std::vector<std::string> DefaultModelNames() {
-  return {"standard", "linformer", "linear", "mamba", "hybrid"};
+  return {"standard", "linformer",      "linear",    "mamba",
+          "hybrid",   "sliding_window", "performer", "rwkv"};
 }
 
 absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
@@ -24,9 +25,18 @@ absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
   c.set_hidden_size(kWidth);
   c.set_num_heads(4);  // head_dim 64
   c.set_tie_word_embeddings(true);
-  if (name == "standard" || name == "linformer" || name == "linear") {
+  if (name == "standard" || name == "linformer" || name == "linear" || name == "sliding_window" ||
+      name == "performer") {
     for (int i = 0; i < kDepth; ++i) c.add_layers(name);
     c.set_intermediate_size(2 * kWidth);
+    if (name == "sliding_window") c.set_sliding_window(1024);
+    if (name == "performer") c.set_performer_seed(kSeed);
+  } else if (name == "rwkv") {
+    // Channel mixing as wide as the others' MLPs; Hugging Face RWKV's norms.
+    for (int i = 0; i < kDepth; ++i) c.add_layers("rwkv");
+    c.set_intermediate_size(2 * kWidth);
+    c.set_norm("layer_norm");
+    c.set_embedding_norm(true);
   } else if (name == "mamba") {
     for (int i = 0; i < kDepth; ++i) c.add_layers("mamba");
   } else if (name == "hybrid") {

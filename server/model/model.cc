@@ -36,11 +36,18 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   v1::ModelConfig a = config;
   a.clear_model_type();
   a.clear_max_sequence_length();
-  bool attention = false, linformer = false, mamba = false;
+  if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
+  bool attention = false, linformer = false, mamba = false, rwkv = false;
   for (const std::string& layer : a.layers()) {
-    attention = attention || layer != "mamba";
+    attention = attention || (layer != "mamba" && layer != "rwkv");
     linformer = linformer || layer == "linformer";
     mamba = mamba || layer == "mamba";
+    rwkv = rwkv || layer == "rwkv";
+  }
+  if (!rwkv) {
+    a.clear_rwkv_attention_size();
+  } else if (a.rwkv_attention_size() == 0) {
+    a.set_rwkv_attention_size(a.hidden_size());
   }
   if (!attention) {
     a.clear_num_heads();
@@ -79,21 +86,28 @@ ModelState ModelState::Clone() const {
 std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
   const int64_t hidden = c.hidden_size(), mlp = c.intermediate_size();
   std::vector<WeightSpec> specs = {{"backbone.embeddings.weight", {c.vocab_size(), hidden}}};
+  auto norm = [&](const std::string& name) {
+    specs.push_back({name + ".weight", {hidden}});
+    if (UsesLayerNorm(c)) specs.push_back({name + ".bias", {hidden}});
+  };
+  if (c.embedding_norm()) norm("backbone.embeddings_norm");
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
-    specs.push_back({prefix + "norm.weight", {hidden}});
-    for (WeightSpec spec : kernels::ExpectedWeights(LayerMixerConfig(c, i))) {
+    const kernels::MixerConfig mixer = LayerMixerConfig(c, i);
+    const bool owns_norms = kernels::MixerOwnsNorms(mixer.kind);
+    if (!owns_norms) norm(prefix + "norm");
+    for (WeightSpec spec : kernels::ExpectedWeights(mixer)) {
       spec.name = prefix + "mixer." + spec.name;
       specs.push_back(std::move(spec));
     }
-    if (mlp > 0) {
-      specs.push_back({prefix + "mlp_norm.weight", {hidden}});
+    if (mlp > 0 && !owns_norms) {
+      norm(prefix + "mlp_norm");
       specs.push_back({prefix + "mlp.gate_proj.weight", {mlp, hidden}});
       specs.push_back({prefix + "mlp.up_proj.weight", {mlp, hidden}});
       specs.push_back({prefix + "mlp.down_proj.weight", {hidden, mlp}});
     }
   }
-  specs.push_back({"backbone.norm_f.weight", {hidden}});
+  norm("backbone.norm_f");
   if (!c.tie_word_embeddings()) specs.push_back({"lm_head.weight", {c.vocab_size(), hidden}});
   return specs;
 }
@@ -105,17 +119,24 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
   // std 0.02 as Hugging Face initialises embeddings: a tied lm_head then gives spread-out
   // next-token distributions rather than echoing the input token.
   w["backbone.embeddings.weight"] = at::normal(0.0, 0.02, {c.vocab_size(), hidden}, gen);
+  auto norm = [&](const std::string& name) {
+    w[name + ".weight"] = at::ones({hidden});
+    if (UsesLayerNorm(c)) w[name + ".bias"] = at::zeros({hidden});
+  };
+  if (c.embedding_norm()) norm("backbone.embeddings_norm");
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
-    w[prefix + "norm.weight"] = at::ones({hidden});
+    const kernels::MixerConfig mixer = LayerMixerConfig(c, i);
+    const bool owns_norms = kernels::MixerOwnsNorms(mixer.kind);
+    if (!owns_norms) norm(prefix + "norm");
     // Each layer's mixer gets its own seed drawn from the model's generator.
     const uint64_t mixer_seed = static_cast<uint64_t>(
         at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>());
-    for (auto& [name, t] : kernels::RandomWeights(LayerMixerConfig(c, i), mixer_seed)) {
+    for (auto& [name, t] : kernels::RandomWeights(mixer, mixer_seed)) {
       w[prefix + "mixer." + name] = t;
     }
-    if (mlp > 0) {
-      w[prefix + "mlp_norm.weight"] = at::ones({hidden});
+    if (mlp > 0 && !owns_norms) {
+      norm(prefix + "mlp_norm");
       w[prefix + "mlp.gate_proj.weight"] =
           at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
       w[prefix + "mlp.up_proj.weight"] =
@@ -124,7 +145,7 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
           at::normal(0.0, 1.0 / std::sqrt(mlp), {hidden, mlp}, gen);
     }
   }
-  w["backbone.norm_f.weight"] = at::ones({hidden});
+  norm("backbone.norm_f");
   if (!c.tie_word_embeddings()) {
     w["lm_head.weight"] = at::normal(0.0, 1.0 / std::sqrt(hidden), {c.vocab_size(), hidden}, gen);
   }
@@ -206,14 +227,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   const v1::ModelConfig& c = m->config_;
   m->max_sequence_length_ = c.max_sequence_length();
   auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
+  auto norm = [&](const std::string& n) {
+    NormWeights norm_weights{w(n + ".weight"), {}};
+    if (UsesLayerNorm(c)) norm_weights.bias = w(n + ".bias");
+    return norm_weights;
+  };
   m->embedding_ = w("backbone.embeddings.weight");
-  m->norm_f_ = w("backbone.norm_f.weight");
+  if (c.embedding_norm()) m->embedding_norm_ = norm("backbone.embeddings_norm");
+  m->norm_f_ = norm("backbone.norm_f");
   m->lm_head_ =
       kernels::LinearWeight(c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), bf16);
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
     Layer layer;
-    layer.norm = w(prefix + "norm.weight");
+    kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
+    const bool owns_norms = kernels::MixerOwnsNorms(mixer_config.kind);
+    if (!owns_norms) layer.norm = norm(prefix + "norm");
     kernels::WeightMap mixer_weights;
     const std::string mixer_prefix = prefix + "mixer.";
     for (const auto& [tensor_name, t] : weights) {
@@ -221,7 +250,6 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
         mixer_weights[tensor_name.substr(mixer_prefix.size())] = t;
       }
     }
-    kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
     mixer_config.bf16_weights = bf16;
     absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
         kernels::CreateMixer(mixer_config, std::move(mixer_weights));
@@ -234,8 +262,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     if (mixer_config.kind == kernels::MixerKind::kLinformer) {
       m->max_sequence_length_ = std::min(m->max_sequence_length_, mixer_config.max_len);
     }
-    if (c.intermediate_size() > 0) {
-      layer.mlp_norm = w(prefix + "mlp_norm.weight");
+    if (c.intermediate_size() > 0 && !owns_norms) {
+      layer.mlp_norm = norm(prefix + "mlp_norm");
       layer.gate_up = kernels::LinearWeight(
           at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0), bf16);
       layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), bf16);
@@ -299,8 +327,16 @@ absl::Status Model::CheckTokens(const at::Tensor& tokens, const ModelState* stat
   return absl::OkStatus();
 }
 
-at::Tensor Model::Norm(const at::Tensor& x, const at::Tensor& weight) const {
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon()) * weight;
+at::Tensor Model::Norm(const at::Tensor& x, const NormWeights& norm) const {
+  if (!norm.weight.defined()) return x;
+  if (norm.bias.defined()) {
+    return at::layer_norm(x, {x.size(-1)}, norm.weight, norm.bias, config_.norm_epsilon());
+  }
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon()) * norm.weight;
+}
+
+at::Tensor Model::Embed(const at::Tensor& ids) const {
+  return Norm(at::embedding(embedding_, ids), embedding_norm_);
 }
 
 absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) const {
@@ -318,11 +354,11 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     }
     x = AddMlp(layer, x + mixed);
   }
-  return x;
+  return x;  // a layer that owns its norms: Norm and AddMlp pass x through
 }
 
 at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
-  if (!layer.gate_up.weight().defined()) return x;
+  if (!layer.gate_up.weight().defined()) return x;  // no MLP, or a mixer that owns its norms
   at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
   const int64_t width = layer.down.weight().size(1);
   at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
@@ -356,7 +392,7 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
   return kernels::GuardTorch("Model::StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = static_cast<int64_t>(tokens.size());
     const at::Tensor ids = at::tensor(tokens, at::kLong).to(device());
-    at::Tensor x = at::embedding(embedding_, ids);  // (B, hidden)
+    at::Tensor x = Embed(ids);  // (B, hidden)
     std::vector<kernels::MixerState*> layer_states(b);
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& layer = layers_[l];
@@ -374,8 +410,7 @@ absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* 
   RETURN_IF_ERROR(CheckTokens(tokens, state));
   return kernels::GuardTorch("Model::Forward", [&]() -> absl::StatusOr<at::Tensor> {
     // .to(): the model's device; a no-op on the CPU.
-    ASSIGN_OR_RETURN(at::Tensor x,
-                     RunLayers(at::embedding(embedding_, tokens.to(device())), state));
+    ASSIGN_OR_RETURN(at::Tensor x, RunLayers(Embed(tokens.to(device())), state));
     x = Norm(x, norm_f_);
     if (state != nullptr) state->position += tokens.size(1);
     switch (output) {

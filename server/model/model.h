@@ -1,13 +1,18 @@
-// A served model: embedding -> N x (RMSNorm -> mixer -> residual [-> RMSNorm -> gated-SiLU
-// MLP -> residual]) -> RMSNorm -> lm_head. Each layer names its mixer, so hybrids are
+// A served model: embedding [-> norm] -> N x (norm -> mixer -> residual [-> norm -> gated-SiLU
+// MLP -> residual]) -> norm -> lm_head, the norms RMSNorm or LayerNorm (config.norm). A layer
+// whose mixer is a whole block with its norms inside (kernels::MixerOwnsNorms: rwkv) is
+// x + mixer(x), with no norm or MLP of the model's. Each layer names its mixer, so hybrids are
 // ordinary configs. A Model is immutable after Create and safe to call from many threads at
 // once with distinct states; a ModelState belongs to one caller at a time.
 //
-// Checkpoint names (Hugging Face MambaForCausalLM's, extended for MLPs and attention):
+// Checkpoint names (Hugging Face MambaForCausalLM's, extended for MLPs and attention; a
+// LayerNorm has a .bias next to each .weight):
 //   backbone.embeddings.weight (vocab, hidden)   (backbone.embedding.weight is accepted too)
+//   backbone.embeddings_norm.weight              (config.embedding_norm)
 //   backbone.layers.{i}.norm.weight              backbone.layers.{i}.mixer.<mixer tensor>
 //   backbone.layers.{i}.mlp_norm.weight          backbone.layers.{i}.mlp.{gate,up,down}_proj.weight
 //   backbone.norm_f.weight                       lm_head.weight (absent when tied)
+// A Hugging Face RwkvForCausalLM's names map onto these (model_io.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -109,22 +114,29 @@ class Model {
   std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
 
  private:
+  // RMSNorm (no bias) or LayerNorm (with one); undefined weight: no norm.
+  struct NormWeights {
+    at::Tensor weight, bias;
+  };
   struct Layer {
-    at::Tensor norm;
+    NormWeights norm;  // undefined for a mixer that owns its norms
     std::unique_ptr<kernels::Mixer> mixer;
-    at::Tensor mlp_norm;
+    NormWeights mlp_norm;
     kernels::LinearWeight gate_up, down;  // gate_up: gate_proj and up_proj stacked
   };
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;
-  at::Tensor Norm(const at::Tensor& x, const at::Tensor& weight) const;
+  at::Tensor Norm(const at::Tensor& x, const NormWeights& norm) const;
+  // The embeddings of `ids` (any shape), normed when the config has an embedding norm.
+  at::Tensor Embed(const at::Tensor& ids) const;
   absl::StatusOr<at::Tensor> RunLayers(at::Tensor x, ModelState* state) const;
   // x + MLP(norm(x)) for a layer with an MLP, else x.
   at::Tensor AddMlp(const Layer& layer, const at::Tensor& x) const;
 
   std::string name_;
   v1::ModelConfig config_;
-  at::Tensor embedding_, norm_f_;
+  at::Tensor embedding_;
+  NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights

@@ -3,6 +3,7 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,42 @@ absl::StatusOr<v1::ModelConfig> FromHuggingFaceMamba(const Struct& s) {
   return c;
 }
 
+// Hugging Face's RwkvConfig: hidden_size, num_hidden_layers, attention_hidden_size (null:
+// hidden_size), intermediate_size (null: 4 * hidden_size), layer_norm_epsilon, vocab_size,
+// tie_word_embeddings (false by default). context_length is the training context, not a limit
+// of the recurrence; rescale_every is an fp16 overflow guard that changes no result beyond
+// LayerNorm's epsilon, so attnserve (float32) does not rescale.
+absl::StatusOr<v1::ModelConfig> FromHuggingFaceRwkv(const Struct& s) {
+  v1::ModelConfig c;
+  c.set_model_type("rwkv");
+  auto get = [&](const char* key, int64_t fallback) { return IntField(s, key, fallback); };
+  absl::StatusOr<int64_t> hidden = get("hidden_size", 4096), layers = get("num_hidden_layers", 32),
+                          vocab = get("vocab_size", 50277),
+                          attention = get("attention_hidden_size", 0),
+                          ffn = get("intermediate_size", 0);
+  for (const auto* v : {&hidden, &layers, &vocab, &attention, &ffn}) {
+    if (!v->ok()) return v->status();
+  }
+  if (*layers <= 0 || *layers > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.json: num_hidden_layers must be in [1, 1024], got ", *layers));
+  }
+  c.set_hidden_size(*hidden);
+  c.set_vocab_size(*vocab);
+  c.set_rwkv_attention_size(*attention > 0 ? *attention : *hidden);
+  c.set_intermediate_size(*ffn > 0 ? *ffn : 4 * *hidden);
+  for (int64_t i = 0; i < *layers; ++i) c.add_layers("rwkv");
+  c.set_norm("layer_norm");
+  c.set_embedding_norm(true);
+  auto eps = s.fields().find("layer_norm_epsilon");
+  c.set_norm_epsilon(eps != s.fields().end() && eps->second.kind_case() == Value::kNumberValue
+                         ? eps->second.number_value()
+                         : 1e-5);
+  auto tie = s.fields().find("tie_word_embeddings");
+  c.set_tie_word_embeddings(tie != s.fields().end() && tie->second.bool_value());
+  return c;
+}
+
 }  // namespace
 
 void FillModelConfigDefaults(v1::ModelConfig* c) {
@@ -99,8 +136,11 @@ absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json) {
   }
   v1::ModelConfig config;
   auto type = root.fields().find("model_type");
-  if (type != root.fields().end() && type->second.string_value() == "mamba") {
-    absl::StatusOr<v1::ModelConfig> hf = FromHuggingFaceMamba(root);
+  const std::string model_type =
+      type != root.fields().end() ? type->second.string_value() : std::string();
+  if (model_type == "mamba" || model_type == "rwkv") {
+    absl::StatusOr<v1::ModelConfig> hf =
+        model_type == "mamba" ? FromHuggingFaceMamba(root) : FromHuggingFaceRwkv(root);
     if (!hf.ok()) return hf.status();
     config = *std::move(hf);
   } else {
@@ -136,6 +176,15 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("config: norm_epsilon must be > 0, got ", c.norm_epsilon()));
   }
+  if (!c.norm().empty() && c.norm() != "rms_norm" && c.norm() != "layer_norm") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: norm must be \"rms_norm\" or \"layer_norm\", got \"", c.norm(), "\""));
+  }
+  if (c.rwkv_attention_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: rwkv_attention_size must be >= 0 (0: hidden_size), got ",
+                     c.rwkv_attention_size()));
+  }
   for (int i = 0; i < c.layers_size(); ++i) {
     absl::StatusOr<kernels::MixerKind> kind = kernels::ParseMixerKind(c.layers(i));
     if (!kind.ok()) {
@@ -164,6 +213,9 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.d_conv = c.conv_kernel();
   m.expand = c.expand();
   m.dt_rank = c.time_step_rank();
+  m.ffn_dim = c.intermediate_size();
+  m.rwkv_attention_dim = c.rwkv_attention_size();
+  m.norm_epsilon = c.norm_epsilon();
   return m;
 }
 
@@ -177,8 +229,10 @@ std::string ModelConfigToJson(const v1::ModelConfig& config) {
   return json;
 }
 
+bool UsesLayerNorm(const v1::ModelConfig& config) { return config.norm() == "layer_norm"; }
+
 bool IsHuggingFaceMamba(const v1::ModelConfig& c) {
-  if (c.intermediate_size() != 0) return false;
+  if (c.intermediate_size() != 0 || UsesLayerNorm(c) || c.embedding_norm()) return false;
   for (const std::string& layer : c.layers()) {
     if (layer != "mamba") return false;
   }
@@ -196,6 +250,29 @@ std::string HuggingFaceMambaConfigJson(const v1::ModelConfig& c) {
       ",\n  \"time_step_rank\": ", rank, ",\n  \"layer_norm_epsilon\": ", c.norm_epsilon(),
       ",\n  \"tie_word_embeddings\": ", c.tie_word_embeddings() ? "true" : "false",
       ",\n  \"use_bias\": false,\n  \"use_conv_bias\": true\n}\n");
+}
+
+bool IsHuggingFaceRwkv(const v1::ModelConfig& c) {
+  if (!UsesLayerNorm(c) || !c.embedding_norm()) return false;
+  for (const std::string& layer : c.layers()) {
+    if (layer != "rwkv") return false;
+  }
+  return true;
+}
+
+std::string HuggingFaceRwkvConfigJson(const v1::ModelConfig& c) {
+  const kernels::MixerConfig m = LayerMixerConfig(c, 0);
+  // rescale_every 0: the weights are written unscaled and must be read so.
+  return absl::StrCat(
+      "{\n  \"architectures\": [\"RwkvForCausalLM\"],\n  \"model_type\": \"rwkv\",\n",
+      "  \"vocab_size\": ", c.vocab_size(), ",\n  \"hidden_size\": ", c.hidden_size(),
+      ",\n  \"num_hidden_layers\": ", c.layers_size(),
+      ",\n  \"attention_hidden_size\": ", m.resolved_rwkv_attention_dim(),
+      ",\n  \"intermediate_size\": ", m.resolved_ffn_dim(),
+      ",\n  \"context_length\": ", std::min<int64_t>(c.max_sequence_length(), 1 << 20),
+      ",\n  \"layer_norm_epsilon\": ", c.norm_epsilon(), ",\n  \"rescale_every\": 0",
+      ",\n  \"tie_word_embeddings\": ", c.tie_word_embeddings() ? "true" : "false",
+      ",\n  \"use_cache\": true\n}\n");
 }
 
 }  // namespace attnserve::model

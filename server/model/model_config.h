@@ -12,7 +12,10 @@ namespace attnserve::model {
 
 // Parses config.json. With "model_type": "mamba" it reads Hugging Face's MambaConfig fields
 // (hidden_size, num_hidden_layers, state_size, conv_kernel, expand, time_step_rank,
-// vocab_size, layer_norm_epsilon, tie_word_embeddings); otherwise attnserve's ModelConfig.
+// vocab_size, layer_norm_epsilon, tie_word_embeddings); with "rwkv" its RwkvConfig's
+// (hidden_size, num_hidden_layers, attention_hidden_size, intermediate_size, vocab_size,
+// layer_norm_epsilon, tie_word_embeddings): rwkv layers, LayerNorms, an embedding norm;
+// otherwise attnserve's ModelConfig.
 // Unknown fields are ignored. The result has its defaults filled in and is validated.
 absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json);
 
@@ -33,5 +36,15 @@ bool IsHuggingFaceMamba(const v1::ModelConfig& config);
 
 // Hugging Face's config.json for a model for which IsHuggingFaceMamba holds.
 std::string HuggingFaceMambaConfigJson(const v1::ModelConfig& config);
+
+// Whether the model's own norms are LayerNorms with a bias (config.norm "layer_norm").
+bool UsesLayerNorm(const v1::ModelConfig& config);
+
+// True when the model is a plain RWKV-4 stack (rwkv layers, LayerNorms, an embedding norm)
+// that Hugging Face's RwkvForCausalLM can load.
+bool IsHuggingFaceRwkv(const v1::ModelConfig& config);
+
+// Hugging Face's config.json for a model for which IsHuggingFaceRwkv holds.
+std::string HuggingFaceRwkvConfigJson(const v1::ModelConfig& config);
 
 }  // namespace attnserve::model

@@ -2,10 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
@@ -25,9 +28,44 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
   return ss.str();
 }
 
-// mamba_ssm spells the embedding "backbone.embedding.weight"; Hugging Face adds an "s".
+// Hugging Face RwkvForCausalLM's names for Model's (model.h); the block's own tensors keep
+// their names under the layer's mixer (kernels/rwkv/rwkv_block.h).
+constexpr std::pair<const char*, const char*> kRwkvPrefixes[] = {
+    {"rwkv.embeddings.", "backbone.embeddings."},
+    {"rwkv.blocks.0.pre_ln.", "backbone.embeddings_norm."},
+    {"rwkv.ln_out.", "backbone.norm_f."},
+    {"head.", "lm_head."},
+};
+
+// "rwkv.blocks.N.x" <-> "backbone.layers.N.mixer.x" (N's digits up to the next dot).
+std::string ReplaceLayerPrefix(const std::string& name, absl::string_view from,
+                               absl::string_view from_tail, absl::string_view to,
+                               absl::string_view to_tail) {
+  if (!absl::StartsWith(name, from)) return name;
+  const size_t dot = name.find('.', from.size());
+  if (dot == std::string::npos || dot == from.size()) return name;
+  const std::string rest = name.substr(dot + 1);
+  if (!absl::StartsWith(rest, from_tail)) return name;
+  return absl::StrCat(to, name.substr(from.size(), dot - from.size()), ".", to_tail,
+                      rest.substr(from_tail.size()));
+}
+
+// A stored name as Model knows it: mamba_ssm spells the embedding "backbone.embedding.weight"
+// (Hugging Face adds an "s"); Hugging Face RWKV's names are mapped onto Model's.
 std::string CanonicalName(const std::string& name) {
-  return name == "backbone.embedding.weight" ? "backbone.embeddings.weight" : name;
+  if (name == "backbone.embedding.weight") return "backbone.embeddings.weight";
+  for (const auto& [hf, ours] : kRwkvPrefixes) {
+    if (absl::StartsWith(name, hf)) return absl::StrCat(ours, name.substr(strlen(hf)));
+  }
+  return ReplaceLayerPrefix(name, "rwkv.blocks.", "", "backbone.layers.", "mixer.");
+}
+
+// The inverse, for writing a model for which IsHuggingFaceRwkv holds.
+std::string HuggingFaceRwkvName(const std::string& name) {
+  for (const auto& [hf, ours] : kRwkvPrefixes) {
+    if (absl::StartsWith(name, ours)) return absl::StrCat(hf, name.substr(strlen(ours)));
+  }
+  return ReplaceLayerPrefix(name, "backbone.layers.", "mixer.", "rwkv.blocks.", "");
 }
 
 }  // namespace
@@ -84,15 +122,21 @@ absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  const bool hf = IsHuggingFaceMamba(model.config());
-  const std::string json =
-      hf ? HuggingFaceMambaConfigJson(model.config()) : ModelConfigToJson(model.config());
+  const bool rwkv = IsHuggingFaceRwkv(model.config());
+  const std::string json = IsHuggingFaceMamba(model.config())
+                               ? HuggingFaceMambaConfigJson(model.config())
+                           : rwkv ? HuggingFaceRwkvConfigJson(model.config())
+                                  : ModelConfigToJson(model.config());
   {
     std::ofstream out(fs::path(dir) / "config.json", std::ios::binary | std::ios::trunc);
     out << json;
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
   }
-  return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), model.NamedWeights(),
+  std::vector<std::pair<std::string, at::Tensor>> weights = model.NamedWeights();
+  if (rwkv) {
+    for (auto& [name, tensor] : weights) name = HuggingFaceRwkvName(name);
+  }
+  return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), weights,
                           {{"format", "pt"}, {"written_by", "attnserve"}});
 }
 

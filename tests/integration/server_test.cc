@@ -36,7 +36,8 @@ TEST(RpcTest, InferReturnsEveryOutputKind) {
   Client& client = server.client();
   const std::vector<int64_t> tokens = RandomTokens(16, 1);
   for (const std::string& model :
-       std::vector<std::string>{"standard", "linformer", "linear", "mamba", "hybrid"}) {
+       std::vector<std::string>{"standard", "linformer", "linear", "mamba", "hybrid",
+                                "sliding_window", "performer", "rwkv"}) {
     SCOPED_TRACE(model);
     v1::InferResponse last, unspecified, all, hidden, top, top7, none;
     ASSERT_TRUE(client.Infer(MakeInfer(model, tokens, v1::OUTPUT_KIND_LAST_LOGITS), &last).ok());
@@ -302,7 +303,8 @@ TEST(RpcTest, ListModelsAndGetModel) {
   ASSERT_TRUE(client.ListModels(&list).ok());
   std::vector<std::string> names;
   for (const v1::ModelInfo& m : list.models()) names.push_back(m.name());
-  EXPECT_THAT(names, ElementsAre("hybrid", "linear", "linformer", "mamba", "standard"));
+  EXPECT_THAT(names, ElementsAre("hybrid", "linear", "linformer", "mamba", "performer", "rwkv",
+                                 "sliding_window", "standard"));
   for (const v1::ModelInfo& m : list.models()) {
     SCOPED_TRACE(m.name());
     EXPECT_EQ(m.config().vocab_size(), kVocab);
@@ -319,9 +321,13 @@ TEST(RpcTest, ListModelsAndGetModel) {
   const auto& models = list.models();
   EXPECT_EQ(models[2].max_sequence_length(), 32768);  // linformer
   EXPECT_EQ(models[2].state_bytes_per_session(), 0);
-  EXPECT_EQ(models[4].max_sequence_length(), 65536);  // standard
-  EXPECT_EQ(models[4].state_bytes_per_session(), 0);
-  EXPECT_EQ(models[4].state_bytes_per_token(), kStandardBytesPerToken);
+  EXPECT_EQ(models[7].max_sequence_length(), 65536);  // standard
+  EXPECT_EQ(models[7].state_bytes_per_session(), 0);
+  EXPECT_EQ(models[7].state_bytes_per_token(), kStandardBytesPerToken);
+  for (int fixed : {4, 5, 6}) {  // performer, rwkv, sliding_window: fixed-size states
+    EXPECT_GT(models[fixed].state_bytes_per_session(), 0) << models[fixed].name();
+    EXPECT_EQ(models[fixed].state_bytes_per_token(), 0) << models[fixed].name();
+  }
   EXPECT_GT(models[3].state_bytes_per_session(), 0);  // mamba
   EXPECT_EQ(models[3].state_bytes_per_token(), 0);
   EXPECT_GT(models[0].state_bytes_per_session(), 0);  // hybrid: mamba layers and a KV cache
@@ -380,18 +386,22 @@ TEST_P(PolicyTest, AutoChoosesByLength) {
   EXPECT_THAT(Shape(response.outputs().tensor()), ElementsAre(kVocab));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Boundaries, PolicyTest,
-    ::testing::Values(PolicyCase{4095, "standard", "rule 1: standard up to 4095 tokens"},
-                      PolicyCase{4096, "linformer", "rule 2: linformer up to 32768 tokens"},
-                      PolicyCase{32768, "linformer", "rule 2: linformer up to 32768 tokens"},
-                      PolicyCase{32769, "mamba", "rule 3: mamba beyond"}),
-    [](const ::testing::TestParamInfo<PolicyCase>& info) {
-      return absl::StrCat("Length", info.param.length);
-    });
+INSTANTIATE_TEST_SUITE_P(Boundaries, PolicyTest,
+                         ::testing::Values(PolicyCase{4095, "standard",
+                                                      "rule 1: standard up to 4095 tokens"},
+                                           PolicyCase{4096, "sliding_window",
+                                                      "rule 2: sliding_window up to 32768 tokens"},
+                                           PolicyCase{32768, "sliding_window",
+                                                      "rule 2: sliding_window up to 32768 tokens"},
+                                           PolicyCase{32769, "mamba", "rule 3: mamba beyond"}),
+                         [](const ::testing::TestParamInfo<PolicyCase>& info) {
+                           return absl::StrCat("Length", info.param.length);
+                         });
 
 TEST(PolicyStreamTest, StreamTakesTheFirstCausalVariantThatFits) {
-  TestServer server;
+  TestServerOptions options;
+  options.policy = "standard:4095,linformer:32768,mamba";
+  TestServer server(options);
   Client& client = server.client();
   {
     // Linformer's rule fits 5000 tokens, but it cannot stream: mamba's rule is next.
@@ -403,11 +413,32 @@ TEST(PolicyStreamTest, StreamTakesTheFirstCausalVariantThatFits) {
     EXPECT_TRUE(stream->Close(opened.session_id()).ok());
   }
   {
-    // An unknown length only needs a streaming variant: the first rule's.
+    // With no unbounded rule, an unknown length only needs a streaming variant: the first.
     std::unique_ptr<StreamClient> stream = client.Stream();
     const v1::StreamOpened opened = stream->Open(OpenRequest("", 0));
     EXPECT_EQ(opened.model(), "standard");
     EXPECT_THAT(opened.policy_reason(), HasSubstr("rule 1: standard up to 4095 tokens"));
+    EXPECT_TRUE(stream->Close(opened.session_id()).ok());
+  }
+}
+
+TEST(PolicyStreamTest, DefaultPolicySendsStreamsOfUnknownLengthToAFixedSizeState) {
+  TestServer server;
+  Client& client = server.client();
+  {
+    std::unique_ptr<StreamClient> stream = client.Stream();
+    const v1::StreamOpened opened = stream->Open(OpenRequest("auto", 0));
+    EXPECT_EQ(opened.model(), "rwkv");
+    EXPECT_THAT(opened.policy_reason(),
+                HasSubstr("rule 4: rwkv for streams of unknown length (request: unknown length"));
+    EXPECT_TRUE(stream->Close(opened.session_id()).ok());
+  }
+  {
+    // A declared length in the middle range: the window, which streams too.
+    std::unique_ptr<StreamClient> stream = client.Stream();
+    const v1::StreamOpened opened = stream->Open(OpenRequest("auto", 5000));
+    EXPECT_EQ(opened.model(), "sliding_window");
+    EXPECT_THAT(opened.policy_reason(), HasSubstr("rule 2: sliding_window up to 32768 tokens"));
     EXPECT_TRUE(stream->Close(opened.session_id()).ok());
   }
 }

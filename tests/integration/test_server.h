@@ -48,11 +48,13 @@ inline constexpr int64_t kStandardBytesPerToken = 4 * 2 * 4 * 64 * 4;  // layers
 
 // The default models that can stream.
 inline const std::vector<std::string>& StreamingModels() {
-  static const auto* models = new std::vector<std::string>{"standard", "linear", "mamba", "hybrid"};
+  static const auto* models = new std::vector<std::string>{
+      "standard", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv"};
   return *models;
 }
 
-// The default models (standard, linformer, linear, mamba, hybrid), built once per process.
+// The default models (standard, linformer, linear, mamba, hybrid, sliding_window, performer,
+// rwkv), built once per process.
 inline const model::ModelRepository& Repository() {
   static const model::ModelRepository* repository = [] {
     at::set_num_threads(1);  // as the test scheduler's intra_op_threads

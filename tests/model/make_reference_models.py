@@ -10,6 +10,12 @@ header length, the JSON header, the raw data) and <out>/<name>.expected.safetens
              tied lm_head), its forward written here from the Mamba-1 equations.
   attention: an attnserve config of causal softmax attention layers with gated-SiLU MLPs and
              an untied lm_head.
+  hf_rwkv:   a Hugging Face RwkvForCausalLM folder (model_type "rwkv", rwkv.blocks.N....,
+             head.weight), its forward written here as transformers' modeling_rwkv.py computes
+             it in inference mode: rwkv_linear_attention_cpu's stable WKV loop, and the
+             rescaling of every rescale_every layers (output and value weights halved, the
+             hidden state halved), which attnserve does not do (it is exact up to LayerNorm's
+             epsilon in float32).
 """
 import argparse
 import json
@@ -159,6 +165,98 @@ def make_attention(out, g):
     return tokens, forward(tokens, w, cfg, attention_mixer, 1e-6, mlp=True)
 
 
+def layer_norm(x, w, b, eps):
+    return F.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def rwkv_time_shift(x):
+    return F.pad(x, (0, 0, 1, -1))
+
+
+def rwkv_wkv(time_decay, time_first, k, v):
+    """transformers' rwkv_linear_attention_cpu."""
+    num = torch.zeros_like(k[:, 0])
+    den = torch.zeros_like(k[:, 0])
+    mx = torch.zeros_like(k[:, 0]) - 1e38
+    w = -torch.exp(time_decay)
+    out = torch.zeros_like(k)
+    for t in range(k.shape[1]):
+        kt, vt = k[:, t], v[:, t]
+        q = torch.maximum(mx, kt + time_first)
+        e1, e2 = torch.exp(mx - q), torch.exp(kt + time_first - q)
+        out[:, t] = (e1 * num + e2 * vt) / (e1 * den + e2)
+        q = torch.maximum(mx + w, kt)
+        e1, e2 = torch.exp(mx + w - q), torch.exp(kt - q)
+        num, den, mx = e1 * num + e2 * vt, e1 * den + e2, q
+    return out
+
+
+def rwkv_forward(tokens, w, cfg):
+    eps, every = cfg["layer_norm_epsilon"], cfg["rescale_every"]
+    x = w["rwkv.embeddings.weight"][tokens]
+    for i in range(cfg["num_hidden_layers"]):
+        p = lambda name: w[f"rwkv.blocks.{i}.{name}"]
+        scale = 2.0 ** (i // every) if every > 0 else 1.0  # RwkvModel._rescale_layers
+        if i == 0:
+            x = layer_norm(x, p("pre_ln.weight"), p("pre_ln.bias"), eps)
+        h = layer_norm(x, p("ln1.weight"), p("ln1.bias"), eps)
+        s = rwkv_time_shift(h)
+        mix = lambda name: h * p(name) + s * (1 - p(name))
+        k = mix("attention.time_mix_key") @ p("attention.key.weight").T
+        v = mix("attention.time_mix_value") @ p("attention.value.weight").T
+        r = torch.sigmoid(mix("attention.time_mix_receptance") @ p("attention.receptance.weight").T)
+        wkv = rwkv_wkv(p("attention.time_decay"), p("attention.time_first"), k, v)
+        x = x + (r * wkv) @ (p("attention.output.weight") / scale).T
+        h = layer_norm(x, p("ln2.weight"), p("ln2.bias"), eps)
+        s = rwkv_time_shift(h)
+        mix = lambda name: h * p(name) + s * (1 - p(name))
+        kk = torch.square(torch.relu(mix("feed_forward.time_mix_key") @ p("feed_forward.key.weight").T))
+        rr = torch.sigmoid(mix("feed_forward.time_mix_receptance") @ p("feed_forward.receptance.weight").T)
+        x = x + rr * (kk @ (p("feed_forward.value.weight") / scale).T)
+        if every > 0 and (i + 1) % every == 0:
+            x = x / 2
+    x = layer_norm(x, w["rwkv.ln_out.weight"], w["rwkv.ln_out.bias"], eps)
+    return x @ w["head.weight"].T
+
+
+def make_hf_rwkv(out, g):
+    # attention_hidden_size != hidden_size and an explicit intermediate_size, so that every
+    # width is read from the config; rescale_every 2 so that HF's rescaling happens.
+    cfg = {"model_type": "rwkv", "architectures": ["RwkvForCausalLM"], "vocab_size": 260,
+           "context_length": 1024, "hidden_size": 48, "attention_hidden_size": 32,
+           "intermediate_size": 112, "num_hidden_layers": 4, "layer_norm_epsilon": 1e-5,
+           "rescale_every": 2, "tie_word_embeddings": False, "bos_token_id": 0,
+           "eos_token_id": 0, "use_cache": True}
+    d, a, f, n = 48, 32, 112, 4
+    ln = lambda: (1 + 0.1 * torch.randn(d, generator=g), 0.1 * torch.randn(d, generator=g))
+    w = {"rwkv.embeddings.weight": torch.randn(260, d, generator=g)}
+    w["rwkv.blocks.0.pre_ln.weight"], w["rwkv.blocks.0.pre_ln.bias"] = ln()
+    for i in range(n):
+        pre = f"rwkv.blocks.{i}."
+        w[pre + "ln1.weight"], w[pre + "ln1.bias"] = ln()
+        w[pre + "ln2.weight"], w[pre + "ln2.bias"] = ln()
+        w[pre + "attention.time_decay"] = torch.linspace(-5, 3, a) + 0.3 * torch.randn(a, generator=g)
+        w[pre + "attention.time_first"] = math.log(0.3) + 0.5 * torch.randn(a, generator=g)
+        for m in ["key", "value", "receptance"]:
+            w[pre + f"attention.time_mix_{m}"] = torch.rand(1, 1, d, generator=g)
+            w[pre + f"attention.{m}.weight"] = torch.randn(a, d, generator=g) / math.sqrt(d)
+        w[pre + "attention.output.weight"] = torch.randn(d, a, generator=g) / math.sqrt(a)
+        w[pre + "feed_forward.time_mix_key"] = torch.rand(1, 1, d, generator=g)
+        w[pre + "feed_forward.time_mix_receptance"] = torch.rand(1, 1, d, generator=g)
+        w[pre + "feed_forward.key.weight"] = torch.randn(f, d, generator=g) / math.sqrt(d)
+        w[pre + "feed_forward.receptance.weight"] = torch.randn(d, d, generator=g) / math.sqrt(d)
+        w[pre + "feed_forward.value.weight"] = torch.randn(d, f, generator=g) / math.sqrt(f)
+    w["rwkv.ln_out.weight"], w["rwkv.ln_out.bias"] = ln()
+    w["head.weight"] = torch.randn(260, d, generator=g) / math.sqrt(d)
+    w = {k: v.float().double() for k, v in w.items()}
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f_:
+        json.dump(cfg, f_, indent=2)
+    write_safetensors(os.path.join(out, "model.safetensors"), w)
+    tokens = torch.randint(0, 260, (1, 41), generator=g)
+    return tokens, rwkv_forward(tokens, w, cfg)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -169,6 +267,7 @@ def main():
         "hf_mamba": make_hf_mamba(os.path.join(args.out, "hf_mamba"), g, "F32"),
         "hf_mamba_bf16": make_hf_mamba(os.path.join(args.out, "hf_mamba_bf16"), g, "BF16"),
         "attention": make_attention(os.path.join(args.out, "attention"), g),
+        "hf_rwkv": make_hf_rwkv(os.path.join(args.out, "hf_rwkv"), g),
     }.items():
         write_safetensors(os.path.join(args.out, name + ".expected.safetensors"),
                           {"tokens": tokens.double(), "logits": logits})

@@ -38,6 +38,12 @@ MixerConfig Performer(int64_t d_model, int64_t heads) {
   return c;
 }
 
+MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
+  MixerConfig c = Config(MixerKind::kRwkv, d_model, 1);
+  c.rwkv_attention_dim = attention_dim;
+  return c;
+}
+
 std::vector<ContractCase> StreamingCases() {
   return {{"standard", Config(MixerKind::kStandard, 64, 4)},
           {"standard_wide_heads", Config(MixerKind::kStandard, 128, 1)},
@@ -46,7 +52,9 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba", Config(MixerKind::kMamba, 40, 1)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
-          {"performer", Performer(64, 4)}};
+          {"performer", Performer(64, 4)},
+          {"rwkv", Rwkv(48, 0)},
+          {"rwkv_narrow_attention", Rwkv(32, 24)}};
 }
 
 class StreamingContractTest : public ::testing::TestWithParam<ContractCase> {

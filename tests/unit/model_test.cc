@@ -38,7 +38,7 @@ at::Tensor RandomTokens(int64_t len, int64_t vocab, uint64_t seed) {
   return at::randint(0, vocab, {1, len}, gen, at::kLong);
 }
 
-TEST(DefaultModelsTest, FiveVariantsOfTheSameSize) {
+TEST(DefaultModelsTest, EightVariantsOfTheSameSize) {
   auto repo = ModelRepository::BuildDefault();
   ASSERT_TRUE(repo.ok()) << repo.status();
   std::vector<std::string> names;
@@ -49,8 +49,8 @@ TEST(DefaultModelsTest, FiveVariantsOfTheSameSize) {
     EXPECT_EQ(m->vocab_size(), 4096);
     EXPECT_EQ(m->can_stream(), m->name() != "linformer") << m->name();
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"hybrid", "linear", "linformer", "mamba", "standard"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"hybrid", "linear", "linformer", "mamba", "performer",
+                                             "rwkv", "sliding_window", "standard"}));
   const Model* hybrid = (*repo)->Find("hybrid");
   EXPECT_EQ(hybrid->config().layers(3), "standard");
   EXPECT_EQ((*repo)->Find("nope"), nullptr);
@@ -71,6 +71,19 @@ TEST(DefaultModelsTest, WrittenFoldersLoadBackWithTheSameLogits) {
   std::ifstream config(dir / "mamba" / "config.json");
   std::string json((std::istreambuf_iterator<char>(config)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"model_type\": \"mamba\""), std::string::npos) << json;
+  // The rwkv default is written as a Hugging Face RwkvForCausalLM folder, with its names.
+  std::ifstream rwkv_config(dir / "rwkv" / "config.json");
+  const std::string rwkv_json((std::istreambuf_iterator<char>(rwkv_config)),
+                              std::istreambuf_iterator<char>());
+  EXPECT_NE(rwkv_json.find("\"model_type\": \"rwkv\""), std::string::npos) << rwkv_json;
+  auto rwkv_file = SafetensorsFile::Open((dir / "rwkv" / "model.safetensors").string());
+  ASSERT_TRUE(rwkv_file.ok()) << rwkv_file.status();
+  for (const char* name :
+       {"rwkv.embeddings.weight", "rwkv.blocks.0.pre_ln.bias", "rwkv.blocks.3.attention.time_decay",
+        "rwkv.blocks.1.feed_forward.key.weight", "rwkv.ln_out.weight"}) {
+    EXPECT_NE((*rwkv_file)->Find(name), nullptr) << name;
+  }
+  EXPECT_EQ((*rwkv_file)->Find("backbone.embeddings.weight"), nullptr);
 
   auto repo = ModelRepository::LoadFolder(dir.string());
   ASSERT_TRUE(repo.ok()) << repo.status();
@@ -137,6 +150,9 @@ int PythonReferenceTest::status_ = -1;
 TEST_F(PythonReferenceTest, HuggingFaceMambaFolderMatchesPyTorch) { Check("hf_mamba", 1e-4); }
 TEST_F(PythonReferenceTest, Bfloat16MambaFolderMatchesPyTorch) { Check("hf_mamba_bf16", 1e-4); }
 TEST_F(PythonReferenceTest, AttentionFolderMatchesPyTorch) { Check("attention", 1e-4); }
+// Hugging Face's RWKV inference rescales every rescale_every layers; attnserve does not: the
+// results differ by LayerNorm's epsilon only.
+TEST_F(PythonReferenceTest, HuggingFaceRwkvFolderMatchesPyTorch) { Check("hf_rwkv", 1e-4); }
 
 class ModelStreamingTest : public ::testing::TestWithParam<std::string> {};
 
@@ -169,7 +185,8 @@ TEST_P(ModelStreamingTest, ChunksAndStepsEqualOneWholePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Defaults, ModelStreamingTest,
-                         ::testing::Values("standard", "linear", "mamba", "hybrid"));
+                         ::testing::Values("standard", "linear", "mamba", "hybrid",
+                                           "sliding_window", "performer", "rwkv"));
 
 // B sessions of different lengths decoded in one StepBatch equal each session stepped alone
 // (fp32 and bf16 weights: a batch reads the float32 matrices, one row the bfloat16 copies,

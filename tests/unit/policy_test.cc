@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 
 #include "server/model/default_models.h"
 #include "server/model/model_io.h"
@@ -54,6 +56,57 @@ TEST(PolicyTest, AnUnknownModelNameIsEchoedShortAndEscaped) {
   EXPECT_EQ(resolved.status().code(), absl::StatusCode::kNotFound);
   EXPECT_LT(resolved.status().message().size(), 300u) << resolved.status().message();
   EXPECT_EQ(resolved.status().message().find('\n'), std::string::npos);
+}
+
+TEST(PolicyTest, UnboundedRulesServeOnlyStreamsOfUnknownLength) {
+  auto repository = model::ModelRepository::BuildDefault();
+  ASSERT_TRUE(repository.ok());
+  auto policy = Policy::Parse("standard:4095,rwkv:unbounded,mamba", **repository);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->Describe(),
+            "[standard up to 4095 tokens, rwkv for streams of unknown length, mamba beyond]");
+  auto unknown = policy->Choose(0, /*stream=*/true);
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(unknown->model->name(), "rwkv");
+  EXPECT_EQ(unknown->rule, 2);
+  // Known lengths, streamed or not, skip it.
+  EXPECT_EQ(policy->Choose(100, true)->model->name(), "standard");
+  EXPECT_EQ(policy->Choose(5000, true)->model->name(), "mamba");
+  EXPECT_EQ(policy->Choose(5000, false)->model->name(), "mamba");
+  // JSON spells it "unbounded": true; a bound, or a variant that cannot stream, is refused.
+  const fs::path file = fs::temp_directory_path() / "attnserve_policy_unbounded.json";
+  {
+    std::ofstream out(file);
+    out << R"({"rules": [{"variant": "standard", "max_tokens": 10},
+                         {"variant": "linear", "unbounded": true}]})";
+  }
+  auto from_json = Policy::Parse("@" + file.string(), **repository);
+  ASSERT_TRUE(from_json.ok()) << from_json.status();
+  EXPECT_EQ(from_json->Choose(0, true)->model->name(), "linear");
+  fs::remove(file);
+  auto not_streaming = Policy::Parse("linformer:unbounded,mamba", **repository);
+  EXPECT_FALSE(not_streaming.ok());
+  EXPECT_NE(std::string(not_streaming.status().message()).find("cannot stream"), std::string::npos)
+      << not_streaming.status();
+  EXPECT_FALSE(Policy::Parse("rwkv:unbound", **repository).ok());
+}
+
+TEST(PolicyTest, TheDefaultFollowsTheSeedsGuide) {
+  auto repository = model::ModelRepository::BuildDefault();
+  ASSERT_TRUE(repository.ok());
+  auto policy = Policy::Parse(Policy::kDefaultSpec, **repository);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  for (auto [length, stream, want] :
+       {std::tuple<int64_t, bool, const char*>{4095, false, "standard"},
+        {4096, false, "sliding_window"},
+        {32768, true, "sliding_window"},
+        {32769, false, "mamba"},
+        {1 << 20, true, "mamba"},
+        {0, true, "rwkv"}}) {
+    auto d = policy->Choose(length, stream);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->model->name(), want) << length << (stream ? " streaming" : "");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+// The `rwkv` mixer: a whole RWKV-4 block (Peng et al., 2023), as Hugging Face's RwkvBlock
+// computes it, for one layer of a model:
+//   xa = LayerNorm(x; ln1)                    xs = xa shifted one token (the state's first)
+//   k, v, r = key(xs + μk(xa - xs)), value(…μv…), σ(receptance(…μr…))        (B, L, A)
+//   h  = x + output(r ⊙ wkv(k, v))                     wkv: kernels/rwkv/wkv_cpu.h
+//   xf = LayerNorm(h; ln2)                    xg = xf shifted one token
+//   y  = h + σ(receptance_f(…μr_f…)) ⊙ value_f(relu(key_f(xg + μk_f(xf - xg)))²)
+// and returns y - x: the model adds the block's outer residual, and applies no norm or MLP of
+// its own around an rwkv layer (MixerOwnsNorms). The two LayerNorms and the channel mixing are
+// inside the mixer because their token shifts are part of the layer's state.
+//
+// Weights, named as under Hugging Face's rwkv.blocks.N (H = d_model, A = rwkv_attention_dim,
+// F = ffn_dim):
+//   ln1.weight, ln1.bias, ln2.weight, ln2.bias (H)
+//   attention.time_decay (A)  attention.time_first (A)
+//   attention.time_mix_key, attention.time_mix_value, attention.time_mix_receptance (1, 1, H)
+//   attention.key.weight, attention.value.weight, attention.receptance.weight (A, H)
+//   attention.output.weight (H, A)
+//   feed_forward.time_mix_key, feed_forward.time_mix_receptance (1, 1, H)
+//   feed_forward.key.weight (F, H)  feed_forward.receptance.weight (H, H)
+//   feed_forward.value.weight (H, F)
+// State (MixerState.tensors), fixed size: {time-mixing shift (B, H): the last ln1 output;
+// WKV (B, 3, A): numerator a, denominator b, running maximum p (wkv_cpu.h); channel-mixing
+// shift (B, H): the last ln2 output}. A fresh state is zeros with p = -1e38.
+// No CUDA kernel yet: CUDA tensors are refused with FailedPrecondition.
+// Declared in kernels/common/mixer_registry.h: ExpectedRwkvWeights, RandomRwkvWeights,
+// CreateRwkvMixer.
+#pragma once
+
+#include "kernels/common/mixer_registry.h"
