@@ -223,6 +223,7 @@ absl::StatusOr<at::Tensor> StepBatchByGather(const Mixer& mixer, const at::Tenso
   if (absl::Status s = CheckStepBatch(x_t, states, mixer.config().d_model, x_t.device()); !s.ok()) {
     return s;
   }
+  if (states.size() == 1) return mixer.Step(x_t, states.front());  // nothing to gather
   if (!StatesStack(states, mixer.StepReadsPosition())) {
     return absl::InvalidArgumentError("StepBatchByGather: the states do not stack");
   }

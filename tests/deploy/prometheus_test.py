@@ -294,7 +294,8 @@ class ScrapeTest(unittest.TestCase):
         channel = grpc.insecure_channel(f"127.0.0.1:{cls.server.grpc_port}")
         stub = cls.rpc.AttnServeStub(channel)
         pb = cls.pb
-        for variant in ("standard", "linformer", "linear", "mamba", "hybrid"):
+        for variant in ("standard", "linformer", "linear", "mamba", "hybrid", "sliding_window",
+                        "performer", "rwkv"):
             stub.Infer(pb.InferRequest(model=variant, tokens=list(range(8))))
         stub.Infer(pb.InferRequest(model="auto", tokens=[1, 2, 3]))
         try:

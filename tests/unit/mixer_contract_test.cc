@@ -170,6 +170,7 @@ TEST_P(StreamingContractTest, StepBatchEqualsEveryRowSteppedAlone) {
       if (rng() % 3 != 0) rows.push_back(i);
     }
     if (rows.empty()) rows.push_back(step % sessions);
+    if (step == 0) rows.assign(1, 3);  // a batch of one session (the scheduler's commonest)
     std::shuffle(rows.begin(), rows.end(), rng);
     at::Tensor x = testing::RandomTensor({static_cast<int64_t>(rows.size()), d}, 200 + step);
     std::vector<MixerState*> states;
