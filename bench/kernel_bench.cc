@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
 #include "kernels/common/status_macros.h"
@@ -428,4 +429,8 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace attnserve::bench
 
-int main(int argc, char** argv) { return attnserve::bench::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
+  std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
+  return attnserve::bench::Main(argc, argv);
+}

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/common/blas_kernels.h"
 #include "kernels/common/skinny_gemm.h"
 
 namespace {
@@ -37,6 +38,8 @@ double BestMs(const std::function<void()>& fn, int repeats) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
+  std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   int threads = 2, repeats = 7;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);

@@ -17,11 +17,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
 #include "kernels/performer/performer_attention.h"
 
 int main(int argc, char** argv) {
+  // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
+  std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve::kernels;
   using attnserve::bench::MedianMs;
   std::string lengths = "1024,4096,16384,65536";

@@ -25,6 +25,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
 
@@ -46,6 +47,8 @@ at::Tensor NaiveBanded(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
+  std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   std::string lengths = "1024,4096,16384,65536";
   int64_t window = 1024;
   int threads = 2, reps = 3;

@@ -18,9 +18,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "kernels/common/blas_kernels.h"
 #include "server/model/model_repository.h"
 
 int main(int argc, char** argv) {
+  // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
+  std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve;
   std::string repository, batches = "1,4,16,64";
   int steps = 20, threads = 2;

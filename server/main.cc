@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/parse_flags.h"
+#include "kernels/common/blas_kernels.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
 #include "kernels/common/memory_reuse.h"
@@ -73,10 +74,11 @@ ABSL_FLAG(int, max_metadata_bytes, 16384, "Largest metadata (headers) a call may
 ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
 ABSL_FLAG(int, metrics_port, 9090,
           "Port of the Prometheus endpoint /metrics (0: pick a free one and print it; -1: off).");
-ABSL_FLAG(std::string, model_repository, "",
-          "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
-          "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer and "
-          "rwkv.");
+ABSL_FLAG(
+    std::string, model_repository, "",
+    "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
+    "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer and "
+    "rwkv.");
 ABSL_FLAG(std::string, policy, attnserve::server::Policy::kDefaultSpec,
           "Sequence-length policy for model \"auto\": comma-separated rules "
           "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound) and "
@@ -183,9 +185,12 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace attnserve;
+  // First: it may re-execute the process (kernels/common/blas_kernels.h).
+  const std::string blas = kernels::UseTheCpusBlasKernels(argv);
   absl::SetProgramUsageMessage(
       "attnserve-server [--port=50051] [--model_repository=DIR] [--policy=RULES] ...");
   attnserve::ParseFlags(argc, argv);
+  std::cout << blas << std::endl;
   // Before any thread starts: big per-call buffers are reused rather than page-faulted in again.
   kernels::KeepFreedMemoryForReuse();
   // The metrics endpoint first: it is useful while models load.

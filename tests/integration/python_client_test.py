@@ -211,6 +211,23 @@ class PythonClientTest(unittest.TestCase):
 
     # ---- tests (run in name order; the drain goes last) ----
 
+    def test_0_blas_kernels_of_the_cpu(self):
+        # OpenBLAS falls back to Prescott's SSE3 kernels on a CPU model it does not know (these
+        # VMs); the server re-executes itself with OPENBLAS_CORETYPE set
+        # (kernels/common/blas_kernels.h). Its first line says which core runs.
+        lines = [l for l in self.server.lines if l.startswith("OpenBLAS core ")]
+        self.assertTrue(lines, self.server.output()[:2000])
+        flags = set()
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+        if "OPENBLAS_CORETYPE" not in os.environ and {"avx2", "fma"} <= flags:
+            core = lines[0].split()[2]
+            self.assertIn(core, ["Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"],
+                          lines[0])
+
     def test_1_infer(self):
         pb = self.pb
         response = self.infer("auto", [1, 2, 3, 4, 5])
