@@ -1,5 +1,5 @@
-// attnserve-export-model: writes models to disk as model folders (a pure Mamba model in the
-// Hugging Face layout): the built-in defaults, e.g. to start a repository of one's own, or a
+// attnserve-export-model: writes models to disk as model folders (a pure Mamba or RWKV model in
+// the Hugging Face layout): the built-in defaults, e.g. to start a repository of one's own, or a
 // model of any architecture given by a config.json with random weights, e.g. a
 // mamba-130m-shaped model for benchmarks (bench/model_throughput.py).
 #include <fstream>
@@ -17,9 +17,9 @@
 
 ABSL_FLAG(std::string, models, "all",
           "Comma-separated default models to write (standard, linformer, linear, mamba, "
-          "hybrid), or all. Ignored with --config.");
+          "hybrid, sliding_window, performer, rwkv), or all. Ignored with --config.");
 ABSL_FLAG(std::string, config, "",
-          "A config.json (attnserve's or Hugging Face Mamba's): write one model of that "
+          "A config.json (attnserve's, Hugging Face Mamba's or RWKV's): write one model of that "
           "architecture with random weights drawn from --seed, named --name.");
 ABSL_FLAG(std::string, name, "model", "With --config: the model's name (its folder).");
 ABSL_FLAG(uint64_t, seed, 1, "With --config: the random weights' seed.");

@@ -1,5 +1,6 @@
-// Model folders on disk: config.json + model.safetensors. Hugging Face Mamba folders load as
-// they are; a pure-Mamba model is written in their layout, any other in attnserve's.
+// Model folders on disk: config.json + model.safetensors. Hugging Face Mamba and RWKV folders
+// load as they are (RWKV's names are mapped onto Model's); a pure Mamba or RWKV model is written
+// in their layout, any other in attnserve's.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // The rwkv mixer (kernels/rwkv/): the stable WKV kernel against the two sums in float64 (also
 // for keys whose e^k overflows float32, and continued from a state), the whole block against a
 // float64 reference from the formulas, and its weights' shapes. (Chunks, steps, StepBatch:
-// mixer_contract_test.cc; Hugging Face checkpoints: model_test.cc and rwkv_hf_test.py.)
+// mixer_contract_test.cc; Hugging Face checkpoints: model_test.cc against tests/model/make_reference_models.py's hf_rwkv.)
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
