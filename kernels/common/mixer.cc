@@ -69,6 +69,10 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
               "sliding_window is causal: each token sees the ones before it; set causal = true");
         }
         if (auto s = positive("window", c.window); !s.ok()) return s;
+        if (c.sinks < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("sinks must be >= 0 (0: none), got ", c.sinks));
+        }
       }
       [[fallthrough]];
     case MixerKind::kStandard:

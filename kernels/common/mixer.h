@@ -42,6 +42,9 @@ struct MixerConfig {
   int64_t num_heads = 8;
   // sliding_window: the tokens each query attends to, its own included (W >= 1).
   int64_t window = 1024;
+  // sliding_window: the first `sinks` tokens, which every later query attends to as well
+  // (attention sinks; 0: none).
+  int64_t sinks = 0;
   // performer: the seed its random features are drawn from (part of the model).
   uint64_t performer_seed = 0;
   // standard, linear: causal (can stream) or bidirectional. Linformer is never causal.

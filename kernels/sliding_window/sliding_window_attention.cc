@@ -31,9 +31,8 @@ class SlidingWindowAttentionMixer final : public Mixer {
     RETURN_IF_ERROR(CheckCpu());
     return GuardTorch("sliding_window InitialState", [&]() -> absl::StatusOr<MixerState> {
       MixerState state;
-      const at::Tensor ring =
-          at::zeros({batch, config_.num_heads, config_.window, config_.head_dim()},
-                    at::TensorOptions(at::kFloat).device(device()));
+      const at::Tensor ring = at::zeros({batch, config_.num_heads, Slots(), config_.head_dim()},
+                                        at::TensorOptions(at::kFloat).device(device()));
       state.tensors = {ring, ring.clone()};
       return state;
     });
@@ -45,20 +44,28 @@ class SlidingWindowAttentionMixer final : public Mixer {
     if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
     return GuardTorch("sliding_window Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
-      const int64_t w = config_.window;
+      const int64_t w = config_.window, sinks = config_.sinks;
       if (state == nullptr) {
-        ASSIGN_OR_RETURN(at::Tensor heads, FlashAttentionCpu(q, k, v, /*causal=*/true, {}, w));
+        ASSIGN_OR_RETURN(at::Tensor heads,
+                         FlashAttentionCpu(q, k, v, /*causal=*/true, {}, w, sinks));
         return projections_.ProjectOutput(heads);
       }
-      // The keys the chunk's first query still sees (the last W - 1 before it), in order,
-      // then the chunk's own.
-      const int64_t past = std::min(state->position, w - 1);
-      const at::Tensor keys =
-          at::cat({Chronological(state->tensors[0], state->position, past), k}, 2);
-      const at::Tensor values =
-          at::cat({Chronological(state->tensors[1], state->position, past), v}, 2);
+      // The keys the chunk's first query still sees, in order: the sinks written so far, the
+      // window's tokens after them (at most the last W - 1 before the chunk), then the chunk's
+      // own. Between the sinks and the rest, distances in the list are the true ones, so the
+      // kernel's window applies as it is.
+      const int64_t position = state->position;
+      const int64_t sunk = std::min(position, sinks);
+      const int64_t past = std::max<int64_t>(0, position - std::max(sinks, position - (w - 1)));
+      auto history = [&](const at::Tensor& slots, const at::Tensor& chunk) {
+        return at::cat({slots.narrow(2, 0, sunk),
+                        Chronological(slots.narrow(2, sinks, w), position - sinks, past), chunk},
+                       2);
+      };
+      const at::Tensor keys = history(state->tensors[0], k);
+      const at::Tensor values = history(state->tensors[1], v);
       ASSIGN_OR_RETURN(at::Tensor heads,
-                       FlashAttentionCpu(q, keys, values, /*causal=*/true, {}, w));
+                       FlashAttentionCpu(q, keys, values, /*causal=*/true, {}, w, sinks));
       Write(state, k, v);
       return projections_.ProjectOutput(heads);
     });
@@ -98,11 +105,14 @@ class SlidingWindowAttentionMixer final : public Mixer {
   }
 
   int64_t StateBytesPerSequence(int64_t) const override {
-    return 2 * config_.num_heads * config_.window * config_.head_dim() *
+    return 2 * config_.num_heads * Slots() * config_.head_dim() *
            static_cast<int64_t>(sizeof(float));
   }
 
  private:
+  // Slots per head: the sinks', then the ring's.
+  int64_t Slots() const { return config_.sinks + config_.window; }
+
   at::Device device() const { return projections_.device(); }
 
   absl::Status CheckCpu() const {
@@ -112,7 +122,7 @@ class SlidingWindowAttentionMixer final : public Mixer {
   }
 
   absl::Status CheckState(const MixerState& state, int64_t batch) const {
-    const int64_t h = config_.num_heads, d = config_.head_dim(), w = config_.window;
+    const int64_t h = config_.num_heads, d = config_.head_dim(), w = Slots();
     if (state.tensors.size() != 2) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sliding_window state: expected 2 tensors (k_ring, v_ring), got ", state.tensors.size()));
@@ -131,37 +141,49 @@ class SlidingWindowAttentionMixer final : public Mixer {
     return absl::OkStatus();
   }
 
-  // The last `count` entries before `position` of a ring (B, H, W, d), oldest first.
+  // The last `count` entries before `position` (counted in the ring's own tokens) of a ring
+  // (B, H, W, d), oldest first.
   at::Tensor Chronological(const at::Tensor& ring, int64_t position, int64_t count) const {
     const int64_t w = config_.window;
-    if (count == 0) return ring.narrow(2, 0, 0);
+    if (count <= 0) return ring.narrow(2, 0, 0);
     const int64_t first = (position - count) % w;
     if (first + count <= w) return ring.narrow(2, first, count);
     return at::cat({ring.narrow(2, first, w - first), ring.narrow(2, 0, count - (w - first))}, 2);
   }
 
-  // Writes k, v (B, H, L, d) of positions position .. position + L - 1 into the rings (only
-  // the last W survive) and advances the position.
+  // Writes k, v (B, H, L, d) of positions position .. position + L - 1 into the slots and
+  // advances the position: positions below `sinks` to their own slot, the others to the ring
+  // (position p at slot sinks + (p - sinks) mod W; only the last W survive).
   void Write(MixerState* state, const at::Tensor& k, const at::Tensor& v) const {
-    const int64_t w = config_.window, l = k.size(2);
-    const int64_t keep = std::min(l, w);
+    const int64_t w = config_.window, sinks = config_.sinks, l = k.size(2);
+    const int64_t position = state->position;
+    auto copy = [&](int64_t slot, int64_t from, int64_t count) {
+      state->tensors[0].narrow(2, slot, count).copy_(k.narrow(2, from, count));
+      state->tensors[1].narrow(2, slot, count).copy_(v.narrow(2, from, count));
+    };
+    const int64_t sunk = std::clamp<int64_t>(sinks - position, 0, l);  // the chunk's sinks
+    if (sunk > 0) copy(position, 0, sunk);
+    const int64_t rest = l - sunk, keep = std::min(rest, w);
     for (int64_t i = l - keep; i < l;) {
-      const int64_t slot = (state->position + i) % w;
+      const int64_t slot = (position + i - sinks) % w;
       const int64_t run = std::min(l - i, w - slot);  // up to the ring's end
-      state->tensors[0].narrow(2, slot, run).copy_(k.narrow(2, i, run));
-      state->tensors[1].narrow(2, slot, run).copy_(v.narrow(2, i, run));
+      copy(sinks + slot, i, run);
       i += run;
     }
     state->position += l;
   }
 
-  // Row `b` of a state's rings for the decode kernel: the valid slots are 0 .. min(position,
-  // W) - 1 (attention does not depend on the keys' order, only on which keys).
+  // Row `b` of a state's slots for the decode kernel: the valid ones are 0 .. n - 1 with
+  // n = min(position, sinks) + min(max(position - sinks, 0), W): the sinks fill first, so the
+  // valid slots are contiguous (attention does not depend on the keys' order, only on which).
   DecodeAttentionRow RingRow(const MixerState& state, int64_t b) const {
     const at::Tensor& k = state.tensors[0];
     const int64_t stride = k.size(1) * k.size(2) * k.size(3);
+    const int64_t sinks = config_.sinks, position = state.position;
+    const int64_t valid = std::min(position, sinks) +
+                          std::min(std::max<int64_t>(position - sinks, 0), config_.window);
     return {k.data_ptr<float>() + b * stride, state.tensors[1].data_ptr<float>() + b * stride,
-            std::min(state.position, config_.window), config_.window};
+            valid, Slots()};
   }
 
   const MixerConfig config_;

@@ -3,10 +3,14 @@
 // standard mixer's projections (q_proj, k_proj, v_proj, o_proj, each (d_model, d_model)) and
 // its tiled kernel (flash_attention_cpu.h with a window: O(L·W) work, O(L·d) memory).
 //
-// Streaming state: a ring of the last W keys and values, fixed size whatever the length.
-//   MixerState.tensors = {k_ring, v_ring}, each (B, H, W, d) float32; the key of absolute
-//   position t lives at slot t mod W, so slots 0 .. min(position, W) - 1 are valid.
-//   StateBytesPerSequence is 2·H·W·d·4 bytes for every position: O(1) memory per session.
+// Attention sinks (MixerConfig::sinks = S, optional; StreamingLLM's): the first S tokens are
+// attended by every later query as well, whatever the window.
+//
+// Streaming state: the S sinks' keys and values and a ring of the last W, fixed size whatever
+// the length. MixerState.tensors = {k_slots, v_slots}, each (B, H, S + W, d) float32; position
+// t < S lives at slot t, a later one at slot S + (t - S) mod W, so the valid slots are
+// 0 .. min(t, S) + min(max(t - S, 0), W) - 1. StateBytesPerSequence is 2·H·(S + W)·d·4 bytes
+// for every position: O(1) memory per session.
 // With W at least the sequence length the outputs equal the standard mixer's bit for bit
 // (same kernels, same order of keys); a CUDA kernel does not exist yet: CUDA tensors are
 // refused with FailedPrecondition.

@@ -14,7 +14,7 @@ namespace attnserve::kernels {
 
 absl::StatusOr<at::Tensor> SlidingWindowAttentionReference(const WeightMap& weights,
                                                            const at::Tensor& x, int64_t num_heads,
-                                                           int64_t window) {
+                                                           int64_t window, int64_t sinks) {
   if (window <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("window must be > 0, got ", window));
   }
@@ -23,9 +23,9 @@ absl::StatusOr<at::Tensor> SlidingWindowAttentionReference(const WeightMap& weig
   return GuardTorch("SlidingWindowAttentionReference", [&]() -> absl::StatusOr<at::Tensor> {
     const int64_t l = x.size(1), d = q.size(3);
     at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(d));
-    // Visible: t - window < s <= t.
+    // Visible: s <= t and (t - window < s or s < sinks).
     const at::Tensor t = at::arange(l, at::kLong).unsqueeze(1), s = at::arange(l, at::kLong);
-    const at::Tensor hidden = (s > t).logical_or(s <= t - window);
+    const at::Tensor hidden = (s > t).logical_or((s <= t - window).logical_and(s >= sinks));
     scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
     return ReferenceProjectOutput(weights, at::matmul(at::softmax(scores, -1), v));
   });

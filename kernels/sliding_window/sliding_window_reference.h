@@ -9,10 +9,10 @@
 
 namespace attnserve::kernels {
 
-// The mixer's output for a whole sequence x (B, L, D): query t sees keys t - window + 1 .. t.
-// (B, L, D) float64.
+// The mixer's output for a whole sequence x (B, L, D): query t sees keys t - window + 1 .. t,
+// and keys 0 .. sinks - 1 that are not after it. (B, L, D) float64.
 absl::StatusOr<at::Tensor> SlidingWindowAttentionReference(const WeightMap& weights,
                                                            const at::Tensor& x, int64_t num_heads,
-                                                           int64_t window);
+                                                           int64_t window, int64_t sinks = 0);
 
 }  // namespace attnserve::kernels

@@ -32,10 +32,13 @@ struct FlashAttentionTiles {
 //   `window` keys up to its own position (keys Lk - Lq + i - window + 1 .. Lk - Lq + i); key
 //   tiles wholly outside every query's window are skipped, so the cost is O(Lq · window). A
 //   window of at least Lk is the same computation as none (bit for bit).
+//   sinks > 0 (with a window): keys 0 .. sinks - 1 are seen by every query at or after them,
+//   whatever the window (StreamingLLM's attention sinks); their tiles are visited first.
 // Errors (InvalidArgument) name the tensor, the expected and the received shapes. Thread-safe:
 // it touches nothing but its arguments.
 absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal,
-                                             FlashAttentionTiles tiles = {}, int64_t window = 0);
+                                             FlashAttentionTiles tiles = {}, int64_t window = 0,
+                                             int64_t sinks = 0);
 
 }  // namespace attnserve::kernels

@@ -29,7 +29,10 @@ absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
       name == "performer") {
     for (int i = 0; i < kDepth; ++i) c.add_layers(name);
     c.set_intermediate_size(2 * kWidth);
-    if (name == "sliding_window") c.set_sliding_window(1024);
+    if (name == "sliding_window") {
+      c.set_sliding_window(1024);
+      c.set_sliding_window_sinks(4);  // StreamingLLM's four attention sinks
+    }
     if (name == "performer") c.set_performer_seed(kSeed);
   } else if (name == "rwkv") {
     // Channel mixing as wide as the others' MLPs; Hugging Face RWKV's norms.

@@ -206,6 +206,7 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.num_heads = c.num_heads();
   m.causal = m.kind != kernels::MixerKind::kLinformer && !c.bidirectional();
   m.window = c.sliding_window();
+  m.sinks = c.sliding_window_sinks();
   m.performer_seed = c.performer_seed() + static_cast<uint64_t>(layer);  // one draw per layer
   m.linformer_k = c.linformer_k();
   m.max_len = c.linformer_max_len();

@@ -26,9 +26,10 @@ MixerConfig Config(MixerKind kind, int64_t d_model, int64_t heads) {
   return c;
 }
 
-MixerConfig SlidingWindow(int64_t d_model, int64_t heads, int64_t window) {
+MixerConfig SlidingWindow(int64_t d_model, int64_t heads, int64_t window, int64_t sinks = 0) {
   MixerConfig c = Config(MixerKind::kSlidingWindow, d_model, heads);
   c.window = window;
+  c.sinks = sinks;
   return c;
 }
 
@@ -52,6 +53,7 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba", Config(MixerKind::kMamba, 40, 1)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
+          {"sliding_window_with_sinks", SlidingWindow(64, 4, 29, 5)},
           {"performer", Performer(64, 4)},
           {"rwkv", Rwkv(48, 0)},
           {"rwkv_narrow_attention", Rwkv(32, 24)}};

@@ -1,8 +1,8 @@
 // The sliding_window mixer (kernels/sliding_window/) and the windowed tiled kernel: against a
 // float64 reference written from the formula on random shapes, chunked and stepped against the
 // whole pass across the ring's wrap-around, bit-identical to standard attention when the
-// window covers the sequence, a state of constant size. (Chunks, steps and StepBatch of every
-// streaming mixer: mixer_contract_test.cc.)
+// window covers the sequence, a state of constant size; the same with attention sinks. (Chunks,
+// steps and StepBatch of every streaming mixer: mixer_contract_test.cc.)
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -18,24 +18,26 @@
 namespace attnserve::kernels {
 namespace {
 
-MixerConfig Config(int64_t d_model, int64_t heads, int64_t window) {
+MixerConfig Config(int64_t d_model, int64_t heads, int64_t window, int64_t sinks = 0) {
   MixerConfig c;
   c.kind = MixerKind::kSlidingWindow;
   c.d_model = d_model;
   c.num_heads = heads;
   c.window = window;
+  c.sinks = sinks;
   return c;
 }
 
-// Windowed causal attention in float64 from the formula (queries are the last Lq of Lk).
+// Windowed causal attention in float64 from the formula (queries are the last Lq of Lk), keys
+// 0 .. sinks - 1 visible whatever the window.
 at::Tensor NaiveWindowed(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         int64_t window) {
+                         int64_t window, int64_t sinks = 0) {
   const int64_t lq = q.size(2), lk = k.size(2);
   at::Tensor s = at::matmul(q.to(at::kDouble), k.to(at::kDouble).transpose(-1, -2)) /
                  std::sqrt(static_cast<double>(q.size(3)));
   const at::Tensor pos = at::arange(lq, at::kLong).unsqueeze(1) + (lk - lq);
   const at::Tensor key = at::arange(lk, at::kLong);
-  s = s.masked_fill((key > pos).logical_or(key <= pos - window),
+  s = s.masked_fill((key > pos).logical_or((key <= pos - window).logical_and(key >= sinks)),
                     -std::numeric_limits<double>::infinity());
   return at::matmul(at::softmax(s, -1), v.to(at::kDouble));
 }
@@ -45,16 +47,18 @@ TEST(WindowedFlashAttentionTest, MatchesTheFormulaOnRandomShapesAndTiles) {
   for (int trial = 0; trial < 24; ++trial) {
     const int64_t b = 1 + rng() % 2, h = 1 + rng() % 3, d = 8 * (1 + rng() % 4);
     const int64_t lq = 1 + rng() % 70, lk = lq + rng() % 50, window = 1 + rng() % 80;
+    // Half the trials with sinks (some more than the window, some more than the keys).
+    const int64_t sinks = trial % 2 ? static_cast<int64_t>(rng() % 40) : 0;
     const FlashAttentionTiles tiles{1 + static_cast<int64_t>(rng() % 33),
                                     1 + static_cast<int64_t>(rng() % 33)};
     const at::Tensor q = testing::RandomTensor({b, h, lq, d}, trial);
     const at::Tensor k = testing::RandomTensor({b, h, lk, d}, trial + 100);
     const at::Tensor v = testing::RandomTensor({b, h, lk, d}, trial + 200);
-    auto got = FlashAttentionCpu(q, k, v, /*causal=*/true, tiles, window);
+    auto got = FlashAttentionCpu(q, k, v, /*causal=*/true, tiles, window, sinks);
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_LE(testing::MaxRelativeError(*got, NaiveWindowed(q, k, v, window)), 1e-5)
-        << "Lq " << lq << " Lk " << lk << " W " << window << " tiles " << tiles.query << "x"
-        << tiles.key;
+    EXPECT_LE(testing::MaxRelativeError(*got, NaiveWindowed(q, k, v, window, sinks)), 1e-5)
+        << "Lq " << lq << " Lk " << lk << " W " << window << " sinks " << sinks << " tiles "
+        << tiles.query << "x" << tiles.key;
   }
   const at::Tensor x = testing::RandomTensor({1, 1, 4, 8}, 1);
   EXPECT_FALSE(FlashAttentionCpu(x, x, x, /*causal=*/false, {}, 2).ok()) << "windows are causal";
@@ -66,16 +70,18 @@ TEST(SlidingWindowMixerTest, WholeChunkedAndSteppedMatchTheFloat64Reference) {
   for (int trial = 0; trial < 6; ++trial) {
     const int64_t heads = 1 + rng() % 4, d_model = heads * 8 * (1 + rng() % 3);
     const int64_t window = 1 + rng() % 50, len = 20 + rng() % 140;
-    const MixerConfig config = Config(d_model, heads, window);
+    const int64_t sinks = trial % 2 ? 1 + static_cast<int64_t>(rng() % 12) : 0;
+    const MixerConfig config = Config(d_model, heads, window, sinks);
     const WeightMap weights = RandomWeights(config, trial);
     auto mixer = CreateMixer(config, weights);
     ASSERT_TRUE(mixer.ok()) << mixer.status();
     const at::Tensor x = testing::RandomTensor({2, len, d_model}, trial + 7);
-    auto want = SlidingWindowAttentionReference(weights, x, heads, window);
+    auto want = SlidingWindowAttentionReference(weights, x, heads, window, sinks);
     ASSERT_TRUE(want.ok()) << want.status();
     auto whole = (*mixer)->Prefill(x, nullptr);
     ASSERT_TRUE(whole.ok()) << whole.status();
-    EXPECT_LE(testing::MaxRelativeError(*whole, *want), 1e-5) << "W " << window << " L " << len;
+    EXPECT_LE(testing::MaxRelativeError(*whole, *want), 1e-5)
+        << "W " << window << " sinks " << sinks << " L " << len;
     // Chunks of random sizes (some longer than the window), then single steps.
     auto state = (*mixer)->InitialState(2);
     std::vector<at::Tensor> parts;
@@ -92,7 +98,8 @@ TEST(SlidingWindowMixerTest, WholeChunkedAndSteppedMatchTheFloat64Reference) {
       ASSERT_TRUE(y.ok()) << y.status();
       parts.push_back(y->unsqueeze(1));
     }
-    EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), *want), 1e-5) << "W " << window;
+    EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), *want), 1e-5)
+        << "W " << window << " sinks " << sinks;
     EXPECT_EQ(state->position, len);
   }
 }
@@ -135,6 +142,13 @@ TEST(SlidingWindowMixerTest, ItsStateHasOneSizeWhateverTheLength) {
   MixerConfig bad = config;
   bad.window = 0;
   EXPECT_FALSE(ValidateMixerConfig(bad).ok());
+  bad = config;
+  bad.sinks = -1;
+  EXPECT_FALSE(ValidateMixerConfig(bad).ok());
+  // Sinks add their own slots: 2·H·(S + W)·d floats, still whatever the length.
+  auto with_sinks = CreateMixer(Config(64, 4, 16, 4), RandomWeights(config, 1));
+  ASSERT_TRUE(with_sinks.ok());
+  EXPECT_EQ((*with_sinks)->StateBytesPerSequence(1 << 20), 2 * 4 * (16 + 4) * 16 * 4);
 }
 
 }  // namespace
