@@ -260,6 +260,10 @@ absl::StatusOr<at::Tensor> StepBatchByGather(const Mixer& mixer, const at::Tenso
 absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights) {
   if (auto s = ValidateMixerConfig(config); !s.ok()) return s;
   std::set<std::string> expected_names;
+  // Every weight on one device: the CPU, or the CUDA device the model moved them to.
+  const at::Device device = weights.empty() || !weights.begin()->second.defined()
+                                ? at::Device(at::kCPU)
+                                : weights.begin()->second.device();
   for (const WeightSpec& spec : ExpectedWeights(config)) {
     expected_names.insert(spec.name);
     auto it = weights.find(spec.name);
@@ -269,12 +273,14 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
                                                      "' of shape ", ShapeString(spec.shape)));
     }
     at::Tensor& t = it->second;
-    if (!t.defined() || t.scalar_type() != at::kFloat || !t.device().is_cpu() ||
+    if (!t.defined() || t.scalar_type() != at::kFloat || t.device() != device ||
         t.sizes() != at::IntArrayRef(spec.shape)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          MixerKindName(config.kind), " mixer: tensor '", spec.name, "' expected float32 ",
-          ShapeString(spec.shape), ", got ", t.defined() ? DTypeName(t.scalar_type()) : "undefined",
-          " ", t.defined() ? ShapeString(t.sizes()) : "()"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(MixerKindName(config.kind), " mixer: tensor '", spec.name,
+                       "' expected float32 ", ShapeString(spec.shape), " on ", device.str(),
+                       ", got ", t.defined() ? DTypeName(t.scalar_type()) : "undefined", " ",
+                       t.defined() ? ShapeString(t.sizes()) : "()",
+                       t.defined() ? " on " + t.device().str() : ""));
     }
     t = t.contiguous();
   }

@@ -159,8 +159,9 @@ absl::StatusOr<at::Tensor> StepBatchByGather(const Mixer& mixer, const at::Tenso
                                              const std::vector<MixerState*>& states);
 
 // Builds the mixer named by config.kind from its weights. Every expected tensor must be
-// present with its shape and float32; a missing, extra or misshapen one is an error that names
-// the tensor and both shapes.
+// present with its shape and float32, all on one device (the CPU, or the CUDA device a model
+// moved them to); a missing, extra, misshapen or misplaced one is an error that names the
+// tensor and both shapes.
 absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights);
 
 }  // namespace attnserve::kernels

@@ -9,8 +9,34 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/rwkv/wkv_cpu.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/rwkv/rwkv_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
+
+at::Tensor WkvCpu(const at::Tensor& k, const at::Tensor& v, const at::Tensor& decay,
+                  const at::Tensor& first, float* state, float* const* row_states) {
+  at::Tensor out = at::empty({k.size(0), k.size(1), k.size(2)}, k.options());
+  rwkv::WkvParams p;
+  p.batch = k.size(0);
+  p.seqlen = k.size(1);
+  p.channels = k.size(2);
+  p.k = k.data_ptr<float>();
+  p.v = v.data_ptr<float>();
+  p.k_batch_stride = k.stride(0);
+  p.k_seq_stride = k.stride(1);
+  p.v_batch_stride = v.stride(0);
+  p.v_seq_stride = v.stride(1);
+  p.w = decay.data_ptr<float>();
+  p.u = first.data_ptr<float>();
+  p.out = out.data_ptr<float>();
+  p.state = state;
+  p.row_states = row_states;
+  rwkv::WkvCpu(p);
+  return out;
+}
+
 namespace {
 
 constexpr float kFreshMaximum = -1e38f;  // p of a fresh state, as Hugging Face's
@@ -71,7 +97,7 @@ class RwkvMixer final : public Mixer {
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
     RETURN_IF_ERROR(CheckDevice("Prefill"));
-    RETURN_IF_ERROR(CheckFloatTensor(x, "rwkv input x", {-1, -1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x, "rwkv input x", {-1, -1, config_.d_model}, device()));
     if (x.size(1) == 0) return absl::InvalidArgumentError("rwkv input x: sequence is empty");
     if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
     return GuardTorch("rwkv Prefill", [&]() -> absl::StatusOr<at::Tensor> {
@@ -83,7 +109,7 @@ class RwkvMixer final : public Mixer {
 
   absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
     RETURN_IF_ERROR(CheckDevice("Step"));
-    RETURN_IF_ERROR(CheckFloatTensor(x_t, "rwkv step input x_t", {-1, config_.d_model}));
+    RETURN_IF_ERROR(CheckFloatTensor(x_t, "rwkv step input x_t", {-1, config_.d_model}, device()));
     if (state == nullptr) return absl::InvalidArgumentError("rwkv Step needs a state");
     RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
     return GuardTorch("rwkv Step", [&]() -> absl::StatusOr<at::Tensor> {
@@ -94,9 +120,16 @@ class RwkvMixer final : public Mixer {
   // Every state is checked first; the projections run once over the B rows (each weight read
   // once), the WKV kernel updates each row's state where it lives (row_states), and the two
   // token-shift rows (H floats each) are gathered and written back.
+  // CUDA states: Mixer's default, which stacks them (they always stack) into one batched step.
   absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                        const std::vector<MixerState*>& states) const override {
     RETURN_IF_ERROR(CheckDevice("StepBatch"));
+    if (!device().is_cpu()) {
+      for (const MixerState* state : states) {
+        if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, 1));
+      }
+      return Mixer::StepBatch(x_t, states);
+    }
     RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, at::kCPU));
     for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(*state, 1));
     return GuardTorch("rwkv StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
@@ -108,7 +141,7 @@ class RwkvMixer final : public Mixer {
         ffn_rows.push_back(state->tensors[2]);
       }
       Shifts shifts{at::cat(att_rows), at::cat(ffn_rows)};
-      at::Tensor y = Forward(x_t.unsqueeze(1), shifts, nullptr, wkv_rows.data()).squeeze(1);
+      at::Tensor y = Forward(x_t.unsqueeze(1), shifts, at::Tensor(), wkv_rows.data()).squeeze(1);
       for (size_t i = 0; i < states.size(); ++i) {
         states[i]->tensors[0].copy_(shifts.att.narrow(0, static_cast<int64_t>(i), 1));
         states[i]->tensors[2].copy_(shifts.ffn.narrow(0, static_cast<int64_t>(i), 1));
@@ -123,10 +156,16 @@ class RwkvMixer final : public Mixer {
   }
 
  private:
+  at::Device device() const { return key_.weight().device(); }
+
   absl::Status CheckDevice(const char* what) const {
-    if (key_.weight().is_cpu()) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("rwkv ", what, ": no CUDA kernel yet; serve this model on the CPU"));
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+    if (device().is_cpu() || device().is_cuda()) return absl::OkStatus();
+#else
+    if (device().is_cpu()) return absl::OkStatus();
+#endif
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rwkv ", what, ": weights on ", device().str(), ", which this build has no kernel for"));
   }
 
   absl::Status CheckState(const MixerState& state, int64_t batch) const {
@@ -155,14 +194,15 @@ class RwkvMixer final : public Mixer {
   // x (B, L, H) -> y - x (B, L, H); `state` is continued in place and its position advanced.
   at::Tensor Forward(const at::Tensor& x, MixerState* state) const {
     Shifts shifts{state->tensors[0], state->tensors[2]};
-    at::Tensor y = Forward(x, shifts, state->tensors[1].data_ptr<float>(), nullptr);
+    at::Tensor y = Forward(x, shifts, state->tensors[1], nullptr);
     state->position += x.size(1);
     return y;
   }
 
   // The block over x (B, L, H) continuing from `shifts` (updated in place) and the WKV state:
-  // `wkv_state` (B, 3, A) or, when it is null, one (3, A) state per row (`wkv_rows`).
-  at::Tensor Forward(const at::Tensor& x, Shifts& shifts, float* wkv_state,
+  // `wkv_state` (B, 3, A) or, when it is undefined, one (3, A) state per row (`wkv_rows`, CPU
+  // only).
+  at::Tensor Forward(const at::Tensor& x, Shifts& shifts, const at::Tensor& wkv_state,
                      float* const* wkv_rows) const {
     const int64_t len = x.size(1), h = config_.d_model;
     const double eps = config_.norm_epsilon;
@@ -172,23 +212,7 @@ class RwkvMixer final : public Mixer {
     const at::Tensor k = key_(TimeMix(xa, xs, att_mix_k_)).contiguous();
     const at::Tensor v = value_(TimeMix(xa, xs, att_mix_v_)).contiguous();
     const at::Tensor r = at::sigmoid(receptance_(TimeMix(xa, xs, att_mix_r_)));
-    at::Tensor wkv = at::empty_like(k);
-    rwkv::WkvParams p;
-    p.batch = x.size(0);
-    p.seqlen = len;
-    p.channels = attention_dim_;
-    p.k = k.data_ptr<float>();
-    p.v = v.data_ptr<float>();
-    p.k_batch_stride = k.stride(0);
-    p.k_seq_stride = k.stride(1);
-    p.v_batch_stride = v.stride(0);
-    p.v_seq_stride = v.stride(1);
-    p.w = decay_.data_ptr<float>();
-    p.u = first_.data_ptr<float>();
-    p.out = wkv.data_ptr<float>();
-    p.state = wkv_state;
-    p.row_states = wkv_rows;
-    rwkv::WkvCpu(p);
+    const at::Tensor wkv = Wkv(k, v, wkv_state, wkv_rows);
     const at::Tensor att = output_(r * wkv);
     // Channel mixing, on the residual stream after time mixing.
     const at::Tensor xf = at::layer_norm(x + att, {h}, ln2_weight_, ln2_bias_, eps);
@@ -199,6 +223,19 @@ class RwkvMixer final : public Mixer {
     shifts.att.copy_(xa.select(1, len - 1));
     shifts.ffn.copy_(xf.select(1, len - 1));
     return att + ffn;
+  }
+
+  at::Tensor Wkv(const at::Tensor& k, const at::Tensor& v, const at::Tensor& wkv_state,
+                 float* const* wkv_rows) const {
+    if (k.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+      return rwkv::WkvCuda(k, v, decay_, first_, wkv_state);
+#else
+      TORCH_CHECK(false, "rwkv: a CUDA tensor reached a build without CUDA kernels");
+#endif
+    }
+    return WkvCpu(k, v, decay_, first_, wkv_state.defined() ? wkv_state.data_ptr<float>() : nullptr,
+                  wkv_rows);
   }
 
   const MixerConfig config_;

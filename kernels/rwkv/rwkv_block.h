@@ -22,9 +22,23 @@
 // State (MixerState.tensors), fixed size: {time-mixing shift (B, H): the last ln1 output;
 // WKV (B, 3, A): numerator a, denominator b, running maximum p (wkv_cpu.h); channel-mixing
 // shift (B, H): the last ln2 output}. A fresh state is zeros with p = -1e38.
-// No CUDA kernel yet: CUDA tensors are refused with FailedPrecondition.
+// On CUDA (a build whose LibTorch has CUDA): the same block with the WKV CUDA kernel
+// (wkv_cuda.h, checked by tests/gpu/run.sh); StepBatch stacks the states into one batch.
 // Declared in kernels/common/mixer_registry.h: ExpectedRwkvWeights, RandomRwkvWeights,
 // CreateRwkvMixer.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include "kernels/common/mixer_registry.h"
+
+namespace attnserve::kernels {
+
+// The WKV kernel (wkv_cpu.h) on tensors: k, v (B, L, A) float32 CPU, last dimension
+// contiguous; decay = -exp(time_decay) and first = time_first (A) contiguous; `state`
+// (B, 3, A) contiguous, or, when it is null, one (3, A) state per row (`row_states`), continued
+// in place. Returns wkv (B, L, A). No checks: the mixer's callers have made them.
+at::Tensor WkvCpu(const at::Tensor& k, const at::Tensor& v, const at::Tensor& decay,
+                  const at::Tensor& first, float* state, float* const* row_states = nullptr);
+
+}  // namespace attnserve::kernels

@@ -43,6 +43,7 @@
 #include "kernels/linear/linear_attention_cuda_torch.h"
 #include "kernels/linformer/linformer_cuda_torch.h"
 #include "kernels/mamba/mamba_cuda_torch.h"
+#include "kernels/rwkv/rwkv_cuda_torch.h"
 #include "kernels/standard/flash_attention_cuda_torch.h"
 
 namespace {
@@ -686,6 +687,51 @@ void CheckLinformer(int64_t batch, int64_t len, int64_t d, int64_t proj) {
       });
 }
 
+// RWKV-4's WKV: k large enough (±25) that e^k overflows float32 without the running maximum;
+// a state carried in from earlier tokens (a, b > 0 as sums of e^k are; p finite). The
+// reference is the same stable recurrence in float64 on the GPU, step by step (the CPU
+// kernel and the two-sum formula are held together by tests/unit/rwkv_test.cc).
+void CheckWkv(int64_t batch, int64_t len, int64_t channels) {
+  RunCase("rwkv wkv", Shape({{"B", batch}, {"L", len}, {"A", channels}}), "fp32", [&](Row& row) {
+    const Tensor k = at::randn({batch, len, channels}, Cuda()) * 8;
+    const Tensor v = at::randn({batch, len, channels}, Cuda());
+    const Tensor decay = -at::exp(at::randn({channels}, Cuda()));
+    const Tensor first = at::randn({channels}, Cuda());
+    const Tensor carried =
+        at::stack({at::randn({batch, channels}, Cuda()), at::rand({batch, channels}, Cuda()) + 0.5,
+                   at::randn({batch, channels}, Cuda()) * 4},
+                  1);
+    Tensor state = carried.clone();
+    Tensor out = Nan({batch, len, channels}, at::kFloat);
+    attnserve::kernels::rwkv::WkvCuda(k, v, decay, first, state, out);
+    auto f64 = [](const Tensor& t) { return t.to(at::kDouble); };
+    Tensor a = f64(carried.select(1, 0)), b = f64(carried.select(1, 1)),
+           p = f64(carried.select(1, 2));
+    const Tensor w = f64(decay), u = f64(first), kd = f64(k), vd = f64(v);
+    Tensor ref = at::empty({batch, len, channels}, Cuda(at::kDouble));
+    for (int64_t t = 0; t < len; ++t) {
+      const Tensor kt = kd.select(1, t), vt = vd.select(1, t);
+      Tensor q = at::maximum(p, u + kt);
+      Tensor e1 = at::exp(p - q), e2 = at::exp(u + kt - q);
+      ref.select(1, t).copy_((e1 * a + e2 * vt) / (e1 * b + e2));
+      q = at::maximum(p + w, kt);
+      e1 = at::exp(p + w - q);
+      e2 = at::exp(kt - q);
+      a = e1 * a + e2 * vt;
+      b = e1 * b + e2;
+      p = q;
+    }
+    // a and b are relative to e^p: compare the true sums' logarithms' ingredients as stored.
+    row.err = std::max({RelErr(out, ref), RelErr(state.select(1, 0), a),
+                        RelErr(state.select(1, 1), b), RelErr(state.select(1, 2), p)});
+    row.budget = kFloat32Budget;
+    Tensor timed = carried.clone();
+    Finish(
+        row, [&] { attnserve::kernels::rwkv::WkvCuda(k, v, decay, first, timed, out); },
+        4.0 * (3 * batch * len * channels + 6 * batch * channels), 0, false);
+  });
+}
+
 // ---------------------------------------------------------------- main
 
 void PrintTable() {
@@ -769,6 +815,10 @@ int main(int argc, char** argv) {
   // Linformer through cuBLAS: H 16, d 64, k 256.
   CheckLinformer(2, 4096, 64, 256);
   CheckLinformer(1, quick ? 8192 : 32768, 64, 256);
+  // RWKV's WKV: width 768 (rwkv-169m) and 2560 (rwkv-3b); decode as seqlen 1 of 64 sessions.
+  CheckWkv(4, quick ? 256 : 1024, 768);
+  CheckWkv(1, quick ? 512 : 4096, 2560);
+  CheckWkv(64, 1, 768);
 
   PrintTable();
   const int failed = static_cast<int>(

@@ -1,7 +1,8 @@
 // The rwkv mixer (kernels/rwkv/): the stable WKV kernel against the two sums in float64 (also
 // for keys whose e^k overflows float32, and continued from a state), the whole block against a
 // float64 reference from the formulas, and its weights' shapes. (Chunks, steps, StepBatch:
-// mixer_contract_test.cc; Hugging Face checkpoints: model_test.cc against tests/model/make_reference_models.py's hf_rwkv.)
+// mixer_contract_test.cc; Hugging Face checkpoints: model_test.cc against
+// tests/model/make_reference_models.py's hf_rwkv.)
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +10,6 @@
 
 #include "kernels/rwkv/rwkv_block.h"
 #include "kernels/rwkv/rwkv_reference.h"
-#include "kernels/rwkv/wkv_cpu.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::kernels {
@@ -18,25 +18,8 @@ namespace {
 // Runs the WKV kernel over k, v (B, L, A) from `state` (B, 3, A), which it updates.
 at::Tensor RunWkv(const at::Tensor& time_decay, const at::Tensor& time_first, const at::Tensor& k,
                   const at::Tensor& v, at::Tensor& state) {
-  const at::Tensor w = (-at::exp(time_decay)).contiguous(), u = time_first.contiguous();
-  const at::Tensor kc = k.contiguous(), vc = v.contiguous();
-  at::Tensor out = at::empty_like(kc);
-  rwkv::WkvParams p;
-  p.batch = k.size(0);
-  p.seqlen = k.size(1);
-  p.channels = k.size(2);
-  p.k = kc.data_ptr<float>();
-  p.v = vc.data_ptr<float>();
-  p.k_batch_stride = kc.stride(0);
-  p.k_seq_stride = kc.stride(1);
-  p.v_batch_stride = vc.stride(0);
-  p.v_seq_stride = vc.stride(1);
-  p.w = w.data_ptr<float>();
-  p.u = u.data_ptr<float>();
-  p.out = out.data_ptr<float>();
-  p.state = state.data_ptr<float>();
-  rwkv::WkvCpu(p);
-  return out;
+  return WkvCpu(k.contiguous(), v.contiguous(), (-at::exp(time_decay)).contiguous(),
+                time_first.contiguous(), state.data_ptr<float>());
 }
 
 at::Tensor FreshWkvState(int64_t batch, int64_t channels) {
