@@ -275,12 +275,13 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
     at::Tensor& t = it->second;
     if (!t.defined() || t.scalar_type() != at::kFloat || t.device() != device ||
         t.sizes() != at::IntArrayRef(spec.shape)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(MixerKindName(config.kind), " mixer: tensor '", spec.name,
-                       "' expected float32 ", ShapeString(spec.shape), " on ", device.str(),
-                       ", got ", t.defined() ? DTypeName(t.scalar_type()) : "undefined", " ",
-                       t.defined() ? ShapeString(t.sizes()) : "()",
-                       t.defined() ? " on " + t.device().str() : ""));
+      // The device only when it is the one that differs (messages stay short otherwise).
+      const bool misplaced = t.defined() && t.device() != device;
+      return absl::InvalidArgumentError(absl::StrCat(
+          MixerKindName(config.kind), " mixer: tensor '", spec.name, "' expected float32 ",
+          ShapeString(spec.shape), misplaced ? " on " + device.str() : "", ", got ",
+          t.defined() ? DTypeName(t.scalar_type()) : "undefined", " ",
+          t.defined() ? ShapeString(t.sizes()) : "()", misplaced ? " on " + t.device().str() : ""));
     }
     t = t.contiguous();
   }
