@@ -3,8 +3,8 @@
 // picks its kernels once, when the library loads, from the CPU's vendor/family/model numbers;
 // a CPU it does not know by model (a VM's generic "Intel(R) Xeon(R) Processor") falls back to
 // Prescott's SSE3 kernels even where AVX-512 is there. On the project's 2-vCPU VMs that made
-// every prefill product ~3x slower (an rwkv block at 4096 tokens: 22.8k tok/s with Prescott's
-// kernels, 71-81k with SkylakeX's or Cooperlake's; docs/benchmarks.md). The choice can only be
+// every prefill product ~3x slower (an rwkv block at 4096 tokens: 28.8k tok/s with Prescott's
+// kernels, 75.4k with SkylakeX's; docs/benchmarks.md, "OpenBLAS's kernels"). The choice can only be
 // changed before the library loads, through OPENBLAS_CORETYPE, so the fix is to set it and
 // re-execute the process.
 //
