@@ -16,40 +16,38 @@
 #endif
 
 namespace attnserve::kernels {
-namespace {
 
-// The causal kernels where the tensors are: CUDA (linear_attention_cuda_torch.h) for CUDA
-// tensors when this build has those kernels, CPU (causal_linear_attention_cpu.h) otherwise.
-absl::StatusOr<LinearAttentionResult> CausalPrefill(const at::Tensor& q, const at::Tensor& k,
-                                                    const at::Tensor& v, const at::Tensor& s,
-                                                    const at::Tensor& z) {
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnDevice(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, bool map_features) {
   if (q.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
-    linear::LinearAttentionCudaResult r = linear::CausalLinearAttentionCuda(q, k, v, s, z);
+    linear::LinearAttentionCudaResult r =
+        linear::CausalLinearAttentionCuda(q, k, v, s, z, {}, {}, {}, map_features);
     return LinearAttentionResult{std::move(r.out), std::move(r.s), std::move(r.z)};
 #else
     return absl::FailedPreconditionError("linear: CUDA tensors in a build without CUDA kernels");
 #endif
   }
-  return CausalLinearAttentionCpu(q, k, v, s, z);
+  return CausalLinearAttentionOnFeaturesCpu(q, k, v, s, z, kLinearAttentionChunk, map_features);
 }
 
-// One token per sequence: q, k, v (B, H, d). The CUDA kernel updates s and z in place; the
-// CPU one returns new ones. Either way the result holds the state after the token.
-absl::StatusOr<LinearAttentionResult> CausalStep(const at::Tensor& q, const at::Tensor& k,
-                                                 const at::Tensor& v, const at::Tensor& s,
-                                                 const at::Tensor& z) {
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnDevice(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, bool map_features) {
   if (q.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
     const at::Tensor s_c = s.contiguous(), z_c = z.contiguous();
-    at::Tensor out = linear::CausalLinearAttentionStepCuda(q, k, v, s_c, z_c);
+    at::Tensor out = linear::CausalLinearAttentionStepCuda(q, k, v, s_c, z_c, {}, map_features);
     return LinearAttentionResult{std::move(out), s_c, z_c};
 #else
     return absl::FailedPreconditionError("linear: CUDA tensors in a build without CUDA kernels");
 #endif
   }
-  return CausalLinearAttentionStepCpu(q, k, v, s, z);
+  return CausalLinearAttentionStepOnFeaturesCpu(q, k, v, s, z, map_features);
 }
+
+namespace {
 
 class LinearAttentionMixer final : public Mixer {
  public:
@@ -92,7 +90,7 @@ class LinearAttentionMixer final : public Mixer {
         s = at::zeros({b, h, d, d}, x.options());
         z = at::zeros({b, h, d}, x.options());
       }
-      ASSIGN_OR_RETURN(LinearAttentionResult result, CausalPrefill(q, k, v, s, z));
+      ASSIGN_OR_RETURN(LinearAttentionResult result, CausalLinearAttentionOnDevice(q, k, v, s, z));
       if (state != nullptr) {
         state->tensors = {std::move(result.s), std::move(result.z)};
         state->position += x.size(1);
@@ -116,8 +114,8 @@ class LinearAttentionMixer final : public Mixer {
         return projections_.ProjectOutput(DecodeCpu(q, k, v, rows)).view({b, config_.d_model});
       }
       ASSIGN_OR_RETURN(LinearAttentionResult result,
-                       CausalStep(q.squeeze(2), k.squeeze(2), v.squeeze(2), state->tensors[0],
-                                  state->tensors[1]));
+                       CausalLinearAttentionStepOnDevice(q.squeeze(2), k.squeeze(2), v.squeeze(2),
+                                                         state->tensors[0], state->tensors[1]));
       state->tensors = {std::move(result.s), std::move(result.z)};
       state->position += 1;
       return projections_.ProjectOutput(result.out.unsqueeze(2)).view({b, config_.d_model});

@@ -17,3 +17,20 @@
 
 #include "kernels/common/mixer.h"
 #include "kernels/common/mixer_registry.h"
+#include "kernels/linear/causal_linear_attention_cpu.h"
+
+namespace attnserve::kernels {
+
+// The causal kernels where the tensors are: the CUDA ones (linear_attention_cuda_torch.h) for
+// CUDA tensors when this build has them, else the CPU ones (causal_linear_attention_cpu.h).
+// Shapes and state semantics as CausalLinearAttentionCpu / CausalLinearAttentionStepCpu; on
+// CUDA the step updates s and z in place (made contiguous first) and returns them. With
+// map_features = false, q and k are features already (the performer mixer's φ).
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnDevice(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, bool map_features = true);
+absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnDevice(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
+    const at::Tensor& z, bool map_features = true);
+
+}  // namespace attnserve::kernels

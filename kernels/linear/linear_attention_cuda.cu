@@ -39,10 +39,11 @@ __host__ __device__ bool NeedsWorkspace(const LinearAttentionCudaParams& p) {
 
 // Loads rows [t0, t0 + 64) of a (seqlen, D) matrix, columns [c0, c0 + kCols), into shared
 // memory, transposed (dst[c][r], row length kChunk + kPad) when kTranspose, else as
-// dst[r][c] (row length kCols). Rows past seqlen are zero. kPhi applies elu + 1.
-template <typename T, int kCols, bool kTranspose, bool kPhi>
+// dst[r][c] (row length kCols). Rows past seqlen are zero. `phi` applies elu + 1 (uniform
+// across the block: no divergence).
+template <typename T, int kCols, bool kTranspose>
 __device__ __forceinline__ void LoadTile(const T* src, int64_t seq_stride, int64_t t0,
-                                         int64_t seqlen, int c0, float* dst) {
+                                         int64_t seqlen, int c0, float* dst, bool phi) {
   constexpr int kQuads = kCols / 4;
   for (int e = threadIdx.x; e < kChunk * kQuads; e += kThreads) {
     // Transposed: consecutive threads take consecutive rows, so the scattered shared stores
@@ -52,7 +53,7 @@ __device__ __forceinline__ void LoadTile(const T* src, int64_t seq_stride, int64
     float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (t0 + r < seqlen) {
       x = Load4(src + (t0 + r) * seq_stride + c0 + q4 * 4);
-      if (kPhi) x = make_float4(EluPlusOne(x.x), EluPlusOne(x.y), EluPlusOne(x.z), EluPlusOne(x.w));
+      if (phi) x = make_float4(EluPlusOne(x.x), EluPlusOne(x.y), EluPlusOne(x.z), EluPlusOne(x.w));
     }
     if (kTranspose) {
       constexpr int kLd = kChunk + kPad;
@@ -105,8 +106,8 @@ __global__ void __launch_bounds__(kThreads) SegmentSumKernel(LinearAttentionCuda
   for (int64_t chunk = begin; chunk < end; ++chunk) {
     const int64_t t0 = chunk * kChunk;
     __syncthreads();
-    LoadTile<T, D, true, true>(k, p.k_seq_stride, t0, p.seqlen, 0, k_t);
-    LoadTile<T, kDv, false, false>(v, p.v_seq_stride, t0, p.seqlen, dv0, v_s);
+    LoadTile<T, D, true>(k, p.k_seq_stride, t0, p.seqlen, 0, k_t, p.map_features);
+    LoadTile<T, kDv, false>(v, p.v_seq_stride, t0, p.seqlen, dv0, v_s, false);
     __syncthreads();
 #pragma unroll 4
     for (int j = 0; j < kChunk; ++j) {
@@ -210,9 +211,9 @@ __global__ void __launch_bounds__(kThreads) LinearAttentionKernel(LinearAttentio
   for (int64_t chunk = begin; chunk < end; ++chunk) {
     const int64_t t0 = chunk * kChunk;
     __syncthreads();  // the previous chunk is done with the tiles
-    LoadTile<T, D, true, true>(q, p.q_seq_stride, t0, p.seqlen, 0, q_t);
-    LoadTile<T, D, true, true>(k, p.k_seq_stride, t0, p.seqlen, 0, k_t);
-    LoadTile<T, kDv, false, false>(v, p.v_seq_stride, t0, p.seqlen, dv0, v_s);
+    LoadTile<T, D, true>(q, p.q_seq_stride, t0, p.seqlen, 0, q_t, p.map_features);
+    LoadTile<T, D, true>(k, p.k_seq_stride, t0, p.seqlen, 0, k_t, p.map_features);
+    LoadTile<T, kDv, false>(v, p.v_seq_stride, t0, p.seqlen, dv0, v_s, false);
     __syncthreads();
 
     // A = φ(Q) φ(K)ᵀ (rows ty·4 + i, columns tx·4 + j) and num = φ(Q) S in one pass over D.
@@ -345,10 +346,12 @@ __global__ void LinearAttentionDecodeKernel(LinearAttentionDecodeCudaParams p) {
   const int tid = threadIdx.x;
   const int64_t h = blockIdx.x, b = blockIdx.y;
   if (tid < d) {
-    fq[tid] = EluPlusOne(cuda::ToFloat(
-        static_cast<const T*>(p.q)[b * p.q_batch_stride + h * p.q_head_stride + tid]));
-    fk[tid] = EluPlusOne(cuda::ToFloat(
-        static_cast<const T*>(p.k)[b * p.k_batch_stride + h * p.k_head_stride + tid]));
+    const float q_raw =
+        cuda::ToFloat(static_cast<const T*>(p.q)[b * p.q_batch_stride + h * p.q_head_stride + tid]);
+    const float k_raw =
+        cuda::ToFloat(static_cast<const T*>(p.k)[b * p.k_batch_stride + h * p.k_head_stride + tid]);
+    fq[tid] = p.map_features ? EluPlusOne(q_raw) : q_raw;
+    fk[tid] = p.map_features ? EluPlusOne(k_raw) : k_raw;
     vv[tid] =
         cuda::ToFloat(static_cast<const T*>(p.v)[b * p.v_batch_stride + h * p.v_head_stride + tid]);
   }

@@ -1,6 +1,7 @@
 // Causal linear attention on an NVIDIA GPU, the math of causal_linear_attention_cpu.h:
-//   φ(x) = elu(x) + 1,  o_t = φ(q_t)ᵀ S_t / (φ(q_t)ᵀ z_t + ε),  ε = 1e-6,
-//   S_t = S_0 + Σ_{i≤t} φ(k_i) v_iᵀ (d × d, S[i][j] = Σ φ(k)_i v_j),  z_t = z_0 + Σ_{i≤t} φ(k_i).
+//   φ(x) = elu(x) + 1 (or the identity, for q and k that are features already: map_features),  o_t
+//   = φ(q_t)ᵀ S_t / (φ(q_t)ᵀ z_t + ε),  ε = 1e-6, S_t = S_0 + Σ_{i≤t} φ(k_i) v_iᵀ (d × d, S[i][j] =
+//   Σ φ(k)_i v_j),  z_t = z_0 + Σ_{i≤t} φ(k_i).
 //
 // Prefill, chunks of 64 tokens: within a chunk the masked quadratic form
 //   O_c = (φ(Q_c) S + tril(φ(Q_c) φ(K_c)ᵀ) V_c) / (φ(Q_c) z + rowsum(tril(...)) + ε),
@@ -51,6 +52,10 @@ struct LinearAttentionCudaParams {
   float* s_out = nullptr;
   float* z_out = nullptr;
 
+  // false: q and k are features already (the Performer's FAVOR+ φ, positive), used as they
+  // are; true: φ = elu + 1 is applied to them.
+  bool map_features = true;
+
   // Segments (>= 1) and, when > 1, a float32 workspace of
   // LinearAttentionWorkspaceElements(params) elements owned by the caller.
   int num_segments = 1;
@@ -92,6 +97,8 @@ struct LinearAttentionDecodeCudaParams {
   float* s = nullptr;
   float* z = nullptr;
   int64_t s_batch_stride = 0, z_batch_stride = 0;
+
+  bool map_features = true;  // as in LinearAttentionCudaParams
 };
 
 cuda::CudaStatus LaunchLinearAttentionDecode(const LinearAttentionDecodeCudaParams& params,

@@ -25,7 +25,7 @@ LinearAttentionCudaResult CausalLinearAttentionCuda(const at::Tensor& q, const a
                                                     const at::Tensor& v, const at::Tensor& s,
                                                     const at::Tensor& z, const at::Tensor& out,
                                                     const at::Tensor& s_out,
-                                                    const at::Tensor& z_out) {
+                                                    const at::Tensor& z_out, bool map_features) {
   TORCH_CHECK(q.defined() && q.is_cuda(), "causal linear attention: q must be a CUDA tensor");
   const at::Device device = q.device();
   const c10::cuda::CUDAGuard guard(device);
@@ -83,6 +83,7 @@ LinearAttentionCudaResult CausalLinearAttentionCuda(const at::Tensor& q, const a
 
   int sm_count = 0;
   cuda::ThrowIfError(cuda::CurrentDeviceSmCount(&sm_count));
+  p.map_features = map_features;
   p.num_segments = LinearAttentionNumSegments(p, sm_count);
   at::Tensor workspace;
   const int64_t workspace_elements = LinearAttentionWorkspaceElements(p);
@@ -134,7 +135,8 @@ LinearAttentionDecodeCudaParams DecodeParams(const at::Tensor& q, const at::Tens
 
 at::Tensor CausalLinearAttentionStepCuda(const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& s,
-                                         const at::Tensor& z, const at::Tensor& out) {
+                                         const at::Tensor& z, const at::Tensor& out,
+                                         bool map_features) {
   TORCH_CHECK(q.defined() && q.is_cuda(), "linear attention step: q must be a CUDA tensor");
   const c10::cuda::CUDAGuard guard(q.device());
   std::vector<at::Tensor> keep_alive;
@@ -146,6 +148,7 @@ at::Tensor CausalLinearAttentionStepCuda(const at::Tensor& q, const at::Tensor& 
       "S: each session's (H, d, d) block must be contiguous");
   TORCH_CHECK(z.stride(2) == 1 && z.stride(1) == p.head_dim,
               "z: each session's (H, d) block must be contiguous");
+  p.map_features = map_features;
   p.s = s.data_ptr<float>();
   p.s_batch_stride = s.stride(0);
   p.z = z.data_ptr<float>();

@@ -22,11 +22,13 @@ struct LinearAttentionCudaResult {
 // q, k, v (B, H, L, d). The inputs are not modified: the state after the chunk goes to
 // s_out, z_out when given (contiguous float32; they may be s, z themselves for an in-place
 // update) or to new tensors, the output to `out` when given or to a new tensor.
+// map_features = false: q and k are features already (the Performer's φ), used as they are.
 LinearAttentionCudaResult CausalLinearAttentionCuda(const at::Tensor& q, const at::Tensor& k,
                                                     const at::Tensor& v, const at::Tensor& s,
                                                     const at::Tensor& z, const at::Tensor& out = {},
                                                     const at::Tensor& s_out = {},
-                                                    const at::Tensor& z_out = {});
+                                                    const at::Tensor& z_out = {},
+                                                    bool map_features = true);
 
 // Decode, one token for each of S sessions: q, k, v (S, H, d); the states, updated in place,
 // either batched (s (S, H, d, d), z (S, H, d), each session's block contiguous) or as
@@ -34,7 +36,8 @@ LinearAttentionCudaResult CausalLinearAttentionCuda(const at::Tensor& q, const a
 // Returns out (S, H, d) (into `out` when given).
 at::Tensor CausalLinearAttentionStepCuda(const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& s,
-                                         const at::Tensor& z, const at::Tensor& out = {});
+                                         const at::Tensor& z, const at::Tensor& out = {},
+                                         bool map_features = true);
 at::Tensor CausalLinearAttentionStepCuda(const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const std::vector<at::Tensor>& s_list,
                                          const std::vector<at::Tensor>& z_list,

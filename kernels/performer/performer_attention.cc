@@ -11,6 +11,7 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/linear/causal_linear_attention_cpu.h"
+#include "kernels/linear/linear_attention.h"
 
 namespace attnserve::kernels {
 
@@ -41,7 +42,7 @@ class PerformerMixer final : public Mixer {
   PerformerMixer(const MixerConfig& config, AttentionProjections projections)
       : config_(config),
         projections_(std::move(projections)),
-        omega_(PerformerFeatureMatrix(config)) {}
+        omega_(PerformerFeatureMatrix(config).to(projections_.device())) {}
 
   const MixerConfig& config() const override { return config_; }
   bool can_stream() const override { return config_.causal; }
@@ -55,7 +56,8 @@ class PerformerMixer final : public Mixer {
     return GuardTorch("performer InitialState", [&]() -> absl::StatusOr<MixerState> {
       const int64_t h = config_.num_heads, d = config_.head_dim();
       MixerState state;
-      state.tensors = {at::zeros({batch, h, d, d}), at::zeros({batch, h, d})};
+      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
+      state.tensors = {at::zeros({batch, h, d, d}, options), at::zeros({batch, h, d}, options)};
       return state;
     });
   }
@@ -72,11 +74,11 @@ class PerformerMixer final : public Mixer {
         return projections_.ProjectOutput(heads);
       }
       const int64_t b = x.size(0), h = config_.num_heads, d = config_.head_dim();
-      const at::Tensor s = state != nullptr ? state->tensors[0] : at::zeros({b, h, d, d});
-      const at::Tensor z = state != nullptr ? state->tensors[1] : at::zeros({b, h, d});
+      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
+      const at::Tensor s = state != nullptr ? state->tensors[0] : at::zeros({b, h, d, d}, options);
+      const at::Tensor z = state != nullptr ? state->tensors[1] : at::zeros({b, h, d}, options);
       ASSIGN_OR_RETURN(LinearAttentionResult r,
-                       CausalLinearAttentionOnFeaturesCpu(fq, fk, v, s, z, kLinearAttentionChunk,
-                                                          /*map_features=*/false));
+                       CausalLinearAttentionOnDevice(fq, fk, v, s, z, /*map_features=*/false));
       if (state != nullptr) {
         state->tensors = {std::move(r.s), std::move(r.z)};
         state->position += x.size(1);
@@ -96,9 +98,9 @@ class PerformerMixer final : public Mixer {
       const at::Tensor fq = FavorPlusFeatures(q.squeeze(2), omega_);
       const at::Tensor fk = FavorPlusFeatures(k.squeeze(2), omega_);
       ASSIGN_OR_RETURN(LinearAttentionResult r,
-                       CausalLinearAttentionStepOnFeaturesCpu(fq, fk, v.squeeze(2),
-                                                              state->tensors[0], state->tensors[1],
-                                                              /*map_features=*/false));
+                       CausalLinearAttentionStepOnDevice(fq, fk, v.squeeze(2), state->tensors[0],
+                                                         state->tensors[1],
+                                                         /*map_features=*/false));
       state->tensors = {std::move(r.s), std::move(r.z)};
       state->position += 1;
       return projections_.ProjectOutput(r.out.unsqueeze(2)).view({b, config_.d_model});
@@ -125,9 +127,14 @@ class PerformerMixer final : public Mixer {
   at::Device device() const { return projections_.device(); }
 
   absl::Status CheckUsable(const char* operation, bool stream) const {
-    if (!device().is_cpu()) {
-      return absl::FailedPreconditionError(
-          "performer has no CUDA kernel yet: serve it with --device=cpu");
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+    const bool has_kernels = device().is_cpu() || device().is_cuda();
+#else
+    const bool has_kernels = device().is_cpu();
+#endif
+    if (!has_kernels) {
+      return absl::FailedPreconditionError(absl::StrCat("performer: weights on ", device().str(),
+                                                        ", which this build has no kernel for"));
     }
     if (stream && !config_.causal) {
       return absl::FailedPreconditionError(
@@ -143,8 +150,9 @@ class PerformerMixer final : public Mixer {
       return absl::InvalidArgumentError(
           absl::StrCat("performer state: expected 2 tensors (S, z), got ", state.tensors.size()));
     }
-    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "performer state S", {batch, h, d, d}));
-    return CheckFloatTensor(state.tensors[1], "performer state z", {batch, h, d});
+    RETURN_IF_ERROR(
+        CheckFloatTensor(state.tensors[0], "performer state S", {batch, h, d, d}, device()));
+    return CheckFloatTensor(state.tensors[1], "performer state z", {batch, h, d}, device());
   }
 
   const MixerConfig config_;

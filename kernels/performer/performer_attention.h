@@ -16,7 +16,9 @@
 // config.causal = false: bidirectional; only Prefill with a null state.
 // No stabiliser is subtracted from the exponent (a streamed key has no global maximum to take):
 // the exponent is at most |ω_i|²/2 (≈ d/2), well inside float32 for head widths up to ~128.
-// No CUDA kernel yet: CUDA tensors are refused with FailedPrecondition.
+// On CUDA (a build whose LibTorch has CUDA): the features in ATen, then the linear mixer's
+// CUDA kernels with map_features = false (CausalLinearAttentionOnDevice); head_dim 64 or 128
+// for prefill (the kernel's), <= 256 for steps.
 #pragma once
 
 #include "kernels/common/mixer.h"

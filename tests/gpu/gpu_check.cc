@@ -453,9 +453,11 @@ Tensor Phi(const Tensor& x) { return at::elu(x) + 1; }
 
 // The chunked causal form (chunks of 64, the state carried between them) in `dtype` on the
 // GPU: out, S and z after the chunk. q, k, v (B, H, L, d), s (B, H, d, d), z (B, H, d).
+// map = false: q and k are features already (the performer's), used as they are.
 std::tuple<Tensor, Tensor, Tensor> LinearReference(const Tensor& q, const Tensor& k,
                                                    const Tensor& v, const Tensor& s,
-                                                   const Tensor& z, at::ScalarType dtype) {
+                                                   const Tensor& z, at::ScalarType dtype,
+                                                   bool map = true) {
   constexpr int64_t kChunk = 64;
   const int64_t b = q.size(0), h = q.size(1), l = q.size(2), d = q.size(3), bh = b * h;
   const int64_t n = (l + kChunk - 1) / kChunk, padded = n * kChunk;
@@ -463,9 +465,9 @@ std::tuple<Tensor, Tensor, Tensor> LinearReference(const Tensor& q, const Tensor
     return at::constant_pad_nd(t.to(dtype).reshape({bh, l, d}), {0, 0, 0, padded - l})
         .view({-1, kChunk, d});
   };
-  const Tensor fq = blocks(Phi(q.to(dtype)));
+  const Tensor fq = blocks(map ? Phi(q.to(dtype)) : q.to(dtype));
   // φ(0) = 1: pad φ(k) with zeros, not k.
-  const Tensor fk = blocks(Phi(k.to(dtype)));
+  const Tensor fk = blocks(map ? Phi(k.to(dtype)) : k.to(dtype));
   const Tensor vb = blocks(v);
   const Tensor delta_s = at::bmm(fk.transpose(1, 2), vb).view({bh, n, d, d});
   const Tensor delta_z = fk.sum(1).view({bh, n, d});
@@ -512,6 +514,37 @@ void CheckLinear(int64_t batch, int64_t len, int64_t d, at::ScalarType dtype) {
                                                                         z_out);
                 },
                 4.0 * elt * batch * heads * len * d, flops, bf16);
+          });
+}
+
+// The performer's path: q and k are FAVOR+ features already (positive), map_features = false.
+void CheckLinearOnFeatures(int64_t batch, int64_t len, int64_t d) {
+  const int64_t heads = 16;
+  RunCase("linear prefill, given features",
+          Shape({{"B", batch}, {"H", heads}, {"L", len}, {"d", d}}), "fp32", [&](Row& row) {
+            const Tensor q = at::exp(at::randn({batch, heads, len, d}, Cuda()) * 0.5) / 8;
+            const Tensor k = at::exp(at::randn({batch, heads, len, d}, Cuda()) * 0.5) / 8;
+            const Tensor v = at::randn({batch, heads, len, d}, Cuda());
+            const Tensor s = at::randn({batch, heads, d, d}, Cuda());
+            const Tensor z = at::rand({batch, heads, d}, Cuda()) * 10 + 1;
+            Tensor out = Nan({batch, heads, len, d}, at::kFloat);
+            Tensor s_out = Nan({batch, heads, d, d}, at::kFloat);
+            Tensor z_out = Nan({batch, heads, d}, at::kFloat);
+            attnserve::kernels::linear::CausalLinearAttentionCuda(q, k, v, s, z, out, s_out, z_out,
+                                                                  /*map_features=*/false);
+            const auto [ref, ref_s, ref_z] =
+                LinearReference(q, k, v, s, z, at::kDouble, /*map=*/false);
+            row.err = std::max({RelErr(out, ref), RelErr(s_out, ref_s), RelErr(z_out, ref_z)});
+            row.budget = kFloat32Budget;
+            const double chunks = std::ceil(len / 64.0);
+            Finish(
+                row,
+                [&] {
+                  attnserve::kernels::linear::CausalLinearAttentionCuda(q, k, v, s, z, out, s_out,
+                                                                        z_out, false);
+                },
+                16.0 * batch * heads * len * d, 4.0 * 64 * d * (64 + d) * chunks * batch * heads,
+                false);
           });
 }
 
@@ -798,6 +831,7 @@ int main(int argc, char** argv) {
   CheckLinear(1, quick ? 2048 : 8192, 128, f32);
   CheckLinear(1, quick ? 1024 : 4096, 64, bf16);
   CheckLinear(1, quick ? 1024 : 4096, 128, bf16);
+  CheckLinearOnFeatures(1, quick ? 2048 : 8192, 64);
   CheckLinearStep(64, 64);
   CheckLinearStep(64, 128);
   // Standard attention: H 16, d 64 and 128, causal (also after a KV prefix) and bidirectional.
