@@ -273,9 +273,18 @@ int main(int argc, char** argv) {
               << m->config().hidden_size() << ", " << (m->can_stream() ? "streams" : "no streaming")
               << ", loaded in " << (*repository)->load_seconds(m->name()) << " s" << std::endl;
   }
+  // The default policy keeps to the variants the repository serves; one given by flag is taken
+  // as it is (a missing variant is an error).
+  std::vector<std::string> dropped;
   absl::StatusOr<server::Policy> policy =
-      server::Policy::Parse(absl::GetFlag(FLAGS_policy), **repository);
+      absl::GetFlag(FLAGS_policy) == server::Policy::kDefaultSpec
+          ? server::Policy::ParseDefault(**repository, &dropped)
+          : server::Policy::Parse(absl::GetFlag(FLAGS_policy), **repository);
   if (!policy.ok()) return Fail(std::string(policy.status().message()));
+  if (!dropped.empty()) {
+    std::cout << "policy: the default's rules for " << absl::StrJoin(dropped, ", ")
+              << " left out (not in the repository)" << std::endl;
+  }
   std::cout << "policy " << policy->Describe() << std::endl;
 
   server::SessionLimits limits;

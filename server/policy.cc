@@ -3,6 +3,7 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -105,7 +106,33 @@ absl::StatusOr<Policy> Policy::Parse(const std::string& spec,
                                                      "streams of unknown length"));
     }
   }
+  if (std::all_of(policy.rules_.begin(), policy.rules_.end(),
+                  [](const PolicyRule& rule) { return rule.unbounded; })) {
+    return absl::InvalidArgumentError(
+        "policy has only unbounded rules: add one for requests of a known length (Infer, and "
+        "streams that declare an expected length)");
+  }
   return policy;
+}
+
+absl::StatusOr<Policy> Policy::ParseDefault(const model::ModelRepository& repository,
+                                            std::vector<std::string>* dropped) {
+  std::vector<std::string> kept;
+  for (absl::string_view part : absl::StrSplit(kDefaultSpec, ',')) {
+    const std::string rule(part);
+    const std::string variant = rule.substr(0, rule.find(':'));
+    if (repository.Find(variant) != nullptr) {
+      kept.push_back(rule);
+    } else if (dropped != nullptr) {
+      dropped->push_back(variant);
+    }
+  }
+  if (kept.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the default policy's variants (", kDefaultSpec,
+                     ") are not in the repository: give --policy rules for its models"));
+  }
+  return Parse(absl::StrJoin(kept, ","), repository);
 }
 
 absl::StatusOr<PolicyDecision> Policy::Choose(int64_t length, bool stream) const {

@@ -39,9 +39,16 @@ class Policy {
 
   // Parses `spec`, or a JSON file when it starts with '@' ({"rules": [{"variant": "standard",
   // "max_tokens": 4095}, ..., {"variant": "rwkv", "unbounded": true}]}). Every variant must
-  // exist in `repository`; an unbounded rule's variant must stream.
+  // exist in `repository`; an unbounded rule's variant must stream; at least one rule must not
+  // be unbounded (Infer requests and streams of a declared length need one).
   static absl::StatusOr<Policy> Parse(const std::string& spec,
                                       const model::ModelRepository& repository);
+
+  // kDefaultSpec without the rules whose variant `repository` does not serve (a repository of
+  // one's own need not hold the default models); their variants go to `dropped`. An error when
+  // no rule for requests of a known length remains.
+  static absl::StatusOr<Policy> ParseDefault(const model::ModelRepository& repository,
+                                             std::vector<std::string>* dropped);
 
   // Picks the variant for `length` tokens (0 with `stream`: a stream of unknown length);
   // `stream` asks for a variant that can stream. When no rule fits: RESOURCE_EXHAUSTED if the

@@ -16,17 +16,19 @@
 namespace attnserve::kernels {
 
 // The OPENBLAS_CORETYPE to ask for, or "" to keep `detected` (OpenBLAS's own choice, e.g.
-// "Prescott", "Haswell", "SkylakeX"): "SkylakeX" on a CPU with AVX-512F, "Haswell" with AVX2
-// and FMA, when `detected` is a core without AVX2 kernels. Pure: for tests.
-std::string BetterOpenBlasCore(const std::string& detected, bool avx512f, bool avx2_fma);
+// "Prescott", "Haswell", "SkylakeX"): "SkylakeX" on a CPU with AVX-512 (F, VL, BW and DQ),
+// "Haswell" with AVX2 and FMA, when `detected` is a core without AVX2 kernels. Pure: for tests.
+std::string BetterOpenBlasCore(const std::string& detected, bool avx512, bool avx2_fma);
 
 // OpenBLAS's core in this process ("" when LibTorch does not use OpenBLAS).
 std::string OpenBlasCore();
 
 // When OPENBLAS_CORETYPE is unset and BetterOpenBlasCore names a better core for this CPU:
-// sets it and re-executes /proc/self/exe with `argv` (does not return on success). Otherwise,
-// or when the re-execution fails, returns, and the process goes on with what it has. Returns
-// a line for the start-up log: which core runs, and why.
+// sets it and re-executes /proc/self/exe with `argv` (does not return on success). Only for a
+// DYNAMIC_ARCH OpenBLAS (another ignores the variable) and a process that is its own program
+// (not run through ld.so or valgrind). Otherwise, or when the re-execution fails (the variables
+// are then unset again), returns, and the process goes on with what it has. Returns a line for
+// the start-up log: which core runs, and why. Setting OPENBLAS_CORETYPE turns it off.
 std::string UseTheCpusBlasKernels(char** argv);
 
 }  // namespace attnserve::kernels

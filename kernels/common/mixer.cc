@@ -260,10 +260,16 @@ absl::StatusOr<at::Tensor> StepBatchByGather(const Mixer& mixer, const at::Tenso
 absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, WeightMap weights) {
   if (auto s = ValidateMixerConfig(config); !s.ok()) return s;
   std::set<std::string> expected_names;
-  // Every weight on one device: the CPU, or the CUDA device the model moved them to.
-  const at::Device device = weights.empty() || !weights.begin()->second.defined()
-                                ? at::Device(at::kCPU)
-                                : weights.begin()->second.device();
+  // Every weight on one device: the CPU, or the CUDA device the model moved them to (the
+  // first expected tensor's).
+  at::Device device(at::kCPU);
+  for (const WeightSpec& spec : ExpectedWeights(config)) {
+    auto it = weights.find(spec.name);
+    if (it != weights.end() && it->second.defined()) {
+      device = it->second.device();
+      break;
+    }
+  }
   for (const WeightSpec& spec : ExpectedWeights(config)) {
     expected_names.insert(spec.name);
     auto it = weights.find(spec.name);

@@ -86,11 +86,12 @@ class RwkvMixer final : public Mixer {
       return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
     }
     return GuardTorch("rwkv InitialState", [&]() -> absl::StatusOr<MixerState> {
-      at::Tensor wkv = at::zeros({batch, 3, attention_dim_});
+      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
+      at::Tensor wkv = at::zeros({batch, 3, attention_dim_}, options);
       wkv.select(1, 2).fill_(kFreshMaximum);
       MixerState state;
-      state.tensors = {at::zeros({batch, config_.d_model}), wkv,
-                       at::zeros({batch, config_.d_model})};
+      state.tensors = {at::zeros({batch, config_.d_model}, options), wkv,
+                       at::zeros({batch, config_.d_model}, options)};
       return state;
     });
   }
@@ -174,12 +175,12 @@ class RwkvMixer final : public Mixer {
           absl::StrCat("rwkv state: expected 3 tensors (time shift, wkv, channel shift), got ",
                        state.tensors.size()));
     }
+    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], "rwkv time-mixing shift",
+                                     {batch, config_.d_model}, device()));
     RETURN_IF_ERROR(
-        CheckFloatTensor(state.tensors[0], "rwkv time-mixing shift", {batch, config_.d_model}));
-    RETURN_IF_ERROR(
-        CheckFloatTensor(state.tensors[1], "rwkv wkv state", {batch, 3, attention_dim_}));
-    RETURN_IF_ERROR(
-        CheckFloatTensor(state.tensors[2], "rwkv channel-mixing shift", {batch, config_.d_model}));
+        CheckFloatTensor(state.tensors[1], "rwkv wkv state", {batch, 3, attention_dim_}, device()));
+    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[2], "rwkv channel-mixing shift",
+                                     {batch, config_.d_model}, device()));
     if (!state.tensors[1].is_contiguous()) {
       return absl::InvalidArgumentError("rwkv wkv state must be contiguous");
     }

@@ -37,13 +37,25 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   a.clear_model_type();
   a.clear_max_sequence_length();
   if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
-  bool attention = false, linformer = false, mamba = false, rwkv = false;
+  bool attention = false, linformer = false, mamba = false, rwkv = false, window = false,
+       performer = false, only_rwkv = true;
   for (const std::string& layer : a.layers()) {
     attention = attention || (layer != "mamba" && layer != "rwkv");
     linformer = linformer || layer == "linformer";
     mamba = mamba || layer == "mamba";
     rwkv = rwkv || layer == "rwkv";
+    window = window || layer == "sliding_window";
+    performer = performer || layer == "performer";
+    only_rwkv = only_rwkv && layer == "rwkv";
   }
+  if (!window) {
+    a.clear_sliding_window();
+    a.clear_sliding_window_sinks();
+  }
+  if (!performer) a.clear_performer_seed();
+  // In rwkv layers intermediate_size 0 means 4 * hidden_size (the channel mixing's width);
+  // with no other layer to read it as "no MLP", the two spellings are one model.
+  if (only_rwkv && a.intermediate_size() == 0) a.set_intermediate_size(4 * a.hidden_size());
   if (!rwkv) {
     a.clear_rwkv_attention_size();
   } else if (a.rwkv_attention_size() == 0) {

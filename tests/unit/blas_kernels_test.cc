@@ -9,14 +9,15 @@ namespace attnserve::kernels {
 namespace {
 
 TEST(BlasKernelsTest, AsksForTheCpusCoreOnlyWhenOpenBlasFellBackToAnOldOne) {
-  EXPECT_EQ(BetterOpenBlasCore("Prescott", /*avx512f=*/true, /*avx2_fma=*/true), "SkylakeX");
+  EXPECT_EQ(BetterOpenBlasCore("Prescott", /*avx512=*/true, /*avx2_fma=*/true), "SkylakeX");
   EXPECT_EQ(BetterOpenBlasCore("Prescott", false, true), "Haswell");
   EXPECT_EQ(BetterOpenBlasCore("Nehalem", false, true), "Haswell");
   EXPECT_EQ(BetterOpenBlasCore("Prescott", false, false), "");  // an old CPU: keep it
   for (const char* good : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}) {
     EXPECT_EQ(BetterOpenBlasCore(good, true, true), "") << good;
   }
-  EXPECT_EQ(BetterOpenBlasCore("", true, true), "");  // not OpenBLAS
+  EXPECT_EQ(BetterOpenBlasCore("", true, true), "");         // not OpenBLAS
+  EXPECT_EQ(BetterOpenBlasCore("HASWELL", true, true), "");  // a single-core build's spelling
 }
 
 }  // namespace

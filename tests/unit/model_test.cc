@@ -277,6 +277,22 @@ TEST(ModelTest, AnUnreachableCudaDeviceIsAnErrorNotACrash) {
   EXPECT_FALSE(repository.ok());
 }
 
+// intermediate_size 0 is 4 * hidden_size in rwkv layers; the Hugging Face layout writes it out:
+// the same model, the same fingerprint (so its sessions' snapshots stay valid).
+TEST(ModelTest, AnRwkvModelKeepsItsFingerprintThroughTheHuggingFaceLayout) {
+  v1::ModelConfig config = *DefaultModelConfig("rwkv");
+  config.set_intermediate_size(0);
+  auto model = Model::Create("rwkv0", config, Model::RandomWeights(config, 3));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const fs::path dir = TempDir("rwkv_fingerprint");
+  ASSERT_TRUE(WriteModelFolder(**model, (dir / "rwkv0").string()).ok());
+  auto loaded = LoadModelFolder((dir / "rwkv0").string(), "rwkv0");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config().intermediate_size(), 4 * config.hidden_size());
+  EXPECT_EQ((*loaded)->fingerprint(), (*model)->fingerprint());
+  fs::remove_all(dir);
+}
+
 // A CPU model takes and gives CPU tensors, and its states live on the CPU.
 TEST(ModelTest, CpuModelStatesAndOutputsAreOnTheCpu) {
   auto model = BuildDefaultModel("hybrid", {at::Device(at::kCPU)});

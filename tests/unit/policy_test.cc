@@ -91,6 +91,34 @@ TEST(PolicyTest, UnboundedRulesServeOnlyStreamsOfUnknownLength) {
   EXPECT_FALSE(Policy::Parse("rwkv:unbound", **repository).ok());
 }
 
+TEST(PolicyTest, TheDefaultKeepsToTheRepositorysVariantsAndOnlyUnboundedRulesAreRefused) {
+  // A repository of the earlier default models only (no sliding_window, performer, rwkv).
+  const fs::path dir = fs::temp_directory_path() / "attnserve_policy_default_test";
+  fs::remove_all(dir);
+  for (const char* name : {"standard", "linformer", "mamba"}) {
+    auto model = model::BuildDefaultModel(name);
+    ASSERT_TRUE(model.ok());
+    ASSERT_TRUE(model::WriteModelFolder(**model, (dir / name).string()).ok());
+  }
+  auto repository = model::ModelRepository::LoadFolder(dir.string());
+  ASSERT_TRUE(repository.ok()) << repository.status();
+  EXPECT_FALSE(Policy::Parse(Policy::kDefaultSpec, **repository).ok());
+  std::vector<std::string> dropped;
+  auto policy = Policy::ParseDefault(**repository, &dropped);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(dropped, (std::vector<std::string>{"sliding_window", "rwkv"}));
+  EXPECT_EQ(policy->Describe(), "[standard up to 4095 tokens, mamba beyond]");
+  EXPECT_EQ(policy->Choose(0, /*stream=*/true)->model->name(), "standard");
+  fs::remove_all(dir);
+
+  auto defaults = model::ModelRepository::BuildDefault();
+  ASSERT_TRUE(defaults.ok());
+  auto only_unbounded = Policy::Parse("rwkv:unbounded", **defaults);
+  ASSERT_FALSE(only_unbounded.ok());
+  EXPECT_NE(std::string(only_unbounded.status().message()).find("only unbounded rules"),
+            std::string::npos);
+}
+
 TEST(PolicyTest, TheDefaultFollowsTheSeedsGuide) {
   auto repository = model::ModelRepository::BuildDefault();
   ASSERT_TRUE(repository.ok());
