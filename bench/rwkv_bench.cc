@@ -81,15 +81,13 @@ int main(int argc, char** argv) {
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve::kernels;
   using attnserve::bench::MedianMs;
-  std::string lengths = "1024,4096,16384,65536";
-  int threads = 2, reps = 3;
+  attnserve::bench::SweepFlags sweep;
   int64_t naive_max_len = 16384;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--lengths=", 0) == 0) lengths = arg.substr(10);
-    if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
-    if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
-    if (arg.rfind("--naive_max_len=", 0) == 0) naive_max_len = std::atoll(arg.c_str() + 16);
+    if (sweep.Parse(arg)) continue;
+    if (const char* v = attnserve::bench::FlagValue(arg, "--naive_max_len"))
+      naive_max_len = std::atoll(v);
     if (arg == "--help") {
       std::printf(
           "attnserve_rwkv_bench [--lengths=1024,4096,16384,65536] [--threads=2] [--reps=3] "
@@ -97,6 +95,8 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  const std::string lengths = sweep.lengths;
+  const int threads = sweep.threads, reps = sweep.reps;
   at::set_num_threads(threads);
   KeepFreedMemoryForReuse();
   MixerConfig config;

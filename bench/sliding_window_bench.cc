@@ -49,17 +49,15 @@ at::Tensor NaiveBanded(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 int main(int argc, char** argv) {
   // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
-  std::string lengths = "1024,4096,16384,65536";
+  attnserve::bench::SweepFlags sweep;
   int64_t window = 1024;
-  int threads = 2, reps = 3;
   double naive_max_gib = 13;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.rfind("--lengths=", 0) == 0) lengths = arg.substr(10);
-    if (arg.rfind("--window=", 0) == 0) window = std::atoll(arg.c_str() + 9);
-    if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
-    if (arg.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(arg.c_str() + 7));
-    if (arg.rfind("--naive_max_gib=", 0) == 0) naive_max_gib = std::atof(arg.c_str() + 16);
+    if (sweep.Parse(arg)) continue;
+    if (const char* v = attnserve::bench::FlagValue(arg, "--window")) window = std::atoll(v);
+    if (const char* v = attnserve::bench::FlagValue(arg, "--naive_max_gib"))
+      naive_max_gib = std::atof(v);
     if (arg == "--help") {
       std::printf(
           "attnserve_sliding_window_bench [--lengths=1024,4096,16384,65536] "
@@ -67,6 +65,8 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  const std::string lengths = sweep.lengths;
+  const int threads = sweep.threads, reps = sweep.reps;
   at::set_num_threads(threads);
   KeepFreedMemoryForReuse();
   MixerConfig swa;
