@@ -17,6 +17,15 @@
 
 namespace attnserve::kernels {
 
+MixerState ZeroLinearAttentionState(int64_t batch, int64_t heads, int64_t head_dim,
+                                    at::Device device) {
+  const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device);
+  MixerState state;
+  state.tensors = {at::zeros({batch, heads, head_dim, head_dim}, options),
+                   at::zeros({batch, heads, head_dim}, options)};
+  return state;
+}
+
 absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnDevice(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
     const at::Tensor& z, bool map_features) {
@@ -63,11 +72,7 @@ class LinearAttentionMixer final : public Mixer {
       return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
     }
     return GuardTorch("linear InitialState", [&]() -> absl::StatusOr<MixerState> {
-      const int64_t h = config_.num_heads, d = config_.head_dim();
-      MixerState state;
-      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
-      state.tensors = {at::zeros({batch, h, d, d}, options), at::zeros({batch, h, d}, options)};
-      return state;
+      return ZeroLinearAttentionState(batch, config_.num_heads, config_.head_dim(), device());
     });
   }
 

@@ -26,6 +26,11 @@ namespace attnserve::kernels {
 // Shapes and state semantics as CausalLinearAttentionCpu / CausalLinearAttentionStepCpu; on
 // CUDA the step updates s and z in place (made contiguous first) and returns them. With
 // map_features = false, q and k are features already (the performer mixer's φ).
+// A fresh state of the linear machinery for `batch` sequences: {S (B, H, d, d), z (B, H, d)}
+// zeros on `device` (the linear and performer mixers' InitialState).
+MixerState ZeroLinearAttentionState(int64_t batch, int64_t heads, int64_t head_dim,
+                                    at::Device device);
+
 absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnDevice(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
     const at::Tensor& z, bool map_features = true);

@@ -54,11 +54,7 @@ class PerformerMixer final : public Mixer {
       return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
     }
     return GuardTorch("performer InitialState", [&]() -> absl::StatusOr<MixerState> {
-      const int64_t h = config_.num_heads, d = config_.head_dim();
-      MixerState state;
-      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
-      state.tensors = {at::zeros({batch, h, d, d}, options), at::zeros({batch, h, d}, options)};
-      return state;
+      return ZeroLinearAttentionState(batch, config_.num_heads, config_.head_dim(), device());
     });
   }
 

@@ -1,6 +1,6 @@
-#include "kernels/rwkv/wkv_cuda.h"
-
 #include <string>
+
+#include "kernels/rwkv/wkv_cuda.h"
 
 namespace attnserve::kernels::rwkv {
 namespace {
