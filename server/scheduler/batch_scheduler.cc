@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <string>
 #include <utility>
@@ -61,7 +62,14 @@ struct BatchScheduler::Batch {
 
 namespace {
 
-int64_t NowNanos() { return absl::GetCurrentTimeNanos(); }
+// Durations (queue, compute, iteration) use the monotonic clock, the one the service times
+// whole calls with: a wall clock (absl's is interpolated from the cycle counter) can step or
+// drift apart from it, and a compute time longer than its call's total was once reported.
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
