@@ -11,7 +11,10 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/standard/decode_attention_cpu.h"
-#include "kernels/standard/flash_attention_cpu.h"
+#include "kernels/standard/flash_attention.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/standard/flash_attention_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
 namespace {
@@ -28,7 +31,6 @@ class SlidingWindowAttentionMixer final : public Mixer {
     if (batch <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
     }
-    RETURN_IF_ERROR(CheckCpu());
     return GuardTorch("sliding_window InitialState", [&]() -> absl::StatusOr<MixerState> {
       MixerState state;
       const at::Tensor ring = at::zeros({batch, config_.num_heads, Slots(), config_.head_dim()},
@@ -39,15 +41,13 @@ class SlidingWindowAttentionMixer final : public Mixer {
   }
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
-    RETURN_IF_ERROR(CheckCpu());
     RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}, device()));
     if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
     return GuardTorch("sliding_window Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
       const int64_t w = config_.window, sinks = config_.sinks;
       if (state == nullptr) {
-        ASSIGN_OR_RETURN(at::Tensor heads,
-                         FlashAttentionCpu(q, k, v, /*causal=*/true, {}, w, sinks));
+        ASSIGN_OR_RETURN(at::Tensor heads, FlashAttention(q, k, v, /*causal=*/true, w, sinks));
         return projections_.ProjectOutput(heads);
       }
       // The keys the chunk's first query still sees, in order: the sinks written so far, the
@@ -65,14 +65,13 @@ class SlidingWindowAttentionMixer final : public Mixer {
       const at::Tensor keys = history(state->tensors[0], k);
       const at::Tensor values = history(state->tensors[1], v);
       ASSIGN_OR_RETURN(at::Tensor heads,
-                       FlashAttentionCpu(q, keys, values, /*causal=*/true, {}, w, sinks));
+                       FlashAttention(q, keys, values, /*causal=*/true, w, sinks));
       Write(state, k, v);
       return projections_.ProjectOutput(heads);
     });
   }
 
   absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
-    RETURN_IF_ERROR(CheckCpu());
     RETURN_IF_ERROR(CheckFloatTensor(x_t, "x_t", {-1, config_.d_model}, device()));
     if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
     RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
@@ -80,27 +79,29 @@ class SlidingWindowAttentionMixer final : public Mixer {
       const int64_t b = x_t.size(0);
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
       Write(state, k, v);
-      std::vector<DecodeAttentionRow> rows;
-      for (int64_t i = 0; i < b; ++i) rows.push_back(RingRow(*state, i));
-      return projections_.ProjectOutput(DecodeAttentionHeads(q, rows)).view({b, config_.d_model});
+      std::vector<RingOfRow> rows;
+      for (int64_t i = 0; i < b; ++i) rows.push_back({state, i});
+      ASSIGN_OR_RETURN(at::Tensor heads, AttendRings(q, rows));
+      return projections_.ProjectOutput(heads).view({b, config_.d_model});
     });
   }
 
-  // The projections once over all B rows; one decode-attention call over every row's own ring.
+  // The projections once over all B rows; one decode-attention call (CPU or CUDA) over every
+  // row's own ring, in place.
   absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                        const std::vector<MixerState*>& states) const override {
-    RETURN_IF_ERROR(CheckCpu());
     RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
     for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(*state, 1));
     return GuardTorch("sliding_window StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0);
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
-      std::vector<DecodeAttentionRow> rows;
+      std::vector<RingOfRow> rows;
       for (int64_t i = 0; i < b; ++i) {
         Write(states[i], k.narrow(0, i, 1), v.narrow(0, i, 1));
-        rows.push_back(RingRow(*states[i], 0));
+        rows.push_back({states[i], 0});
       }
-      return projections_.ProjectOutput(DecodeAttentionHeads(q, rows)).view({b, config_.d_model});
+      ASSIGN_OR_RETURN(at::Tensor heads, AttendRings(q, rows));
+      return projections_.ProjectOutput(heads).view({b, config_.d_model});
     });
   }
 
@@ -114,12 +115,6 @@ class SlidingWindowAttentionMixer final : public Mixer {
   int64_t Slots() const { return config_.sinks + config_.window; }
 
   at::Device device() const { return projections_.device(); }
-
-  absl::Status CheckCpu() const {
-    if (device().is_cpu()) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        "sliding_window has no CUDA kernel yet: serve it with --device=cpu");
-  }
 
   absl::Status CheckState(const MixerState& state, int64_t batch) const {
     const int64_t h = config_.num_heads, d = config_.head_dim(), w = Slots();
@@ -173,17 +168,52 @@ class SlidingWindowAttentionMixer final : public Mixer {
     state->position += l;
   }
 
-  // Row `b` of a state's slots for the decode kernel: the valid ones are 0 .. n - 1 with
-  // n = min(position, sinks) + min(max(position - sinks, 0), W): the sinks fill first, so the
-  // valid slots are contiguous (attention does not depend on the keys' order, only on which).
-  DecodeAttentionRow RingRow(const MixerState& state, int64_t b) const {
-    const at::Tensor& k = state.tensors[0];
-    const int64_t stride = k.size(1) * k.size(2) * k.size(3);
+  // A state's valid slots are 0 .. n - 1 with n = min(position, sinks) +
+  // min(max(position - sinks, 0), W): the sinks fill first, then the ring, so the valid slots
+  // are contiguous (attention does not depend on the keys' order, only on which).
+  int64_t ValidSlots(const MixerState& state) const {
     const int64_t sinks = config_.sinks, position = state.position;
-    const int64_t valid = std::min(position, sinks) +
-                          std::min(std::max<int64_t>(position - sinks, 0), config_.window);
-    return {k.data_ptr<float>() + b * stride, state.tensors[1].data_ptr<float>() + b * stride,
-            valid, Slots()};
+    return std::min(position, sinks) +
+           std::min(std::max<int64_t>(position - sinks, 0), config_.window);
+  }
+
+  // Batch row `row` of a state (its slots (H, sinks + W, d) for the decode kernels).
+  struct RingOfRow {
+    const MixerState* state;
+    int64_t row;
+  };
+
+  // Decode attention: q (B, H, 1, d) row i over the valid slots of rows[i], each state at its
+  // own position. Returns (B, H, 1, d). The CPU kernel reads the rings in place by pointer; on
+  // CUDA the split-K decode kernel does, with the valid counts as its per-session lengths.
+  absl::StatusOr<at::Tensor> AttendRings(const at::Tensor& q,
+                                         const std::vector<RingOfRow>& rows) const {
+    if (q.is_cuda()) {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+      std::vector<at::Tensor> keys, values;
+      std::vector<int32_t> lengths;
+      for (const RingOfRow& r : rows) {
+        keys.push_back(r.state->tensors[0][r.row]);
+        values.push_back(r.state->tensors[1][r.row]);
+        lengths.push_back(static_cast<int32_t>(ValidSlots(*r.state)));
+      }
+      const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+      const at::Tensor seqlens = at::tensor(lengths, at::kInt).to(q.device());
+      return standard::FlashDecodeCuda(q.squeeze(2), keys, values, seqlens, longest).unsqueeze(2);
+#else
+      return absl::FailedPreconditionError(
+          "sliding_window: CUDA tensors in a build without CUDA kernels");
+#endif
+    }
+    std::vector<DecodeAttentionRow> cpu_rows;
+    for (const RingOfRow& r : rows) {
+      const at::Tensor& k = r.state->tensors[0];
+      const int64_t stride = k.size(1) * k.size(2) * k.size(3);
+      cpu_rows.push_back({k.data_ptr<float>() + r.row * stride,
+                          r.state->tensors[1].data_ptr<float>() + r.row * stride,
+                          ValidSlots(*r.state), Slots()});
+    }
+    return DecodeAttentionHeads(q, cpu_rows);
   }
 
   const MixerConfig config_;

@@ -12,8 +12,10 @@
 // 0 .. min(t, S) + min(max(t - S, 0), W) - 1. StateBytesPerSequence is 2·H·(S + W)·d·4 bytes
 // for every position: O(1) memory per session.
 // With W at least the sequence length the outputs equal the standard mixer's bit for bit
-// (same kernels, same order of keys); a CUDA kernel does not exist yet: CUDA tensors are
-// refused with FailedPrecondition.
+// (same kernels, same order of keys).
+// On CUDA: the standard mixer's kernels (flash_attention_cuda.h), the prefill one with its
+// window and sinks, the split-K decode one over each ring's valid slots (per-session lengths,
+// so StepBatch decodes sessions at different positions in one launch, in place).
 #pragma once
 
 #include "kernels/common/mixer.h"

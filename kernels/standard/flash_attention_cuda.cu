@@ -77,6 +77,19 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
   const int64_t offset = p.seqlen_k - p.seqlen_q;  // causal: query i is at position offset + i
   const int64_t key_end = p.causal ? min(p.seqlen_k, offset + q0 + kBr) : p.seqlen_k;
   const int64_t n_tiles = (key_end + kBc - 1) / kBc;
+  // A sliding window: the sinks' tiles, then from the tile of the first key the block's first
+  // query still sees (position offset + q0 - window + 1) on; the tiles between are skipped.
+  // Without one, every tile from 0 to n_tiles - 1.
+  const bool windowed = p.window > 0;
+  const int64_t sink_tiles = windowed ? min(n_tiles, (p.sinks + kBc - 1) / kBc) : n_tiles;
+  const int64_t band_start = offset + q0 - p.window + 1;  // may be negative
+  const int64_t band_tile =
+      windowed ? max(sink_tiles, (band_start > 0 ? band_start : 0) / kBc) : n_tiles;
+  const int64_t first_tile = sink_tiles > 0 ? 0 : band_tile;
+  auto next_tile = [&](int64_t t) { return t + 1 == sink_tiles ? max(t + 1, band_tile) : t + 1; };
+  // Window edges cross this block's tiles from key `window_edge` down (a key below it, sinks
+  // aside, is past the window of the block's last query).
+  const int64_t window_edge = offset + q0 + kBr - 1 - p.window;
 
   float o[4][4 * kGroups] = {};
   float m[4], l[4];  // running max (log2 units) and this thread's share of the running sum
@@ -129,9 +142,9 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
   float4 pre[kPrefetch ? kLoads : 1];
   if (kPrefetch) {
 #pragma unroll
-    for (int it = 0; it < kLoads; ++it) pre[it] = fetch_k(0, it);
+    for (int it = 0; it < kLoads; ++it) pre[it] = fetch_k(first_tile * kBc, it);
   }
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+  for (int64_t tile = first_tile; tile < n_tiles; tile = next_tile(tile)) {
     const int64_t k0 = tile * kBc;
     if (kPrefetch) {
 #pragma unroll
@@ -158,16 +171,19 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
         for (int j = 0; j < 4; ++j) s[i][j] += av[i] * bv[j];
       }
     }
-    // Keys past Lk and, causal, keys after the query's position are hidden. Key 0 is in the
-    // first tile and visible to every query (padding rows included), so every running max is
-    // finite from the first tile on and exp2(-inf - max) = 0 handles the hidden entries.
-    if (k0 + kBc > p.seqlen_k || (p.causal && k0 + kBc - 1 > offset + q0)) {
+    // Keys past Lk, causal, keys after the query's position and, windowed, keys (sinks
+    // aside) `window` or more before it are hidden.
+    if (k0 + kBc > p.seqlen_k || (p.causal && k0 + kBc - 1 > offset + q0) ||
+        (windowed && k0 <= window_edge && k0 + kBc > p.sinks)) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int64_t col = k0 + tx * 4 + j, row = q0 + ty * 4 + i;
-          if (col >= p.seqlen_k || (p.causal && col > offset + row)) s[i][j] = -INFINITY;
+          if (col >= p.seqlen_k || (p.causal && col > offset + row) ||
+              (windowed && col >= p.sinks && offset + row - col >= p.window)) {
+            s[i][j] = -INFINITY;
+          }
         }
       }
     }
@@ -178,11 +194,14 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
 #pragma unroll
       for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
       const float m_new = fmaxf(m[i], mt);
-      const float corr = exp2f(m[i] - m_new);
+      // A row that has seen no key yet (a window's first tiles can hide a whole row, padding
+      // rows too) keeps max -inf: subtract 0 instead, so that exp2(-inf) = 0, never NaN.
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float corr = exp2f(m[i] - m_use);
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        s[i][j] = exp2f(s[i][j] - m_new);
+        s[i][j] = exp2f(s[i][j] - m_use);
         sum += s[i][j];
       }
       l[i] = l[i] * corr + sum;
@@ -202,10 +221,10 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
     } else {
       copy_direct(k0, /*is_k=*/false);
     }
-    __syncthreads();                        // V and Pᵀ in shared memory
-    if (kPrefetch && tile + 1 < n_tiles) {  // the next K tile: in flight during P·V
+    __syncthreads();                               // V and Pᵀ in shared memory
+    if (kPrefetch && next_tile(tile) < n_tiles) {  // the next K tile: in flight during P·V
 #pragma unroll
-      for (int it = 0; it < kLoads; ++it) pre[it] = fetch_k(k0 + kBc, it);
+      for (int it = 0; it < kLoads; ++it) pre[it] = fetch_k(next_tile(tile) * kBc, it);
     }
 
 #pragma unroll kUnrollPv
@@ -431,6 +450,14 @@ CudaStatus LaunchFlashAttention(const FlashAttentionCudaParams& params, cudaStre
   if (p.seqlen_q > 0 && p.seqlen_k == 0) {
     return CudaStatus::InvalidArgument("flash attention (CUDA): attention over no keys, seqlen_q " +
                                        std::to_string(p.seqlen_q) + ", seqlen_k 0");
+  }
+  if (p.window < 0 || p.sinks < 0 || ((p.window > 0 || p.sinks > 0) && !p.causal) ||
+      (p.sinks > 0 && p.window == 0)) {
+    return CudaStatus::InvalidArgument(
+        "flash attention (CUDA): a window (>= 0) is causal only and sinks (>= 0) need a window, "
+        "got window " +
+        std::to_string(p.window) + ", sinks " + std::to_string(p.sinks) +
+        (p.causal ? "" : ", not causal"));
   }
   if (p.batch == 0 || p.heads == 0 || p.seqlen_q == 0) return CudaStatus();
   if (!RowsAligned(p.dtype, p.q, {p.q_batch_stride, p.q_head_stride, p.q_seq_stride}) ||

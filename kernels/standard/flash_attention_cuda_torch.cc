@@ -66,8 +66,13 @@ void LaunchDecodeWithWorkspace(FlashDecodeCudaParams p, const at::Tensor& q,
 }  // namespace
 
 at::Tensor FlashAttentionCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              bool causal, double softmax_scale, const at::Tensor& out) {
+                              bool causal, double softmax_scale, const at::Tensor& out,
+                              int64_t window, int64_t sinks) {
   TORCH_CHECK(q.defined() && q.is_cuda(), "flash attention: q must be a CUDA tensor");
+  TORCH_CHECK(window >= 0 && sinks >= 0 && (window == 0 || causal) && (sinks == 0 || window > 0),
+              "flash attention: a window (>= 0) is causal only and sinks (>= 0) need a window, "
+              "got window ",
+              window, ", sinks ", sinks, causal ? "" : ", not causal");
   const at::Device device = q.device();
   const c10::cuda::CUDAGuard guard(device);
   CheckCudaTensor(q, "q", device, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16});
@@ -93,6 +98,8 @@ at::Tensor FlashAttentionCuda(const at::Tensor& q, const at::Tensor& k, const at
   p.head_dim = d;
   p.dtype = cuda::ToDType(q.scalar_type());
   p.causal = causal;
+  p.window = window;
+  p.sinks = sinks;
   p.softmax_scale = static_cast<float>(softmax_scale);
   p.q = q_c.data_ptr();
   p.q_batch_stride = q_c.stride(0);

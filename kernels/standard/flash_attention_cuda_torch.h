@@ -15,9 +15,12 @@ namespace attnserve::kernels::standard {
 
 // Prefill: q (B, H, Lq, d), k, v (B, H, Lk, d) (a narrowed view of a KV cache is fine).
 // causal: the queries are the last Lq of the Lk positions (query i sees keys 0 .. Lk-Lq+i);
-// otherwise every query sees every key. Returns (B, H, Lq, d) (into `out` when given).
+// otherwise every query sees every key. window > 0 (causal only) and sinks: sliding-window
+// attention with attention sinks, as FlashAttentionCpu (flash_attention_cpu.h) takes them.
+// Returns (B, H, Lq, d) (into `out` when given).
 at::Tensor FlashAttentionCuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              bool causal, double softmax_scale = 0.0, const at::Tensor& out = {});
+                              bool causal, double softmax_scale = 0.0, const at::Tensor& out = {},
+                              int64_t window = 0, int64_t sinks = 0);
 
 // Decode, one query token per session: q (S, H, d) attends to the first seqlens[i] keys of
 // session i's cache (seqlens: int32 (S) on the device, or undefined for max_seqlen keys each;

@@ -12,7 +12,7 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/standard/decode_attention_cpu.h"
-#include "kernels/standard/flash_attention_cpu.h"
+#include "kernels/standard/flash_attention.h"
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
 #include "kernels/standard/flash_attention_cuda_torch.h"
 #endif
@@ -23,20 +23,6 @@ namespace {
 // Smallest capacity a cache grows to, so that decoding from an empty state does not
 // reallocate on each of its first tokens.
 constexpr int64_t kMinCacheCapacity = 64;
-
-// Tiled attention where the tensors are: the CUDA kernel (flash_attention_cuda_torch.h) for
-// CUDA tensors when this build has it, the CPU one (flash_attention_cpu.h) otherwise.
-absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, bool causal) {
-  if (q.is_cuda()) {
-#if defined(ATTNSERVE_WITH_CUDA_TORCH)
-    return standard::FlashAttentionCuda(q, k, v, causal);
-#else
-    return absl::FailedPreconditionError("standard: CUDA tensors in a build without CUDA kernels");
-#endif
-  }
-  return FlashAttentionCpu(q, k, v, causal);
-}
 
 class StandardAttentionMixer final : public Mixer {
  public:

@@ -583,9 +583,10 @@ void CheckLinearStep(int64_t sessions, int64_t d) {
 // ---------------------------------------------------------------- standard attention
 
 // softmax(q kᵀ · scale + mask) v in `dtype` on the GPU, per (batch, head) and chunks of 4096
-// queries (no Lq × Lk matrix for the long cases). Causal: query i sees keys 0 .. Lk-Lq+i.
+// queries (no Lq × Lk matrix for the long cases). Causal: query i sees keys 0 .. Lk-Lq+i;
+// window > 0: only those of them less than `window` before it, or below `sinks`.
 Tensor AttentionReference(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
-                          at::ScalarType dtype) {
+                          at::ScalarType dtype, int64_t window = 0, int64_t sinks = 0) {
   const int64_t batch = q.size(0), heads = q.size(1), lq = q.size(2), d = q.size(3);
   const int64_t lk = k.size(2), offset = lk - lq;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
@@ -601,6 +602,10 @@ Tensor AttentionReference(const Tensor& q, const Tensor& k, const Tensor& v, boo
           const Tensor pos =
               at::arange(rows, q.options().dtype(at::kLong)).view({-1, 1}) + (offset + q0);
           s.masked_fill_(keys > pos, -std::numeric_limits<double>::infinity());
+          if (window > 0) {
+            s.masked_fill_((pos - keys >= window).logical_and(keys >= sinks),
+                           -std::numeric_limits<double>::infinity());
+          }
         }
         out[b][h].narrow(0, q0, rows).copy_(at::mm(at::softmax(s, -1), vh));
       }
@@ -636,6 +641,28 @@ void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal,
             [&] { attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal, 0.0, out); },
             elt * batch * heads * d * (2.0 * lq + 2.0 * lk), 4.0 * batch * heads * d * visible,
             bf16);
+      });
+}
+
+// Sliding-window attention (the sliding_window mixer's prefill): the prefill kernel with a
+// window and sinks, after a prefix of keys as a chunk after the ring's contents sees them.
+void CheckFlashWindow(int64_t lq, int64_t lk, int64_t d, int64_t window, int64_t sinks) {
+  const int64_t heads = 16;
+  RunCase(
+      "flash window", Shape({{"H", heads}, {"Lq", lq}, {"Lk", lk}, {"W", window}, {"S", sinks}}),
+      "fp32", [&](Row& row) {
+        const Tensor q = at::randn({1, heads, lq, d}, Cuda());
+        const Tensor k = at::randn({1, heads, lk, d}, Cuda());
+        const Tensor v = at::randn({1, heads, lk, d}, Cuda());
+        Tensor out = Nan({1, heads, lq, d}, at::kFloat);
+        auto run = [&] {
+          attnserve::kernels::standard::FlashAttentionCuda(q, k, v, true, 0.0, out, window, sinks);
+        };
+        run();
+        row.err = RelErr(out, AttentionReference(q, k, v, true, at::kDouble, window, sinks));
+        row.budget = kFloat32Budget;
+        const double visible = lq * static_cast<double>(std::min(window, lk) + sinks);
+        Finish(row, run, 4.0 * heads * d * (2.0 * lq + 2.0 * lk), 4.0 * heads * d * visible, false);
       });
 }
 
@@ -844,6 +871,12 @@ int main(int argc, char** argv) {
   CheckFlash(1, quick ? 8192 : 32768, quick ? 8192 : 32768, 128, true, f32);
   CheckFlash(1, 4096, 4096, 64, true, bf16);
   CheckFlash(1, 2048, 2048, 128, false, bf16);
+  // Sliding window: W 1024 with 4 sinks (the default model's), W 4096 without, a chunk after
+  // a ring's 1027 keys, and a window wider than the keys (= causal).
+  CheckFlashWindow(quick ? 8192 : 32768, quick ? 8192 : 32768, 64, 1024, 4);
+  CheckFlashWindow(8192, 8192, 128, 4096, 0);
+  CheckFlashWindow(512, 1539, 64, 1024, 4);
+  CheckFlashWindow(1000, 1000, 64, 4096, 0);
   CheckFlashDecode(16, quick ? 4096 : 32768, 128, /*pointer_mode=*/false);
   CheckFlashDecode(8, quick ? 2048 : 8192, 64, /*pointer_mode=*/true);
   // Linformer through cuBLAS: H 16, d 64, k 256.
