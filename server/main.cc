@@ -30,6 +30,7 @@
 #include "kernels/common/blas_kernels.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
+#include "kernels/common/intra_op_threads.h"
 #include "kernels/common/memory_reuse.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
@@ -211,11 +212,13 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_intra_op_threads) > 0
           ? absl::GetFlag(FLAGS_intra_op_threads)
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Only the scheduler's thread runs kernels on intra_op_threads (it sets them itself). This
-  // thread loads the models on one: an OpenMP team of its own would stay behind, and libgomp,
-  // seeing more OpenMP threads than cores, then stops spinning between parallel regions, so
-  // the scheduler's threads sleep and wake around every region (~10 ms a mamba-130m step).
-  at::set_num_threads(1);
+  // Only the scheduler's thread runs kernels on intra_op_threads (it sets them itself); this
+  // thread (which loads the models) and the gRPC threads (which allocate states and copy
+  // outputs) keep to one: an OpenMP team of theirs would stay behind, and libgomp, seeing more
+  // OpenMP threads than cores, then stops spinning between parallel regions, so the
+  // scheduler's threads sleep and wake around every region (~10 ms a mamba-130m step;
+  // kernels/common/intra_op_threads.h). Before any other thread runs a kernel.
+  kernels::KeepOtherThreadsOnOneCore();
 
   // Transport and authentication before the models: a bad configuration stops at once.
   server::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),

@@ -9,11 +9,15 @@
 namespace attnserve::kernels {
 namespace {
 
-// Rows of a float32 CPU input, when few enough for the skinny kernels; 0 otherwise.
+// Rows of a float32 CPU input when the skinny kernels take it; 0 otherwise. A step's input
+// (B, in) or (B, 1, in), one row per session, up to kSkinnyGemmMaxRows; a sequence's
+// (..., L, in) with L > 1, a prefill chunk, up to kSkinnyGemmMaxSequenceRows.
 int64_t SkinnyRows(const at::Tensor& x) {
   if (!x.is_cpu() || x.dim() < 1 || x.scalar_type() != at::kFloat || x.size(-1) == 0) return 0;
   const int64_t rows = x.numel() / x.size(-1);
-  return rows >= 1 && rows <= kSkinnyGemmMaxRows ? rows : 0;
+  const bool sequence = x.dim() >= 3 && x.size(-2) > 1;
+  return rows >= 1 && rows <= (sequence ? kSkinnyGemmMaxSequenceRows : kSkinnyGemmMaxRows) ? rows
+                                                                                           : 0;
 }
 
 std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {

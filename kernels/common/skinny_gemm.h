@@ -17,8 +17,13 @@
 
 namespace attnserve::kernels {
 
-// Rows of X above which a batch goes to sgemm instead (its packing is then amortised).
+// Rows of a decode step's X (one per session) above which it goes to sgemm instead.
 inline constexpr int64_t kSkinnyGemmMaxRows = 64;
+// Rows of a sequence's X (a prefill chunk) above which it goes to sgemm: where OpenBLAS's
+// AVX-512 sgemm overtakes these kernels on the default models' and mamba-130m's matrices
+// (bench/linear_bench.cc: equal at 32 rows, 1.3-1.7x faster at 48-64). Decode steps keep the
+// skinny kernels up to kSkinnyGemmMaxRows for their batch invariance (above).
+inline constexpr int64_t kSkinnyGemmMaxSequenceRows = 32;
 
 void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                    int64_t rows, float* y);

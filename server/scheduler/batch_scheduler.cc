@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/common/intra_op_threads.h"
 #include "server/inference.h"
 
 namespace attnserve::server::scheduler {
@@ -138,9 +139,8 @@ int64_t BatchScheduler::queued_jobs() const {
 }
 
 void BatchScheduler::Loop() {
-  at::set_num_threads(options_.intra_op_threads > 0
-                          ? options_.intra_op_threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // This thread alone computes on intra_op_threads (the others keep to one: main.cc).
+  kernels::RunKernelsOnThisThreadWith(options_.intra_op_threads);
   while (true) {
     std::vector<Active*> ready;
     absl::Status abort;

@@ -90,6 +90,38 @@ TEST(LinearTest, FewRowsEqualTheMatrixProductOnTheSameWeights) {
   }
 }
 
+// Steps (B, in) / (B, 1, in) stay on the skinny kernels up to kSkinnyGemmMaxRows (each row
+// bit-identical alone), sequences (1, L, in) only up to kSkinnyGemmMaxSequenceRows; beyond
+// that both are at::linear itself.
+TEST(LinearTest, StepsAndSequencesChangeKernelsAtTheirOwnRowCounts) {
+  const at::Tensor w = Bf16Exact({96, 64}, 11);
+  const LinearWeight linear(w, /*bf16_copy=*/false);
+  auto skinny = [&](const at::Tensor& x) {  // row by row: what the skinny kernels give
+    const at::Tensor flat = x.reshape({-1, 64});
+    std::vector<at::Tensor> rows;
+    for (int64_t i = 0; i < flat.size(0); ++i)
+      rows.push_back(Skinny(w, flat.narrow(0, i, 1), false));
+    return at::cat(rows).view(linear(x).sizes());
+  };
+  for (int64_t rows : {kSkinnyGemmMaxSequenceRows, kSkinnyGemmMaxSequenceRows + 1,
+                       kSkinnyGemmMaxRows, kSkinnyGemmMaxRows + 1}) {
+    SCOPED_TRACE(::testing::Message() << rows << " rows");
+    const at::Tensor x = RandomTensor({rows, 64}, 12 + rows);
+    // The two kernels sum in different orders, so the checks below tell them apart.
+    ASSERT_FALSE(at::equal(skinny(x), at::linear(x, w)));
+    for (const at::Tensor& step : {x, x.unsqueeze(1)}) {
+      const at::Tensor want = rows <= kSkinnyGemmMaxRows ? skinny(step) : at::linear(step, w);
+      EXPECT_TRUE(at::equal(linear(step), want)) << "step " << step.sizes();
+      EXPECT_TRUE(at::equal(Linear(step, w), want)) << "step " << step.sizes();
+    }
+    const at::Tensor sequence = x.unsqueeze(0);
+    const at::Tensor want =
+        rows <= kSkinnyGemmMaxSequenceRows ? skinny(sequence) : at::linear(sequence, w);
+    EXPECT_TRUE(at::equal(linear(sequence), want));
+    EXPECT_TRUE(at::equal(Linear(sequence, w), want));
+  }
+}
+
 TEST(LinearTest, WrongFeatureCountIsAnErrorNotAWildRead) {
   const LinearWeight linear(Bf16Exact({8, 32}, 3), /*bf16_copy=*/true);
   EXPECT_THROW(linear(at::zeros({1, 31})), c10::Error);

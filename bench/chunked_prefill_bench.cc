@@ -1,0 +1,132 @@
+// attnserve_chunked_prefill_bench: what streaming a prompt costs the model, in-process (no
+// gRPC, no scheduler): Model::Forward of L tokens in chunks of C tokens on one session's
+// state, for each C in --chunks, against the same L tokens in one pass without a state (the
+// baseline, "whole"). The server cuts a unary request into --max_batch_tokens chunks (256 by
+// default) and a stream arrives in its appends' chunks, so the ratios here are the model's
+// share of what a stream costs over a unary request; the rest is serving (round trips, the
+// scheduler). Every model of a repository folder that can stream (or the built-in defaults).
+//
+//   attnserve_chunked_prefill_bench [--repository=DIR] [--lengths=1024,4096]
+//                                   [--chunks=256,64,16] [--threads=2] [--reps=3]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "kernels/common/blas_kernels.h"
+#include "server/model/model_repository.h"
+
+namespace {
+
+using attnserve::model::Model;
+using attnserve::model::ModelState;
+using attnserve::model::OutputKind;
+
+// Seconds for the L tokens in chunks of `chunk` on a fresh state (chunk 0: one pass, no
+// state); the last chunk asks for the last logits, the others for the hidden state (as the
+// load test's appends ask for nothing but the last). Best of `reps`.
+double Seconds(const Model& m, const at::Tensor& tokens, int64_t chunk, int reps) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    absl::StatusOr<ModelState> state = m.NewState();
+    if (!state.ok()) {
+      std::cerr << state.status() << std::endl;
+      std::exit(1);
+    }
+    const int64_t length = tokens.size(1);
+    const auto start = std::chrono::steady_clock::now();
+    if (chunk == 0) {
+      if (absl::StatusOr<at::Tensor> out = m.Forward(tokens, nullptr, OutputKind::kLastLogits);
+          !out.ok()) {
+        std::cerr << out.status() << std::endl;
+        std::exit(1);
+      }
+    } else {
+      for (int64_t at = 0; at < length; at += chunk) {
+        const int64_t n = std::min(chunk, length - at);
+        const OutputKind kind = at + n == length ? OutputKind::kLastLogits : OutputKind::kHidden;
+        if (absl::StatusOr<at::Tensor> out = m.Forward(tokens.narrow(1, at, n), &*state, kind);
+            !out.ok()) {
+          std::cerr << out.status() << std::endl;
+          std::exit(1);
+        }
+      }
+    }
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
+  std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
+  using namespace attnserve;
+  bench::SweepFlags flags;
+  flags.lengths = "1024,4096";
+  std::string repository, chunk_list = "256,64,16";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (flags.Parse(arg)) continue;
+    if (const char* v = bench::FlagValue(arg, "--repository")) {
+      repository = v;
+    } else if (const char* v = bench::FlagValue(arg, "--chunks")) {
+      chunk_list = v;
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  std::vector<int64_t> lengths, chunks;
+  for (auto [list, out] : {std::pair{&flags.lengths, &lengths}, std::pair{&chunk_list, &chunks}}) {
+    for (absl::string_view part : absl::StrSplit(*list, ',')) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(part, &v) || v < 1) {
+        std::fprintf(stderr, "bad list %s\n", list->c_str());
+        return 2;
+      }
+      out->push_back(v);
+    }
+  }
+  const int threads = flags.threads, reps = flags.reps;
+  at::set_num_threads(threads);
+  auto repo = repository.empty() ? model::ModelRepository::BuildDefault({})
+                                 : model::ModelRepository::LoadFolder(repository, {});
+  if (!repo.ok()) {
+    std::cerr << repo.status() << std::endl;
+    return 1;
+  }
+  std::printf("%-15s %7s %12s", "model", "tokens", "whole tok/s");
+  for (int64_t c : chunks) std::printf(" %10s%-4lld %7s", "chunk ", static_cast<long long>(c), "x");
+  std::printf("\n");
+  for (const model::Model* m : (*repo)->models()) {
+    if (!m->can_stream()) continue;
+    for (int64_t length : lengths) {
+      const at::Tensor tokens =
+          at::randint(0, m->config().vocab_size(), {1, length}, at::TensorOptions(at::kLong));
+      Seconds(*m, tokens, 0, 1);  // warm
+      const double whole = Seconds(*m, tokens, 0, reps);
+      std::printf("%-15s %7lld %12.0f", m->name().c_str(), static_cast<long long>(length),
+                  length / whole);
+      for (int64_t c : chunks) {
+        const double s = Seconds(*m, tokens, c, reps);
+        std::printf(" %14.0f %6.2fx", length / s, s / whole);
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
