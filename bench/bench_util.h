@@ -1,6 +1,8 @@
 // What the benchmarks in bench/ share.
 #pragma once
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -8,6 +10,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "kernels/common/mixer.h"
 
 namespace attnserve::bench {
 
@@ -51,5 +55,38 @@ struct SweepFlags {
     return true;
   }
 };
+
+// The median time of one Step (batch 1) after each context length, in milliseconds: a state
+// per context, prefilled with random input in chunks of 4096 tokens, then `reps` rounds that
+// step each state once in turn, so that a machine slowing down mid-run (these VMs move by 30%)
+// weighs on every context alike. Each step continues its state (a growing KV cache grows).
+inline std::vector<double> StepMsAfterContexts(const kernels::Mixer& mixer, int64_t d_model,
+                                               const std::vector<int64_t>& contexts,
+                                               int reps = 101) {
+  std::vector<kernels::MixerState> states;
+  for (int64_t context : contexts) {
+    kernels::MixerState state = *mixer.InitialState(1);
+    for (int64_t done = 0; done < context; done += 4096) {
+      (void)mixer.Prefill(at::randn({1, std::min<int64_t>(4096, context - done), d_model}), &state);
+    }
+    states.push_back(std::move(state));
+  }
+  const at::Tensor x_t = at::randn({1, d_model});
+  for (int w = 0; w < 5; ++w) {
+    for (kernels::MixerState& state : states) (void)mixer.Step(x_t, &state);
+  }
+  std::vector<std::vector<double>> samples(states.size());
+  for (int rep = 0; rep < reps; ++rep) {
+    for (size_t c = 0; c < states.size(); ++c) {
+      samples[c].push_back(MedianMs(1, [&] { (void)mixer.Step(x_t, &states[c]); }));
+    }
+  }
+  std::vector<double> medians;
+  for (std::vector<double>& s : samples) {
+    std::sort(s.begin(), s.end());
+    medians.push_back(s[s.size() / 2]);
+  }
+  return medians;
+}
 
 }  // namespace attnserve::bench

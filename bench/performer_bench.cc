@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve::kernels;
   using attnserve::bench::MedianMs;
+  using attnserve::bench::StepMsAfterContexts;
   attnserve::bench::SweepFlags sweep;
   double naive_max_gib = 13;
   for (int i = 1; i < argc; ++i) {
@@ -90,15 +91,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%-12s %14s %14s %8s  state bytes\n", "decode step", "1K ctx ms", "32K ctx ms",
               "ratio");
-  double ms[2];
-  int i = 0;
-  for (int64_t context : {int64_t{1024}, int64_t{32768}}) {
-    auto state = (*performer_mixer)->InitialState(1);
-    (void)(*performer_mixer)->Prefill(at::randn({1, context, 256}), &*state);
-    const at::Tensor x_t = at::randn({1, 256});
-    for (int w = 0; w < 5; ++w) (void)(*performer_mixer)->Step(x_t, &*state);
-    ms[i++] = MedianMs(51, [&] { (void)(*performer_mixer)->Step(x_t, &*state); });
-  }
+  const std::vector<double> ms = StepMsAfterContexts(**performer_mixer, 256, {1024, 32768});
   std::printf("%-12s %14.3f %14.3f %7.2fx  %lld\n", "performer", ms[0], ms[1], ms[1] / ms[0],
               static_cast<long long>((*performer_mixer)->StateBytesPerSequence(32768)));
   return 0;

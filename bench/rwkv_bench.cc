@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve::kernels;
   using attnserve::bench::MedianMs;
+  using attnserve::bench::StepMsAfterContexts;
   attnserve::bench::SweepFlags sweep;
   int64_t naive_max_len = 16384;
   for (int i = 1; i < argc; ++i) {
@@ -130,29 +131,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%-12s %14s %14s %8s  state bytes\n", "decode step", "1K ctx ms", "32K ctx ms",
               "ratio");
-  // The two contexts' steps interleaved, so that a machine slowing down mid-run (these VMs
-  // move by 30%) weighs on both alike.
-  std::vector<MixerState> states;
-  for (int64_t context : {int64_t{1024}, int64_t{32768}}) {
-    auto state = (*mixer)->InitialState(1);
-    (void)(*mixer)->Prefill(at::randn({1, context, 256}), &*state);
-    states.push_back(*std::move(state));
-  }
-  const at::Tensor x_t = at::randn({1, 256});
-  for (int w = 0; w < 5; ++w) {
-    for (MixerState& state : states) (void)(*mixer)->Step(x_t, &state);
-  }
-  std::vector<double> samples[2];
-  for (int rep = 0; rep < 101; ++rep) {
-    for (int c = 0; c < 2; ++c) {
-      samples[c].push_back(MedianMs(1, [&] { (void)(*mixer)->Step(x_t, &states[c]); }));
-    }
-  }
-  double step_ms[2];
-  for (int c = 0; c < 2; ++c) {
-    std::sort(samples[c].begin(), samples[c].end());
-    step_ms[c] = samples[c][samples[c].size() / 2];
-  }
+  const std::vector<double> step_ms = StepMsAfterContexts(**mixer, 256, {1024, 32768});
   std::printf("%-12s %14.3f %14.3f %7.2fx  %lld\n", "rwkv", step_ms[0], step_ms[1],
               step_ms[1] / step_ms[0],
               static_cast<long long>((*mixer)->StateBytesPerSequence(32768)));

@@ -33,6 +33,7 @@ namespace {
 
 using namespace attnserve::kernels;
 using attnserve::bench::MedianMs;
+using attnserve::bench::StepMsAfterContexts;
 
 // Banded causal attention with the whole score matrix, as a plain PyTorch program would.
 at::Tensor NaiveBanded(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -119,18 +120,8 @@ int main(int argc, char** argv) {
   std::printf("\n%-18s %14s %14s %8s\n", "decode step", "1K ctx ms", "32K ctx ms", "ratio");
   for (auto [name, mixer] : {std::make_pair("sliding_window", swa_mixer->get()),
                              std::make_pair("standard", standard_mixer->get())}) {
-    double ms[2];
-    int i = 0;
-    for (int64_t context : {int64_t{1024}, int64_t{32768}}) {
-      auto state = mixer->InitialState(1);
-      for (int64_t done = 0; done < context; done += 4096) {
-        (void)mixer->Prefill(at::randn({1, std::min<int64_t>(4096, context - done), 256}), &*state);
-      }
-      const at::Tensor x_t = at::randn({1, 256});
-      // Each repetition continues the same state: a longer context each time for standard.
-      for (int w = 0; w < 5; ++w) (void)mixer->Step(x_t, &*state);
-      ms[i++] = MedianMs(51, [&] { (void)mixer->Step(x_t, &*state); });
-    }
+    // Each repetition continues the same state: a longer context each time for standard.
+    const std::vector<double> ms = StepMsAfterContexts(*mixer, 256, {1024, 32768});
     std::printf("%-18s %14.3f %14.3f %7.2fx\n", name, ms[0], ms[1], ms[1] / ms[0]);
   }
   return 0;
