@@ -7,6 +7,7 @@
 
 #include "kernels/common/cuda_math.cuh"
 #include "kernels/standard/flash_attention_cuda.h"
+#include "kernels/standard/flash_key_tiles.h"
 
 namespace attnserve::kernels::standard {
 namespace {
@@ -75,21 +76,13 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
   }
 
   const int64_t offset = p.seqlen_k - p.seqlen_q;  // causal: query i is at position offset + i
-  const int64_t key_end = p.causal ? min(p.seqlen_k, offset + q0 + kBr) : p.seqlen_k;
-  const int64_t n_tiles = (key_end + kBc - 1) / kBc;
-  // A sliding window: the sinks' tiles, then from the tile of the first key the block's first
-  // query still sees (position offset + q0 - window + 1) on; the tiles between are skipped.
-  // Without one, every tile from 0 to n_tiles - 1.
+  // The key tiles this block walks (flash_key_tiles.h): up to the last query's position when
+  // causal; with a sliding window, the sinks' tiles, then the window's.
+  const KeyTiles tiles =
+      PlanKeyTiles(p.seqlen_q, p.seqlen_k, p.causal, p.window, p.sinks, q0, kBr, kBc);
+  const int64_t n_tiles = tiles.end, first_tile = tiles.first;
+  auto next_tile = [&](int64_t t) { return tiles.next(t); };
   const bool windowed = p.window > 0;
-  const int64_t sink_tiles = windowed ? min(n_tiles, (p.sinks + kBc - 1) / kBc) : n_tiles;
-  const int64_t band_start = offset + q0 - p.window + 1;  // may be negative
-  const int64_t band_tile =
-      windowed ? max(sink_tiles, (band_start > 0 ? band_start : 0) / kBc) : n_tiles;
-  const int64_t first_tile = sink_tiles > 0 ? 0 : band_tile;
-  auto next_tile = [&](int64_t t) { return t + 1 == sink_tiles ? max(t + 1, band_tile) : t + 1; };
-  // Window edges cross this block's tiles from key `window_edge` down (a key below it, sinks
-  // aside, is past the window of the block's last query).
-  const int64_t window_edge = offset + q0 + kBr - 1 - p.window;
 
   float o[4][4 * kGroups] = {};
   float m[4], l[4];  // running max (log2 units) and this thread's share of the running sum
@@ -173,8 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
     }
     // Keys past Lk, causal, keys after the query's position and, windowed, keys (sinks
     // aside) `window` or more before it are hidden.
-    if (k0 + kBc > p.seqlen_k || (p.causal && k0 + kBc - 1 > offset + q0) ||
-        (windowed && k0 <= window_edge && k0 + kBc > p.sinks)) {
+    if (TileHidesKeys(p.seqlen_q, p.seqlen_k, p.causal, p.window, p.sinks, q0, kBr, k0, kBc)) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
 #pragma unroll
