@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "kernels/common/mixer.h"
 
 namespace attnserve::bench {
@@ -56,6 +58,12 @@ struct SweepFlags {
   }
 };
 
+// Prints `what` failed and why, and exits 1 (a benchmark cannot go on without it).
+[[noreturn]] inline void Die(const char* what, const absl::Status& status) {
+  std::fprintf(stderr, "%s failed: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
+
 // The median time of one Step (batch 1) after each context length, in milliseconds: a state
 // per context, prefilled with random input in chunks of 4096 tokens, then `reps` rounds that
 // step each state once in turn, so that a machine slowing down mid-run (these VMs move by 30%)
@@ -65,11 +73,14 @@ inline std::vector<double> StepMsAfterContexts(const kernels::Mixer& mixer, int6
                                                int reps = 101) {
   std::vector<kernels::MixerState> states;
   for (int64_t context : contexts) {
-    kernels::MixerState state = *mixer.InitialState(1);
+    absl::StatusOr<kernels::MixerState> state = mixer.InitialState(1);
+    if (!state.ok()) Die("InitialState", state.status());
     for (int64_t done = 0; done < context; done += 4096) {
-      (void)mixer.Prefill(at::randn({1, std::min<int64_t>(4096, context - done), d_model}), &state);
+      const absl::StatusOr<at::Tensor> out =
+          mixer.Prefill(at::randn({1, std::min<int64_t>(4096, context - done), d_model}), &*state);
+      if (!out.ok()) Die("Prefill", out.status());
     }
-    states.push_back(std::move(state));
+    states.push_back(*std::move(state));
   }
   const at::Tensor x_t = at::randn({1, d_model});
   for (int w = 0; w < 5; ++w) {

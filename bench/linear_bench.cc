@@ -1,8 +1,9 @@
 // attnserve_linear_bench: y = x Wᵀ for the decode-batch row counts, on mamba-130m's largest
 // matrix (the tied lm_head, 50280 x 768), its in_proj (3072 x 768) and the default models'
 // projections (256 x 256, 1024 x 256), three ways in one run:
-//   skinny f32 / skinny bf16  kernels/common/skinny_gemm.h (what LinearWeight uses <= 64 rows)
-//   openblas                  at::mv for one row, at::linear (sgemm) for more: the baseline
+//   skinny f32 / skinny bf16  kernels/common/skinny_gemm.h (what LinearWeight uses: steps up to 64
+//   rows, sequences up to 32) openblas                  at::mv for one row, at::linear (sgemm) for
+//   more: the baseline
 // Prints ms per product, GB/s of weights read and GFLOP/s, best of --repeats.
 //
 //   attnserve_linear_bench [--threads=2] [--repeats=7]
@@ -49,11 +50,10 @@ int main(int argc, char** argv) {
   at::set_num_threads(threads);
   std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix", "rows", "f32 ms",
               "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s", "GFLOP/s");
-  for (auto [name, out, in] :
-       {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
-        {"in_proj", 3072, 768},
-        {"256x256", 256, 256},
-        {"1024x256", 1024, 256}}) {
+  for (auto [name, out, in] : {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
+                               {"in_proj", 3072, 768},
+                               {"256x256", 256, 256},
+                               {"1024x256", 1024, 256}}) {
     const at::Tensor w = at::randn({out, in}).to(at::kBFloat16).to(at::kFloat).contiguous();
     const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
     for (int64_t rows : {1, 4, 8, 16, 24, 32, 48, 64}) {

@@ -194,6 +194,13 @@ int main(int argc, char** argv) {
   std::cout << blas << std::endl;
   // Before any thread starts: big per-call buffers are reused rather than page-faulted in again.
   kernels::KeepFreedMemoryForReuse();
+  // Only the scheduler's thread runs kernels on intra_op_threads (it sets them itself); this
+  // thread (which loads the models) and the gRPC threads (which allocate states and copy
+  // outputs) keep to one: an OpenMP team of theirs would stay behind, and libgomp, seeing more
+  // OpenMP threads than cores, then stops spinning between parallel regions, so the
+  // scheduler's threads sleep and wake around every region (~10 ms a mamba-130m step;
+  // kernels/common/intra_op_threads.h). Before any other thread starts.
+  kernels::KeepOtherThreadsOnOneCore();
   // The metrics endpoint first: it is useful while models load.
   server::ServerMetrics metrics;
   std::unique_ptr<server::MetricsEndpoint> metrics_endpoint;
@@ -212,13 +219,6 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_intra_op_threads) > 0
           ? absl::GetFlag(FLAGS_intra_op_threads)
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  // Only the scheduler's thread runs kernels on intra_op_threads (it sets them itself); this
-  // thread (which loads the models) and the gRPC threads (which allocate states and copy
-  // outputs) keep to one: an OpenMP team of theirs would stay behind, and libgomp, seeing more
-  // OpenMP threads than cores, then stops spinning between parallel regions, so the
-  // scheduler's threads sleep and wake around every region (~10 ms a mamba-130m step;
-  // kernels/common/intra_op_threads.h). Before any other thread runs a kernel.
-  kernels::KeepOtherThreadsOnOneCore();
 
   // Transport and authentication before the models: a bad configuration stops at once.
   server::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),

@@ -15,7 +15,9 @@
 // (same kernels, same order of keys).
 // On CUDA: the standard mixer's kernels (flash_attention_cuda.h), the prefill one with its
 // window and sinks, the split-K decode one over each ring's valid slots (per-session lengths,
-// so StepBatch decodes sessions at different positions in one launch, in place).
+// so StepBatch decodes sessions at different positions in one launch, in place). There the
+// split-K decode divides the keys by the batch's longest ring, so a session's decode step may
+// differ in its last bits with the batch it shares (on the CPU it does not).
 #pragma once
 
 #include "kernels/common/mixer.h"

@@ -172,8 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttenti
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const int64_t col = k0 + tx * 4 + j, row = q0 + ty * 4 + i;
-          if (col >= p.seqlen_k || (p.causal && col > offset + row) ||
-              (windowed && col >= p.sinks && offset + row - col >= p.window)) {
+          if (KeyHidden(p.seqlen_q, p.seqlen_k, p.causal, p.window, p.sinks, row, col)) {
             s[i][j] = -INFINITY;
           }
         }

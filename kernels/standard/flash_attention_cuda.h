@@ -28,9 +28,9 @@ namespace attnserve::kernels::standard {
 //   causal = true: the queries are the last Lq of Lk positions (a chunk after a KV prefix of
 //   Lk - Lq tokens): query i sees keys 0 .. Lk - Lq + i. Requires Lk >= Lq.
 //   window > 0 (causal only): sliding-window attention as flash_attention_cpu.h computes it,
-//   query i sees only keys Lk - Lq + i - window + 1 .. Lk - Lq + i, and with sinks > 0 also keys
-//   0 .. sinks - 1 (attention sinks); a block visits the sinks' tiles, then the window's, so
-//   the cost is O(Lq · (window + sinks)).
+//   query i sees only keys Lk - Lq + i - window + 1 .. Lk - Lq + i, and with sinks > 0 also those
+//   of keys 0 .. sinks - 1 at or before its position (attention sinks); a block visits the sinks'
+//   tiles, then the window's, so the cost is O(Lq · (window + sinks)).
 struct FlashAttentionCudaParams {
   int64_t batch = 0, heads = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
   cuda::DType dtype = cuda::DType::kFloat32;

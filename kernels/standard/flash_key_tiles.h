@@ -54,6 +54,17 @@ ATTNSERVE_HOST_DEVICE inline KeyTiles PlanKeyTiles(int64_t seqlen_q, int64_t seq
   return t;
 }
 
+// Whether query row `row` (of seqlen_q) must not see key `col`: a key past seqlen_k; causal, a
+// key after the query's position; windowed, a key `window` or more before it that is not a
+// sink. The kernel masks exactly these scores.
+ATTNSERVE_HOST_DEVICE inline bool KeyHidden(int64_t seqlen_q, int64_t seqlen_k, bool causal,
+                                            int64_t window, int64_t sinks, int64_t row,
+                                            int64_t col) {
+  const int64_t position = seqlen_k - seqlen_q + row;
+  return col >= seqlen_k || (causal && col > position) ||
+         (window > 0 && col >= sinks && position - col >= window);
+}
+
 // Whether a query of the block may not see some key of the tile at k0 (a key past seqlen_k
 // included): the kernel then masks the tile's scores one by one, otherwise it keeps them all.
 // Conservative: true for some tiles whose keys every query sees, never false for one that

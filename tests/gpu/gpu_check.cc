@@ -877,6 +877,13 @@ int main(int argc, char** argv) {
   CheckFlashWindow(8192, 8192, 128, 4096, 0);
   CheckFlashWindow(512, 1539, 64, 1024, 4);
   CheckFlashWindow(1000, 1000, 64, 4096, 0);
+  // Blocks that start past tile 0 (d 64: the first tile prefetched), the jump from the sinks'
+  // tiles to the window's at d 128, a window under one tile with sinks over two tiles, and a
+  // query count that is not a multiple of 64.
+  CheckFlashWindow(8192, 8192, 64, 1024, 0);
+  CheckFlashWindow(4096, 4096, 128, 1024, 4);
+  CheckFlashWindow(1000, 1300, 64, 40, 70);
+  CheckFlashWindow(333, 1000, 128, 100, 0);
   CheckFlashDecode(16, quick ? 4096 : 32768, 128, /*pointer_mode=*/false);
   CheckFlashDecode(8, quick ? 2048 : 8192, 64, /*pointer_mode=*/true);
   // Linformer through cuBLAS: H 16, d 64, k 256.

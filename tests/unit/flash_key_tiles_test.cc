@@ -50,6 +50,14 @@ TEST(FlashKeyTilesTest, EveryBlockVisitsExactlyTheTilesItsQueriesSee) {
         }
       }
       EXPECT_EQ(visited, needed) << "block " << q0;
+      // The kernel's per-score mask is the definition, for every real query and key.
+      for (int64_t i = q0; i < std::min(q0 + kRows, seqlen_q); ++i) {
+        for (int64_t j = 0; j < seqlen_k + kTile; ++j) {
+          ASSERT_EQ(KeyHidden(seqlen_q, seqlen_k, causal, window, sinks, i, j),
+                    j >= seqlen_k || !Sees(i, j, seqlen_q, seqlen_k, causal, window, sinks))
+              << "query " << i << ", key " << j;
+        }
+      }
       // A tile that hides a key from a real query must be masked.
       for (int64_t t : visited) {
         bool hides = false;

@@ -45,16 +45,21 @@ TEST(IntraOpThreadsTest, OnlyTheComputingThreadRunsRegionsOnSeveralThreads) {
   EXPECT_EQ(computing_threads, 2);
   EXPECT_EQ(other_threads, 1);
   EXPECT_EQ(other_region, 1);
-  // Two threads asked for; a region of 1000 one-iteration chunks uses both (OpenMP may give
-  // fewer only when the system refuses threads).
+  // Two threads asked for: ATen splits the 1000 iterations into one range per thread, so both
+  // run (OpenMP gives fewer only when the system refuses threads).
   EXPECT_EQ(computing_region, 2);
   at::set_num_threads(before);
 }
 
 TEST(IntraOpThreadsTest, ZeroMeansOnePerCore) {
   int set = 0;
-  std::thread t([&] { set = RunKernelsOnThisThreadWith(0); });
+  int used = 0;
+  std::thread t([&] {
+    set = RunKernelsOnThisThreadWith(0);
+    used = at::get_num_threads();
+  });
   t.join();
+  EXPECT_EQ(used, set);
   EXPECT_EQ(set, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 }
 
