@@ -12,9 +12,10 @@
 // intra-op thread the default of every thread (ATen's global setting, which a thread adopts on
 // its first parallel region); RunKernelsOnThisThreadWith(n) then gives the computing thread
 // (the scheduler's) n, for itself alone. Threads: each call affects the calling thread's OpenMP
-// setting; the first also ATen's process-wide default. OpenBLAS (Debian's OpenMP build) keeps
-// its own thread count: checked, a large product on a one-thread main thread first leaves the
-// scheduler thread's sgemm on two threads (openblas_get_num_threads 2, the same time).
+// setting; the first also ATen's process-wide default. OpenBLAS (Debian's OpenMP build) sizes
+// each call by the calling thread's OpenMP setting: checked, with OMP_NUM_THREADS=1 (as the
+// Kubernetes deployment sets it) or after a large product on a one-thread thread, the
+// scheduler thread's sgemm runs on its own count (openblas_get_num_threads 2, the same time).
 #pragma once
 
 namespace attnserve::kernels {
