@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/thread_name.h"
 #include "kernels/common/intra_op_threads.h"
 #include "server/inference.h"
 
@@ -139,6 +140,7 @@ int64_t BatchScheduler::queued_jobs() const {
 }
 
 void BatchScheduler::Loop() {
+  NameThisThread("scheduler");  // its OpenMP workers inherit the name
   // This thread alone computes on intra_op_threads (the others keep to one: main.cc).
   kernels::RunKernelsOnThisThreadWith(options_.intra_op_threads);
   while (true) {

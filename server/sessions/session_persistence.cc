@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 #include "server/metrics.h"
 
 namespace attnserve::server {
@@ -19,7 +20,10 @@ SessionPersistence::SessionPersistence(std::unique_ptr<SessionStore> store,
                                        const model::ModelRepository& models,
                                        PersistenceOptions options, ServerMetrics* metrics)
     : store_(std::move(store)), models_(models), options_(options), metrics_(metrics) {
-  writer_ = std::thread([this] { WriterLoop(); });
+  writer_ = std::thread([this] {
+    NameThisThread("session-writer");
+    WriterLoop();
+  });
 }
 
 SessionPersistence::~SessionPersistence() {

@@ -5,6 +5,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/thread_name.h"
 #include "server/client_text.h"
 #include "server/sessions/session_persistence.h"
 #include "server/sessions/session_snapshot.h"
@@ -63,6 +64,7 @@ SessionTable::SessionTable(SessionLimits limits, EvictionListener listener,
                            SessionPersistence* persistence)
     : limits_(limits), listener_(std::move(listener)), persistence_(persistence) {
   reaper_ = std::thread([this] {
+    NameThisThread("session-reaper");
     absl::MutexLock lock(&reaper_mu_);
     while (!reaper_mu_.AwaitWithTimeout(absl::Condition(&stop_reaper_), limits_.reap_interval)) {
       reaper_mu_.Unlock();
