@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,10 +10,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
 
 namespace attnserve::bench {
@@ -37,6 +43,17 @@ inline const char* FlagValue(const std::string& arg, const char* name) {
                                                                          : nullptr;
 }
 
+// A comma-separated list of positive integers ("1024,4096"), or nullopt when it is not one.
+inline std::optional<std::vector<int64_t>> PositiveList(absl::string_view list) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(list, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < 1) return std::nullopt;
+    out.push_back(v);
+  }
+  return out;
+}
+
 // The flags the per-mixer sweep benchmarks share: --lengths, --threads, --reps.
 struct SweepFlags {
   std::string lengths = "1024,4096,16384,65536";
@@ -55,6 +72,23 @@ struct SweepFlags {
       return false;
     }
     return true;
+  }
+
+  // --lengths as numbers; exits with status 2 when it is not a list of positive integers.
+  std::vector<int64_t> Lengths() const {
+    std::optional<std::vector<int64_t>> parsed = PositiveList(lengths);
+    if (!parsed) {
+      std::fprintf(stderr, "--lengths: expected positive integers, got %s\n", lengths.c_str());
+      std::exit(2);
+    }
+    return *parsed;
+  }
+
+  // What the sweeps do before measuring, as the server does: ATen on --threads threads, and
+  // freed memory kept for reuse (kernels/common/memory_reuse.h).
+  void Start() const {
+    at::set_num_threads(threads);
+    kernels::KeepFreedMemoryForReuse();
   }
 };
 

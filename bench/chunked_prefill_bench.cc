@@ -16,12 +16,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "server/model/model_repository.h"
@@ -39,17 +37,13 @@ double Seconds(const Model& m, const at::Tensor& tokens, int64_t chunk, int reps
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     absl::StatusOr<ModelState> state = m.NewState();
-    if (!state.ok()) {
-      std::cerr << state.status() << std::endl;
-      std::exit(1);
-    }
+    if (!state.ok()) attnserve::bench::Die("NewState", state.status());
     const int64_t length = tokens.size(1);
     const auto start = std::chrono::steady_clock::now();
     if (chunk == 0) {
       if (absl::StatusOr<at::Tensor> out = m.Forward(tokens, nullptr, OutputKind::kLastLogits);
           !out.ok()) {
-        std::cerr << out.status() << std::endl;
-        std::exit(1);
+        attnserve::bench::Die("Forward", out.status());
       }
     } else {
       for (int64_t at = 0; at < length; at += chunk) {
@@ -57,8 +51,7 @@ double Seconds(const Model& m, const at::Tensor& tokens, int64_t chunk, int reps
         const OutputKind kind = at + n == length ? OutputKind::kLastLogits : OutputKind::kHidden;
         if (absl::StatusOr<at::Tensor> out = m.Forward(tokens.narrow(1, at, n), &*state, kind);
             !out.ok()) {
-          std::cerr << out.status() << std::endl;
-          std::exit(1);
+          attnserve::bench::Die("Forward", out.status());
         }
       }
     }
@@ -89,19 +82,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::vector<int64_t> lengths, chunks;
-  for (auto [list, out] : {std::pair{&flags.lengths, &lengths}, std::pair{&chunk_list, &chunks}}) {
-    for (absl::string_view part : absl::StrSplit(*list, ',')) {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(part, &v) || v < 1) {
-        std::fprintf(stderr, "bad list %s\n", list->c_str());
-        return 2;
-      }
-      out->push_back(v);
-    }
+  const std::vector<int64_t> lengths = flags.Lengths();
+  const std::optional<std::vector<int64_t>> chunks = bench::PositiveList(chunk_list);
+  if (!chunks) {
+    std::fprintf(stderr, "--chunks: expected positive integers, got %s\n", chunk_list.c_str());
+    return 2;
   }
-  const int threads = flags.threads, reps = flags.reps;
-  at::set_num_threads(threads);
+  const int reps = flags.reps;
+  flags.Start();
   auto repo = repository.empty() ? model::ModelRepository::BuildDefault({})
                                  : model::ModelRepository::LoadFolder(repository, {});
   if (!repo.ok()) {
@@ -109,7 +97,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("%-15s %7s %12s", "model", "tokens", "whole tok/s");
-  for (int64_t c : chunks) std::printf(" %10s%-4lld %7s", "chunk ", static_cast<long long>(c), "x");
+  for (int64_t c : *chunks)
+    std::printf(" %10s%-4lld %7s", "chunk ", static_cast<long long>(c), "x");
   std::printf("\n");
   for (const model::Model* m : (*repo)->models()) {
     if (!m->can_stream()) continue;
@@ -120,7 +109,7 @@ int main(int argc, char** argv) {
       const double whole = Seconds(*m, tokens, 0, reps);
       std::printf("%-15s %7lld %12.0f", m->name().c_str(), static_cast<long long>(length),
                   length / whole);
-      for (int64_t c : chunks) {
+      for (int64_t c : *chunks) {
         const double s = Seconds(*m, tokens, c, reps);
         std::printf(" %14.0f %6.2fx", length / s, s / whole);
       }

@@ -14,8 +14,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
@@ -42,10 +40,9 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  const std::string lengths = sweep.lengths;
   const int threads = sweep.threads, reps = sweep.reps;
-  at::set_num_threads(threads);
-  KeepFreedMemoryForReuse();
+  const std::vector<int64_t> lengths = sweep.Lengths();
+  sweep.Start();
   MixerConfig performer;
   performer.kind = MixerKind::kPerformer;
   performer.d_model = 256;
@@ -62,9 +59,7 @@ int main(int argc, char** argv) {
               reps);
   std::printf("%8s %18s %18s %16s %12s\n", "L", "performer tok/s", "naive perf. tok/s",
               "standard tok/s", "vs naive");
-  for (absl::string_view part : absl::StrSplit(lengths, ',')) {
-    int64_t l = 0;
-    if (!absl::SimpleAtoi(part, &l) || l < 1) return 2;
+  for (const int64_t l : lengths) {
     const at::Tensor x = at::randn({1, l, 256});
     const int r = l >= 32768 ? 1 : reps;
     (void)(*performer_mixer)->Prefill(x.narrow(1, 0, std::min<int64_t>(l, 2048)), nullptr);

@@ -22,8 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
@@ -66,10 +64,9 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  const std::string lengths = sweep.lengths;
   const int threads = sweep.threads, reps = sweep.reps;
-  at::set_num_threads(threads);
-  KeepFreedMemoryForReuse();
+  const std::vector<int64_t> lengths = sweep.Lengths();
+  sweep.Start();
   MixerConfig swa;
   swa.kind = MixerKind::kSlidingWindow;
   swa.d_model = 256;
@@ -88,9 +85,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(window), threads, reps);
   std::printf("%8s %16s %16s %16s %12s %14s %14s\n", "L", "swa tok/s", "standard tok/s",
               "naive band tok/s", "swa/naive", "swa state MB", "std state MB");
-  for (absl::string_view part : absl::StrSplit(lengths, ',')) {
-    int64_t l = 0;
-    if (!absl::SimpleAtoi(part, &l) || l < 1) return 2;
+  for (const int64_t l : lengths) {
     const at::Tensor x = at::randn({1, l, 256});
     const int r = l >= 32768 ? 1 : reps;
     (void)(*swa_mixer)->Prefill(x.narrow(1, 0, std::min<int64_t>(l, 2048)), nullptr);  // warm

@@ -13,11 +13,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "server/model/model_repository.h"
 
@@ -43,15 +43,18 @@ int main(int argc, char** argv) {
     std::cerr << repo.status() << std::endl;
     return 1;
   }
+  const std::optional<std::vector<int64_t>> batch_sizes = bench::PositiveList(batches);
+  if (!batch_sizes) {
+    std::cerr << "--batches: expected positive integers, got " << batches << std::endl;
+    return 2;
+  }
   std::printf("%-12s %6s %12s %14s\n", "model", "B", "ms/step", "tokens/s");
   for (const model::Model* m : (*repo)->models()) {
     if (!m->can_stream()) continue;
-    for (absl::string_view part : absl::StrSplit(batches, ',')) {
-      int b = 0;
-      if (!absl::SimpleAtoi(part, &b) || b < 1) return 2;
+    for (const int64_t b : *batch_sizes) {
       std::vector<model::ModelState> states;
       std::vector<model::ModelState*> pointers;
-      for (int i = 0; i < b; ++i) states.push_back(*m->NewState());
+      for (int64_t i = 0; i < b; ++i) states.push_back(*m->NewState());
       for (auto& s : states) pointers.push_back(&s);
       std::vector<int64_t> tokens(b, 1);
       for (int i = 0; i < 3; ++i) (void)m->StepBatch(tokens, pointers);  // warm
@@ -67,7 +70,8 @@ int main(int argc, char** argv) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count() /
           steps;
-      std::printf("%-12s %6d %12.2f %14.1f\n", m->name().c_str(), b, ms, b * 1000.0 / ms);
+      std::printf("%-12s %6lld %12.2f %14.1f\n", m->name().c_str(), static_cast<long long>(b), ms,
+                  b * 1000.0 / ms);
     }
   }
   return 0;
