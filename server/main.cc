@@ -27,11 +27,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/parse_flags.h"
+#include "server/flags/server_flags.h"
 #include "kernels/common/blas_kernels.h"
+#include "kernels/common/cpu_share.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
 #include "kernels/common/intra_op_threads.h"
 #include "kernels/common/memory_reuse.h"
+#include "server/idle_memory_trimmer.h"
 #include "server/metrics.h"
 #include "server/metrics_endpoint.h"
 #include "server/model/model_repository.h"
@@ -44,118 +47,6 @@
 #include "server/sessions/session_persistence.h"
 #include "server/sessions/session_store.h"
 #include "server/sessions/session_table.h"
-
-ABSL_FLAG(std::string, host, "0.0.0.0", "Address the gRPC port listens on.");
-ABSL_FLAG(std::string, metrics_host, "",
-          "Address the metrics port listens on (empty: --host). The metrics endpoint is "
-          "plaintext HTTP without authentication: keep it on the pod network or loopback.");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: serve gRPC over TLS (with --tls_key). Empty: plaintext.");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert.");
-ABSL_FLAG(std::string, tls_client_ca, "",
-          "PEM CA bundle: require client certificates signed by it (mutual TLS); a client "
-          "certificate's subject is then a principal.");
-ABSL_FLAG(int, tls_reload_interval_s, 10,
-          "Seconds between re-reads of the TLS files (rotated certificates take effect for new "
-          "connections without a restart).");
-ABSL_FLAG(std::string, auth_tokens_file, "",
-          "File of 'principal: sha256-hex-of-token' lines: calls must send 'authorization: "
-          "Bearer TOKEN' (or, with --tls_client_ca, a client certificate). Re-read on change.");
-ABSL_FLAG(std::vector<std::string>, admin_principals, {},
-          "Principals (comma-separated) that see and close every session.");
-ABSL_FLAG(bool, reflection, true,
-          "Serve gRPC server reflection (unauthenticated: turn it off on an exposed port).");
-ABSL_FLAG(int, health_port, -1,
-          "A plaintext port serving only grpc.health.v1 (for probes that cannot speak TLS, such "
-          "as Kubernetes' gRPC probes); -1: none (health is on the main port as well).");
-ABSL_FLAG(std::string, health_host, "",
-          "Address of --health_port (empty: --host; in Kubernetes, $(POD_IP)).");
-ABSL_FLAG(int, max_concurrent_streams, 100, "Most concurrent calls on one connection.");
-ABSL_FLAG(int, max_metadata_bytes, 16384, "Largest metadata (headers) a call may send.");
-ABSL_FLAG(int, port, 50051, "gRPC port (0: pick a free one and print it).");
-ABSL_FLAG(int, metrics_port, 9090,
-          "Port of the Prometheus endpoint /metrics (0: pick a free one and print it; -1: off).");
-ABSL_FLAG(
-    std::string, model_repository, "",
-    "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
-    "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer and "
-    "rwkv.");
-ABSL_FLAG(std::string, policy, attnserve::server::Policy::kDefaultSpec,
-          "Sequence-length policy for model \"auto\": comma-separated rules "
-          "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound) and "
-          "variant:unbounded for streams that declare no expected length, or @file.json with "
-          "{\"rules\": [{\"variant\": ..., \"max_tokens\": ...}, {\"variant\": ..., "
-          "\"unbounded\": true}]}.");
-ABSL_FLAG(int64_t, max_sessions, 10000, "Most sessions held at once.");
-ABSL_FLAG(int64_t, state_budget_bytes, int64_t{8} << 30,
-          "Most bytes of session state (recurrent states and KV caches) held at once.");
-ABSL_FLAG(bool, evict_idle_when_full, false,
-          "When the session count or state budget is full, evict the least recently used idle "
-          "session instead of refusing with RESOURCE_EXHAUSTED (with --session_store, idle "
-          "sessions spill to the store instead, whatever this flag says).");
-ABSL_FLAG(int, session_ttl_s, 600, "Idle time after which a session expires (default TTL).");
-ABSL_FLAG(int, max_session_ttl_s, 86400, "Longest TTL a client may ask for.");
-ABSL_FLAG(int, intra_op_threads, 0,
-          "Threads the kernels use inside each computation of the scheduler (0: one per core). "
-          "All model work runs on the scheduler's one loop, in batches.");
-ABSL_FLAG(int64_t, max_batch_sessions, 64,
-          "Most sessions decoded in one scheduler iteration (rows of one batched step).");
-ABSL_FLAG(int64_t, max_batch_tokens, 256,
-          "Most tokens one scheduler iteration computes (decode rows plus prefill chunks): "
-          "longer prompts are cut into chunks, so decoding sessions keep getting steps.");
-ABSL_FLAG(int64_t, max_queue_per_session, 64,
-          "Requests queued on one session before RESOURCE_EXHAUSTED, so that one client piling "
-          "requests onto its session cannot take the whole --max_queue from the others.");
-ABSL_FLAG(int64_t, max_queue, 1024,
-          "Requests submitted to the scheduler and not finished, over all sessions, before "
-          "RESOURCE_EXHAUSTED.");
-ABSL_FLAG(int, max_message_bytes, 64 << 20, "Largest gRPC message received or sent.");
-ABSL_FLAG(int64_t, max_tokens_per_request, 65536, "Most tokens in one Infer or append.");
-ABSL_FLAG(int, max_new_tokens, 1024, "Most tokens one generate may ask for.");
-ABSL_FLAG(int64_t, max_stream_buffer_bytes, int64_t{16} << 20,
-          "Bytes of responses one stream may have waiting for a client that does not read them; "
-          "beyond, the server reads nothing more from that stream until the client catches up.");
-ABSL_FLAG(int, retry_window, attnserve::server::Session::kDefaultRetryWindow,
-          "Appends whose results each session keeps, so that a retried append (an applied "
-          "sequence number, the same tokens, output and generate) is answered again without "
-          "being applied twice; older ones are ABORTED.");
-ABSL_FLAG(std::string, device, "auto",
-          "Where the models run: cpu, cuda, cuda:N, or auto (the first GPU when this build has "
-          "CUDA kernels, a CUDA LibTorch and a visible device, else cpu; the log says which and "
-          "why).");
-ABSL_FLAG(std::string, weight_precision, "fp32",
-          "fp32, or bf16: round every weight to bfloat16 at load and let decode steps read "
-          "bfloat16 copies of the weight matrices (half the bytes per token; outputs differ from "
-          "fp32 by the rounding of the weights).");
-ABSL_FLAG(int, drain_deadline_s, 10, "Seconds calls in flight get to finish on shutdown.");
-ABSL_FLAG(std::string, session_store, "",
-          "Where sessions go when they leave memory, so that they outlive the process: "
-          "dir:PATH (a local folder, one file per session) or redis://HOST:PORT (shared by "
-          "replicas: any of them resumes any session). Sessions spill there when the table is "
-          "full, are saved there at drain and every --checkpoint_every_appends appends, and are "
-          "restored from there on their next use. Empty: memory only.");
-ABSL_FLAG(int64_t, session_store_max_bytes, int64_t{8} << 30,
-          "dir: store: most bytes of snapshots the folder holds.");
-ABSL_FLAG(int, session_store_timeout_ms, 1000,
-          "redis: store: connect and command timeout in milliseconds.");
-ABSL_FLAG(int64_t, session_store_queue_bytes, int64_t{1} << 30,
-          "Most bytes of session snapshots waiting to be written to the store; a spill or "
-          "checkpoint beyond is dropped (counted; a spill then leaves the session in memory).");
-ABSL_FLAG(int, checkpoint_every_appends, 0,
-          "Write a session to the store every N appends applied to it (0: only when it spills "
-          "and at drain). After a crash a session resumes at its last checkpoint.");
-ABSL_FLAG(int, drain_save_deadline_s, 10,
-          "Seconds the drain gives to writing every changed session to the store, after the "
-          "calls in flight have finished (--drain_deadline_s).");
-ABSL_FLAG(int64_t, max_snapshot_bytes, int64_t{1} << 30,
-          "Largest session snapshot ImportSession takes.");
-ABSL_FLAG(std::string, instance_name, "",
-          "This instance's name, returned with its sessions and named in NOT_FOUND for a session "
-          "it does not hold (empty: the hostname, which is the pod name in Kubernetes).");
-ABSL_FLAG(std::string, advertise_address, "",
-          "host:port at which clients reach this instance, returned with its sessions so that "
-          "clients send a session's later calls here (in Kubernetes: $(POD_IP):50051 from the "
-          "downward API). Empty: unknown; clients use the address they connected to.");
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -215,10 +106,15 @@ int main(int argc, char** argv) {
     std::cout << "metrics on " << metrics_host << ":" << metrics_endpoint->port() << "/metrics"
               << std::endl;
   }
-  const int intra_op_threads =
-      absl::GetFlag(FLAGS_intra_op_threads) > 0
-          ? absl::GetFlag(FLAGS_intra_op_threads)
-          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const kernels::CoreCount cores = kernels::UsableCores();
+  const int intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads) > 0
+                                   ? absl::GetFlag(FLAGS_intra_op_threads)
+                                   : cores.cores;
+  std::cout << "cpu: " << cores.Describe() << "; kernels on " << intra_op_threads << " threads"
+            << (absl::GetFlag(FLAGS_adapt_threads_to_load) ? ", fewer while other processes "
+                                                             "keep cores busy"
+                                                           : "")
+            << std::endl;
 
   // Transport and authentication before the models: a bad configuration stops at once.
   server::TlsFiles tls_files{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
@@ -229,7 +125,10 @@ int main(int argc, char** argv) {
   server::AuthOptions auth_options;
   auth_options.tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   auth_options.client_certificates = credentials->mutual;
-  auth_options.admin_principals = absl::GetFlag(FLAGS_admin_principals);
+  absl::StatusOr<std::vector<std::string>> admins =
+      server::ParsePrincipalList(absl::GetFlag(FLAGS_admin_principals));
+  if (!admins.ok()) return Fail(std::string(admins.status().message()));
+  auth_options.admin_principals = *std::move(admins);
   absl::StatusOr<std::unique_ptr<server::Authenticator>> authenticator =
       server::Authenticator::Create(auth_options);
   if (!authenticator.ok()) return Fail(std::string(authenticator.status().message()));
@@ -241,8 +140,13 @@ int main(int argc, char** argv) {
           absl::StrCat((*authenticator)->token_count(), " tokens from ", auth_options.tokens_file));
     }
     if (credentials->mutual) by.push_back("client certificates");
-    authentication = absl::StrCat(absl::StrJoin(by, " and "), "; ",
-                                  auth_options.admin_principals.size(), " admin principals");
+    authentication = absl::StrCat(absl::StrJoin(by, " and "), "; admin principals: ",
+                                  auth_options.admin_principals.empty()
+                                      ? "none"
+                                      : absl::StrJoin(auth_options.admin_principals, ", ",
+                                                      [](std::string* out, const std::string& p) {
+                                                        absl::StrAppend(out, "\"", p, "\"");
+                                                      }));
   }
   std::cout << "transport " << credentials->description << "; authentication " << authentication
             << "; reflection " << (absl::GetFlag(FLAGS_reflection) ? "on" : "off") << std::endl;
@@ -309,6 +213,7 @@ int main(int argc, char** argv) {
     server::SessionStoreOptions store_options;
     store_options.max_bytes = absl::GetFlag(FLAGS_session_store_max_bytes);
     store_options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_session_store_timeout_ms));
+    store_options.max_snapshot_bytes = absl::GetFlag(FLAGS_max_snapshot_bytes);
     absl::StatusOr<std::unique_ptr<server::SessionStore>> store =
         server::OpenSessionStore(spec, store_options);
     if (!store.ok()) return Fail(std::string(store.status().message()));
@@ -338,14 +243,17 @@ int main(int argc, char** argv) {
   scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   scheduler_options.max_queued_jobs = absl::GetFlag(FLAGS_max_queue);
   scheduler_options.max_queued_per_session = absl::GetFlag(FLAGS_max_queue_per_session);
+  scheduler_options.max_queued_per_client = absl::GetFlag(FLAGS_max_queue_per_client);
   scheduler_options.intra_op_threads = intra_op_threads;
+  scheduler_options.adapt_threads_to_load = absl::GetFlag(FLAGS_adapt_threads_to_load);
   scheduler_options.sessions = &sessions;
   scheduler_options.metrics = &metrics;
   if (scheduler_options.max_batch_sessions < 1 || scheduler_options.max_batch_tokens < 1 ||
-      scheduler_options.max_queued_jobs < 1 || scheduler_options.max_queued_per_session < 1) {
+      scheduler_options.max_queued_jobs < 1 || scheduler_options.max_queued_per_session < 1 ||
+      scheduler_options.max_queued_per_client < 0) {
     return Fail(
         "--max_batch_sessions, --max_batch_tokens, --max_queue and --max_queue_per_session must "
-        "be >= 1");
+        "be >= 1, --max_queue_per_client >= 0");
   }
   server::scheduler::BatchScheduler scheduler(scheduler_options);
 
@@ -356,6 +264,7 @@ int main(int argc, char** argv) {
   options.max_snapshot_bytes = absl::GetFlag(FLAGS_max_snapshot_bytes);
   options.max_stream_buffer_bytes = absl::GetFlag(FLAGS_max_stream_buffer_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
   options.metrics = &metrics;
   options.authenticator = authenticator->get();
@@ -364,6 +273,18 @@ int main(int argc, char** argv) {
   if (!identity.ok()) return Fail(std::string(identity.status().message()));
   options.identity = *identity;
   server::AttnServeService service(**repository, *policy, sessions, scheduler, options);
+  server::MemoryTrimOptions trim_options;
+  trim_options.idle_after = absl::Seconds(absl::GetFlag(FLAGS_idle_memory_trim_s));
+  trim_options.max_free_bytes = absl::GetFlag(FLAGS_max_free_heap_bytes);
+  if (trim_options.idle_after < absl::ZeroDuration() || trim_options.max_free_bytes < 0) {
+    return Fail("--idle_memory_trim_s and --max_free_heap_bytes must be >= 0");
+  }
+  server::IdleMemoryTrimmer memory_trimmer(
+      trim_options, [&scheduler] { return scheduler.queued_jobs() > 0; },
+      // Work, and sessions coming and going (the reaper frees expired ones while idle).
+      [&scheduler, &sessions] {
+        return scheduler.iterations() * 1000003 + sessions.size() * 7919 + sessions.state_bytes();
+      });
 
   server::ServerMetrics::Sources sources;
   sources.sessions = &sessions;
@@ -409,7 +330,8 @@ int main(int argc, char** argv) {
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              absl::GetFlag(FLAGS_max_concurrent_streams));
-  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, absl::GetFlag(FLAGS_max_metadata_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                             server::TransportMetadataLimit(options.max_metadata_bytes));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) return Fail("cannot listen on " + address);
@@ -449,16 +371,12 @@ int main(int argc, char** argv) {
     const absl::Time save_start = absl::Now();
     const absl::Time save_deadline =
         save_start + absl::Seconds(absl::GetFlag(FLAGS_drain_save_deadline_s));
-    const int changed = sessions.unsaved_sessions();
-    const int64_t failed_before = persistence->failed_writes();
-    const int queued = sessions.SaveChanged(save_deadline);
-    const int64_t left = persistence->Flush(save_deadline);
-    const int64_t failed = persistence->failed_writes() - failed_before;
-    std::cout << "attnserve-server: saved " << queued - left - failed << " of " << changed
+    const server::DrainSaveCounts saved = sessions.SaveAtDrain(save_deadline);
+    std::cout << "attnserve-server: saved " << saved.saved << " of " << saved.changed
               << " changed sessions to " << persistence->Describe() << " in "
               << absl::ToDoubleSeconds(absl::Now() - save_start) << " s";
-    if (failed > 0) std::cout << "; " << failed << " writes failed";
-    if (left > 0) std::cout << "; the save deadline passed with " << left << " unwritten";
+    if (saved.failed > 0) std::cout << "; " << saved.failed << " failed (the store refused them)";
+    if (saved.unwritten > 0) std::cout << "; " << saved.unwritten << " unwritten at the deadline";
     std::cout << std::endl;
   }
   std::cout << "attnserve-server: stopped" << std::endl;

@@ -48,8 +48,26 @@ absl::Status AttnServeService::CheckServing() const {
 
 absl::StatusOr<Caller> AttnServeService::Authenticate(
     const grpc::ServerContextBase& context) const {
-  if (options_.authenticator == nullptr) return Caller{};
-  return options_.authenticator->Authenticate(context);
+  // The per-call metadata limit, before anything reads the metadata: only this call fails
+  // (gRPC's own limit, above ours, would fail the connection's other calls too).
+  if (options_.max_metadata_bytes > 0) {
+    int64_t bytes = 0;
+    for (const auto& [key, value] : context.client_metadata()) {
+      bytes += static_cast<int64_t>(key.size() + value.size()) + 32;  // as HPACK counts it
+    }
+    if (bytes > options_.max_metadata_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the call's metadata is ", bytes, " bytes, above --max_metadata_bytes ",
+                       options_.max_metadata_bytes));
+    }
+  }
+  absl::StatusOr<Caller> caller =
+      options_.authenticator == nullptr ? Caller{} : options_.authenticator->Authenticate(context);
+  if (caller.ok()) {
+    caller->client = caller->principal.empty() ? absl::StrCat("peer:", context.peer())
+                                               : absl::StrCat("principal:", caller->principal);
+  }
+  return caller;
 }
 
 absl::Status AttnServeService::CheckResponseSize(const google::protobuf::Message& message) const {
@@ -102,6 +120,7 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
   ASSIGN_OR_RETURN(at::Tensor tokens,
                    TokensTensor(request->tokens(), options_.max_tokens_per_request));
   auto job = std::make_unique<scheduler::Job>();
+  job->client = caller.client;
   job->tokens = std::move(tokens);
   job->output = ModelOutputKind(request->output());
   *response->mutable_server() = options_.identity;

@@ -5,6 +5,7 @@
 // Session lookups, listings, stream open and close are cheap and answered inline.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -29,6 +30,10 @@ struct ServiceOptions {
   // Bytes of responses one stream may have waiting for its client before the server stops
   // reading that stream's requests (--max_stream_buffer_bytes).
   int64_t max_stream_buffer_bytes = int64_t{16} << 20;
+  // Largest metadata one call may send (--max_metadata_bytes; names, values and 32 bytes an
+  // entry, as HPACK counts): RESOURCE_EXHAUSTED for that call alone. 0: no limit here. The
+  // transport's own limit is set above it (TransportMetadataLimit).
+  int64_t max_metadata_bytes = 0;
   // Appends whose results a session keeps for retries (--retry_window).
   int retry_window = Session::kDefaultRetryWindow;
   // Largest snapshot ImportSession takes (--max_snapshot_bytes): RESOURCE_EXHAUSTED beyond.
@@ -42,6 +47,16 @@ struct ServiceOptions {
   // calls to the instance holding it and a misrouted call says where it went.
   v1::ServerIdentity identity;
 };
+
+// gRPC's own metadata limit (GRPC_ARG_MAX_METADATA_SIZE) for a per-call limit of
+// `per_call_bytes`: 4 times it, and at least 64 KiB. gRPC 1.51 answers metadata above its limit
+// by failing the other calls open on the connection as well, so the service enforces the
+// per-call limit itself and gRPC's is only the hard bound on what a call's headers hold in
+// memory (x --max_concurrent_streams a connection).
+inline int TransportMetadataLimit(int64_t per_call_bytes) {
+  const int64_t limit = std::max<int64_t>(int64_t{64} << 10, 4 * per_call_bytes);
+  return static_cast<int>(std::min<int64_t>(limit, int64_t{1} << 30));
+}
 
 // The callback service with Stream registered raw (ByteBuffer in and out), so that the
 // reactor parses each message itself and can answer a corrupted one with INVALID_ARGUMENT

@@ -68,6 +68,7 @@ class AttnServeService::ExportReactor final
     if (!found.ok()) return service_->OnThisInstance(found.status());
     variant_ = (*found)->model()->name();
     auto job = std::make_unique<scheduler::Job>();
+    job->client = caller.client;
     job->model = (*found)->model();
     Session* session = found->get().get();
     job->session.emplace(*std::move(found));

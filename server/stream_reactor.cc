@@ -224,6 +224,7 @@ class AttnServeService::StreamReactor final
     ASSIGN_OR_RETURN(at::Tensor tokens,
                      TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
     auto job = std::make_unique<scheduler::Job>();
+    job->client = caller_.client;
     job->model = (*session_)->model();
     job->session.emplace(SessionUse(session_->get()));
     job->tokens = std::move(tokens);

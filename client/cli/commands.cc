@@ -481,6 +481,13 @@ int ImportSession(Printer& out, Calls& calls, const std::string& path) {
   }
 }
 
+// Whether a stream closes its session at the end: a new one unless --keep_session, a resumed
+// one (--session) only with --close_session.
+bool CloseSessionAtEnd() {
+  return absl::GetFlag(FLAGS_session).empty() ? !absl::GetFlag(FLAGS_keep_session)
+                                              : absl::GetFlag(FLAGS_close_session);
+}
+
 // A stream after its open was answered.
 struct OpenedStream {
   Route route;
@@ -653,7 +660,7 @@ int RunStream(Printer& out) {
     *append->mutable_output() = output;
     if (!stream->Write(req)) break;  // the server ended the stream; Finish says why
   }
-  if (!absl::GetFlag(FLAGS_keep_session) && input_ok) {
+  if (CloseSessionAtEnd() && input_ok) {
     v1::StreamRequest close;
     close.mutable_close();
     stream->Write(close);
@@ -703,7 +710,7 @@ int RunGenerate(Printer& out) {
   gen->set_top_k(absl::GetFlag(FLAGS_sample_top_k));
   gen->set_seed(absl::GetFlag(FLAGS_seed));
   const bool written = stream->Write(req);
-  if (written && !absl::GetFlag(FLAGS_keep_session)) {
+  if (written && CloseSessionAtEnd()) {
     v1::StreamRequest close;
     close.mutable_close();
     stream->Write(close);

@@ -33,8 +33,11 @@ ABSL_FLAG(int64_t, expected_length, 0,
           "Expected total length of a new session, for the policy (0: unknown).");
 ABSL_FLAG(int32_t, ttl, 0, "Idle time-to-live of a new session, seconds (0: server default).");
 ABSL_FLAG(bool, keep_session, false,
-          "End the stream without closing the session, so that it can be resumed with "
-          "--session.");
+          "End the stream without closing the new session it opened, so that it can be resumed "
+          "with --session. A resumed session (--session) stays open anyway.");
+ABSL_FLAG(bool, close_session, false,
+          "Close the resumed session (--session) at the end of the stream (it stays open "
+          "otherwise).");
 
 ABSL_FLAG(int32_t, max_new_tokens, 16, "Tokens to generate.");
 ABSL_FLAG(double, temperature, 0, "0: greedy; otherwise sample from softmax(logits/T).");

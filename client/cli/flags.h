@@ -28,6 +28,7 @@ ABSL_DECLARE_FLAG(int64_t, chunk);
 ABSL_DECLARE_FLAG(int64_t, expected_length);
 ABSL_DECLARE_FLAG(int32_t, ttl);
 ABSL_DECLARE_FLAG(bool, keep_session);
+ABSL_DECLARE_FLAG(bool, close_session);
 // Generation.
 ABSL_DECLARE_FLAG(int32_t, max_new_tokens);
 ABSL_DECLARE_FLAG(double, temperature);

@@ -1,5 +1,7 @@
 #include "kernels/common/intra_op_threads.h"
 
+#include "kernels/common/cpu_share.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -14,7 +16,7 @@ namespace attnserve::kernels {
 void KeepOtherThreadsOnOneCore() { at::set_num_threads(1); }
 
 int RunKernelsOnThisThreadWith(int threads) {
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = UsableCores().cores;
   // ATen sets each thread's count from its global one on the thread's first parallel region
   // (lazy_init_num_threads): run that now, so that it cannot undo the line below later.
   at::internal::lazy_init_num_threads();

@@ -24,8 +24,9 @@ namespace attnserve::kernels {
 // parallel region yet will run them on one thread.
 void KeepOtherThreadsOnOneCore();
 
-// The calling thread runs ATen's parallel regions on `threads` threads (>= 1; 0 or less: one
-// per core), without changing the default of the others. Returns the count set.
+// The calling thread runs ATen's parallel regions on `threads` threads (>= 1; 0 or less: one per
+// core this process may use: UsableCores(), cpu_share.h), without changing the default of
+// the others. Returns the count set.
 int RunKernelsOnThisThreadWith(int threads);
 
 }  // namespace attnserve::kernels

@@ -19,4 +19,21 @@ bool KeepFreedMemoryForReuse(const MemoryReuseOptions& options) {
 #endif
 }
 
+size_t FreeHeapBytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 info = mallinfo2();
+  return info.fordblks + info.fsmblks;
+#else
+  return 0;
+#endif
+}
+
+bool ReturnFreedMemory() {
+#if defined(__GLIBC__)
+  return malloc_trim(0) != 0;
+#else
+  return false;
+#endif
+}
+
 }  // namespace attnserve::kernels

@@ -26,4 +26,15 @@ struct MemoryReuseOptions {
 // Returns false when the C library refused a setting (non-glibc: nothing to do).
 bool KeepFreedMemoryForReuse(const MemoryReuseOptions& options = {});
 
+// What the policy above costs is freed memory that stays resident; these give it back when
+// that is cheap (server/idle_memory_trimmer.h calls them when the server is idle, or when the
+// free heap passes an operator's bound).
+// Bytes of free heap memory the allocator holds (glibc's mallinfo2: free chunks of every arena
+// plus the fast bins); 0 where unknown. Takes each arena's lock briefly.
+size_t FreeHeapBytes();
+// Hands free heap memory back to the kernel (glibc's malloc_trim(0): the top of each heap and
+// the free pages inside it, by madvise). Takes each arena's lock while it works (milliseconds
+// on a heap of GiB). Returns whether anything was released.
+bool ReturnFreedMemory();
+
 }  // namespace attnserve::kernels

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/thread_name.h"
+#include "kernels/common/cpu_share.h"
 #include "kernels/common/intra_op_threads.h"
 #include "server/inference.h"
 
@@ -75,7 +76,11 @@ int64_t NowNanos() {
 
 }  // namespace
 
-BatchScheduler::BatchScheduler(SchedulerOptions options) : options_(std::move(options)) {
+BatchScheduler::BatchScheduler(SchedulerOptions options)
+    : options_(std::move(options)),
+      shares_(options_.max_queued_jobs, options_.max_queued_per_client > 0
+                                            ? options_.max_queued_per_client
+                                            : options_.max_queued_jobs) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -100,10 +105,8 @@ absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the server is shutting down");
   if (!abort_.ok()) return abort_;
-  if (queued_jobs_ >= options_.max_queued_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat("the request queue is full (",
-                                                     options_.max_queued_jobs,
-                                                     " waiting; see --max_queue); retry later"));
+  if (absl::Status admitted = shares_.Admit(active->job->client); !admitted.ok()) {
+    return admitted;
   }
   std::deque<std::unique_ptr<Active>>& queue = queues_[active->key];
   if (active->job->session &&
@@ -113,7 +116,7 @@ absl::Status BatchScheduler::Submit(std::unique_ptr<Job> job) {
         "session '", id, "' already has ", options_.max_queued_per_session,
         " requests waiting (--max_queue_per_session); wait for them, or use another session"));
   }
-  ++queued_jobs_;
+  shares_.Add(active->job->client);
   waiting_jobs_.fetch_add(1);
   queue.push_back(std::move(active));
   return absl::OkStatus();
@@ -136,13 +139,16 @@ void BatchScheduler::Stop() {
 
 int64_t BatchScheduler::queued_jobs() const {
   absl::MutexLock lock(&mu_);
-  return queued_jobs_;
+  return shares_.total();
 }
 
 void BatchScheduler::Loop() {
   NameThisThread("scheduler");  // its OpenMP workers inherit the name
   // This thread alone computes on intra_op_threads (the others keep to one: main.cc).
-  kernels::RunKernelsOnThisThreadWith(options_.intra_op_threads);
+  const int threads = kernels::RunKernelsOnThisThreadWith(options_.intra_op_threads);
+  kernel_threads_.store(threads);
+  kernels::CpuContention contention(threads);
+  int64_t last_sample_ns = 0;
   while (true) {
     std::vector<Active*> ready;
     absl::Status abort;
@@ -163,7 +169,19 @@ void BatchScheduler::Loop() {
         }
       }
     }
+    if (options_.adapt_threads_to_load && threads > 1) {
+      const int64_t now = NowNanos();
+      if (now - last_sample_ns >= 100'000'000) {  // every 100 ms of work at most
+        last_sample_ns = now;
+        const int team = contention.Sample();
+        if (team != kernel_threads_.load()) {
+          kernels::RunKernelsOnThisThreadWith(team);
+          kernel_threads_.store(team);
+        }
+      }
+    }
     RunIteration(ready, abort);
+    iterations_.fetch_add(1);
     absl::MutexLock lock(&mu_);
     for (Active* a : ready) {
       if (!a->done) continue;
@@ -172,8 +190,8 @@ void BatchScheduler::Loop() {
       std::deque<std::unique_ptr<Active>>& queue = it->second;
       for (auto q = queue.begin(); q != queue.end(); ++q) {
         if (q->get() == a) {
+          shares_.Remove(a->job->client);
           queue.erase(q);
-          --queued_jobs_;
           break;
         }
       }

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/metrics.h"
 #include "server/scheduler/job.h"
+#include "server/scheduler/queue_shares.h"
 
 namespace attnserve::server::scheduler {
 
@@ -56,13 +57,20 @@ struct SchedulerOptions {
   // (--max_batch_tokens); at least max_batch_sessions is sensible.
   int64_t max_batch_tokens = 256;
   // Most jobs submitted and not finished, over all sessions (--max_queue): RESOURCE_EXHAUSTED
-  // beyond.
+  // beyond, except for a client below its fair share while another is above it
+  // (queue_shares.h).
   int64_t max_queued_jobs = 1024;
+  // Most of them one client (Job::client) holds (--max_queue_per_client; 0: max_queued_jobs).
+  int64_t max_queued_per_client = 0;
   // Most of them queued on one session (--max_queue_per_session), so that one client piling
   // requests onto its session cannot take the whole queue from the others.
   int64_t max_queued_per_session = 64;
-  // Threads the kernels use inside each computation (--intra_op_threads; 0: one per core).
+  // Threads the kernels use inside each computation (--intra_op_threads; 0: one per core the
+  // process may use, kernels/common/cpu_share.h).
   int intra_op_threads = 0;
+  // Shrink the team, iteration by iteration, to the cores other processes leave free
+  // (--adapt_threads_to_load; kernels/common/cpu_share.h), never above intra_op_threads.
+  bool adapt_threads_to_load = false;
   SessionTable* sessions = nullptr;  // borrowed: state reservations of session jobs
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
 };
@@ -89,6 +97,10 @@ class BatchScheduler {
   int64_t queued_jobs() const;
   // Jobs submitted that have not computed yet (waiting for their session or for a batch).
   int64_t waiting_jobs() const { return waiting_jobs_.load(); }
+  // Threads the kernels run on now (intra_op_threads, or fewer under contention).
+  int kernel_threads() const { return kernel_threads_.load(); }
+  // Iterations run so far (moves whenever the scheduler works).
+  int64_t iterations() const { return iterations_.load(); }
 
  private:
   struct Active;
@@ -112,10 +124,12 @@ class BatchScheduler {
   const SchedulerOptions options_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<QueueKey, std::deque<std::unique_ptr<Active>>> queues_ ABSL_GUARDED_BY(mu_);
-  int64_t queued_jobs_ ABSL_GUARDED_BY(mu_) = 0;
+  QueueShares shares_ ABSL_GUARDED_BY(mu_);  // jobs submitted and not finished, per client
   absl::Status abort_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int64_t> waiting_jobs_{0};
+  std::atomic<int64_t> iterations_{0};
+  std::atomic<int> kernel_threads_{1};
   std::thread thread_;
 };
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,9 @@ struct JobResult {
 };
 
 struct Job {
+  // Who asked: the principal, or without authentication the connection (queue_shares.h). The
+  // scheduler's queue is shared fairly between clients.
+  std::string client;
   // The model to run; a session's own model when `session` is set.
   const model::Model* model = nullptr;
   // The session whose state the job continues (kept in use, so it cannot expire meanwhile);

@@ -46,6 +46,32 @@ bool ParseHex(absl::string_view hex, unsigned char out[32]) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> ParsePrincipalList(absl::string_view text) {
+  std::vector<std::string> out;
+  std::string current;
+  auto finish = [&] {
+    absl::string_view name = absl::StripAsciiWhitespace(current);
+    if (!name.empty()) out.emplace_back(name);
+    current.clear();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\') {
+      if (i + 1 == text.size()) {
+        return absl::InvalidArgumentError(
+            "--admin_principals ends with a lone '\\' (it escapes the next character)");
+      }
+      current.push_back(text[i]);
+      current.push_back(text[++i]);
+    } else if (text[i] == ';') {
+      finish();
+    } else {
+      current.push_back(text[i]);
+    }
+  }
+  finish();
+  return out;
+}
+
 Authenticator::Authenticator(AuthOptions options)
     : options_(std::move(options)),
       admins_(options_.admin_principals.begin(), options_.admin_principals.end()) {}

@@ -18,7 +18,8 @@
 // was wrong.
 //
 // Sessions belong to the principal that opened them. Caller::CanAccess: the owner, or a
-// principal named in --admin_principals. Thread-safe.
+// principal named in --admin_principals, compared exactly (whole strings: "CN=admin,O=team" is
+// one principal, and neither "CN=admin" nor "O=team" is it). Thread-safe.
 #pragma once
 
 #include <array>
@@ -41,6 +42,10 @@ namespace attnserve::server {
 struct Caller {
   std::string principal;  // "" without authentication
   bool admin = false;     // may see and close every session
+  // Whom the scheduler's queue is shared between (scheduler/queue_shares.h): "principal:" and
+  // the principal with authentication, else "peer:" and the connection's peer address (its
+  // port included: one connection). Set by the service.
+  std::string client;
 
   // Whether this caller may use a session opened by `owner`.
   bool CanAccess(const std::string& owner) const { return admin || owner == principal; }
@@ -49,8 +54,15 @@ struct Caller {
 struct AuthOptions {
   std::string tokens_file;           // empty: no tokens
   bool client_certificates = false;  // mutual TLS: the certificate subject is a principal
-  std::vector<std::string> admin_principals;
+  std::vector<std::string> admin_principals;  // whole principals, compared exactly
 };
+
+// The principals of --admin_principals: separated by ';' (a certificate subject holds commas,
+// "CN=admin,O=team", but never a bare ';': RFC 4514, which gRPC's x509_subject follows,
+// escapes it as "\;"). A backslash escapes the next character (kept as written, so "\;" stays
+// in the name as a subject shows it); whitespace around each name is dropped, empty names are
+// skipped. INVALID_ARGUMENT for a trailing lone backslash.
+absl::StatusOr<std::vector<std::string>> ParsePrincipalList(absl::string_view text);
 
 class Authenticator {
  public:

@@ -3,23 +3,11 @@
 #include <grpcpp/security/tls_certificate_provider.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
-#include <fstream>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 namespace attnserve::server {
-namespace {
-
-absl::Status Readable(const std::string& flag, const std::string& path) {
-  std::ifstream in(path);
-  std::string first;
-  if (!in || !std::getline(in, first)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, "=", path, ": cannot read the file"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<ServerCredentials> MakeServerCredentials(const TlsFiles& files) {
   if (files.cert.empty() != files.key.empty()) {
@@ -31,18 +19,18 @@ absl::StatusOr<ServerCredentials> MakeServerCredentials(const TlsFiles& files) {
     }
     return ServerCredentials{grpc::InsecureServerCredentials(), "plaintext", false};
   }
-  if (absl::Status s = Readable("--tls_cert", files.cert); !s.ok()) return s;
-  if (absl::Status s = Readable("--tls_key", files.key); !s.ok()) return s;
-  if (!files.client_ca.empty()) {
-    if (absl::Status s = Readable("--tls_client_ca", files.client_ca); !s.ok()) return s;
-  }
   const unsigned interval =
       static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(files.reload_interval)));
+  absl::StatusOr<std::unique_ptr<TlsFileWatcher>> watcher =
+      TlsFileWatcher::Start(files.cert, files.key, files.client_ca, absl::Seconds(interval));
+  if (!watcher.ok()) return watcher.status();
   auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      files.key, files.cert, files.client_ca, interval);
+      (*watcher)->staged_key(), (*watcher)->staged_cert(), (*watcher)->staged_client_ca(),
+      interval);
   grpc::experimental::TlsServerCredentialsOptions options(provider);
   options.watch_identity_key_cert_pairs();
   ServerCredentials out;
+  out.watcher = *std::move(watcher);
   if (files.client_ca.empty()) {
     options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     out.description = absl::StrCat("TLS (", files.cert, ", re-read every ", interval, " s)");

@@ -277,6 +277,27 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "NOT_FOUND")
 
+    def test_cli_a_resumed_session_stays_open_unless_asked_to_close(self):
+        # Issue #27: generate --session=ID closed the session it resumed.
+        p = cli("stream", "--json", "--model=linear", "--keep_session", "--tokens=1,2,3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sid = json_lines(p.stdout)[0]["opened"]["session_id"]
+        for sub, extra in (("generate", ["--max_new_tokens=2"]), ("stream", [])):
+            p = cli(sub, "--session=" + sid, "--tokens=4", *extra)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            p = cli("sessions", "--json", "--id=" + sid)
+            self.assertEqual(p.returncode, 0, "%s --session closed the session: %s" % (sub, p.stdout))
+        p = cli("generate", "--session=" + sid, "--tokens=5", "--max_new_tokens=1",
+                "--close_session")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = cli("sessions", "--json", "--id=" + sid)
+        self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "NOT_FOUND")
+        # A new session is still closed at the end without --keep_session.
+        p = cli("stream", "--json", "--model=linear", "--tokens=1,2")
+        sid = json_lines(p.stdout)[0]["opened"]["session_id"]
+        p = cli("sessions", "--json", "--id=" + sid)
+        self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "NOT_FOUND")
+
     def test_cli_sessions_export_import(self):
         p = cli("stream", "--json", "--model=mamba", "--keep_session", "--tokens=1,2,3,4,5,6,7",
                 "--chunk=3", "--output=none")

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -236,6 +237,92 @@ TEST(HardeningTest, ASessionPiledWithRequestsCannotTakeTheQueueFromOthers) {
   EXPECT_EQ(refused.load(), 12 - 3);  // the generation and 3 of the Infers fit in 4
   EXPECT_TRUE(WaitFor([&] { return server.scheduler().queued_jobs() == 0; }));
   ExpectResidentMemoryBackTo(resident_before);
+}
+
+// Issue #27: one client that keeps the queue full over many sessions (so that
+// --max_queue_per_session does not bind) refused every other client's request at once. The
+// queue is shared between clients (here: connections): a newcomer below its fair share is
+// admitted while the hostile one holds more than its share, and the hostile one gets no more.
+TEST(HardeningTest, OneClientOverManySessionsCannotFillTheQueueForAll) {
+  TestServerOptions options;
+  options.scheduler.max_queued_jobs = 16;
+  options.scheduler.max_queued_per_session = 4;
+  options.service.max_new_tokens = 1000000;  // generations that hold the queue until cancelled
+  TestServer server(options);
+  Client& hostile = server.client();
+  constexpr int kSessions = 8;  // 8 sessions x 4 requests = 32 > 16 places
+  std::vector<std::unique_ptr<StreamClient>> streams;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kSessions; ++i) {
+    streams.push_back(std::make_unique<StreamClient>(hostile.stub(), absl::Seconds(120)));
+    ids.push_back(streams.back()->Open(OpenRequest("mamba")).session_id());
+    ASSERT_TRUE(streams.back()->Send(GenerateRequest(1, {1, 2, 3}, 1000000)));
+    std::optional<v1::StreamResponse> first = streams.back()->Receive();
+    ASSERT_TRUE(first.has_value() && first->has_generated());
+  }
+  std::atomic<int> queue_full{0};
+  std::vector<std::thread> piled;
+  for (int i = 0; i < kSessions; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      piled.emplace_back([&, id = ids[i]] {
+        v1::InferRequest request = MakeInfer("", {1});
+        request.set_session_id(id);
+        v1::InferResponse response;
+        const grpc::Status status = hostile.Infer(request, &response, absl::Seconds(120));
+        if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+            status.error_message().find("--max_queue)") != std::string::npos) {
+          queue_full++;
+        }
+      });
+    }
+  }
+  // The hostile client holds the whole queue, and is refused beyond it.
+  ASSERT_TRUE(WaitFor([&] { return queue_full.load() >= 3 * kSessions + kSessions - 16; }));
+  EXPECT_EQ(server.scheduler().queued_jobs(), 16);
+  // Another client (its own connection) is admitted and served meanwhile, several times.
+  auto other = server.NewClient();
+  for (int i = 0; i < 3; ++i) {
+    v1::InferResponse response;
+    const grpc::Status status = other->Infer(MakeInfer("standard", {4, 5, 6}), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_EQ(server.scheduler().queued_jobs(), 16) << "the generations hold their places";
+  // The hostile client, above its share, is still refused.
+  v1::InferResponse refused;
+  EXPECT_EQ(hostile.Infer(MakeInfer("standard", {4}), &refused).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  for (auto& stream : streams) stream->Cancel();
+  for (std::thread& t : piled) t.join();
+  EXPECT_TRUE(WaitFor([&] { return server.scheduler().queued_jobs() == 0; }));
+}
+
+// Issue #27: a call whose metadata was above --max_metadata_bytes failed the other calls open on
+// its connection too (gRPC 1.51's own limit). Only that call fails now, with RESOURCE_EXHAUSTED.
+TEST(HardeningTest, OversizedMetadataFailsOnlyItsOwnCall) {
+  TestServerOptions options;
+  options.service.max_metadata_bytes = 16384;
+  TestServer server(options);
+  Client& client = server.client();
+  StreamClient stream(client.stub(), absl::Seconds(60));
+  stream.Open(OpenRequest("mamba"));
+  ASSERT_TRUE(stream.Send(AppendRequest(1, {1, 2, 3})));
+  ASSERT_TRUE(stream.Receive().has_value());
+  for (const size_t bytes : {size_t{20} << 10, size_t{40} << 10}) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineIn(absl::Seconds(10)));
+    context.AddMetadata("x-padding", std::string(bytes, 'p'));
+    v1::InferResponse response;
+    const grpc::Status status = client.stub().Infer(&context, MakeInfer("mamba", {1}), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << bytes;
+    EXPECT_THAT(status.error_message(), HasSubstr("--max_metadata_bytes")) << bytes;
+  }
+  // The stream on the same connection goes on, and so do new calls on it.
+  ASSERT_TRUE(stream.Send(AppendRequest(2, {4})));
+  std::optional<v1::StreamResponse> reply = stream.Receive();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_TRUE(reply->has_result()) << reply->DebugString();
+  v1::InferResponse response;
+  EXPECT_TRUE(client.Infer(MakeInfer("mamba", {1, 2}), &response).ok());
 }
 
 }  // namespace

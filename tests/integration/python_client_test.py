@@ -13,6 +13,7 @@ Usage: python_client_test.py --build-dir BUILD --source-dir SOURCE [unittest arg
 import argparse
 import glob
 import os
+import re
 import queue
 import shutil
 import signal
@@ -301,6 +302,19 @@ class PythonClientTest(unittest.TestCase):
         self.assertNotEqual(unary_error.exception.code(), grpc.StatusCode.OK)
         self.assertEqual(self.infer("mamba", [1, 2, 3]).model, "mamba")
         self.assertLess(resident_bytes(self.server.proc.pid), resident_before * 1.1)
+
+    def test_5_the_limits_table_says_what_the_server_answers(self):
+        # Issue #27: README.md's limits table said INVALID_ARGUMENT for more than
+        # --max_tokens_per_request tokens, where the server answers RESOURCE_EXHAUSTED.
+        grpc, pb = self.grpc, self.pb
+        with open(os.path.join(ARGS.source_dir, "README.md")) as f:
+            rows = [line for line in f if line.startswith("| tokens in one Infer or append |")]
+        self.assertEqual(len(rows), 1, "README.md's limits table has no row for the tokens")
+        documented = re.findall(r"`([A-Z_]+)`", rows[0].split("|")[4])
+        with self.assertRaises(grpc.RpcError) as error:
+            self.stub.Infer(pb.InferRequest(model="mamba", tokens=[1] * 65537), timeout=30)
+        self.assertEqual(documented, [error.exception.code().name])
+        self.assertIn("--max_tokens_per_request", error.exception.details())
 
     def test_9_sigterm_drains_and_exits_zero(self):
         grpc, pb, health_pb = self.grpc, self.pb, self.health_pb

@@ -82,6 +82,10 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
         make_cert(d, "ca", "alice", "/O=team/CN=alice")
         make_cert(d, "ca", "bob", "/O=team/CN=bob")
         make_cert(d, "other-ca", "mallory", "/O=team/CN=alice")
+        make_cert(d, "ca", "admin", "/O=team/CN=admin")  # subject "CN=admin,O=team"
+        make_cert(d, "ca", "fragment", "/O=team")  # subject "O=team": a part of the admin's
+        with open(os.path.join(d, "garbage.key"), "w") as f:
+            f.write("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
         cls.tokens = {"alice": "alice-token-1", "bob": "bob-token-2", "root": "root-token-3"}
         cls.tokens_file = os.path.join(cls.tmp, "tokens")
         cls.write_tokens(cls.tokens)
@@ -308,6 +312,69 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
         root.CloseSession(pb.CloseSessionRequest(session_id=sid), timeout=10)
         self.assertEqual(self.code(lambda: alice.GetSession(
             pb.GetSessionRequest(session_id=sid), timeout=10))[0], grpc.StatusCode.NOT_FOUND)
+
+    def test_an_admin_subject_is_whole_and_its_fragments_are_not_admins(self):
+        # Issue #27: --admin_principals was split at commas, so "CN=admin,O=team" was never an
+        # admin and a certificate whose subject is "O=team" listed and closed every session.
+        pb = self.pb
+        flags = [f for f in self.tls_flags(mutual=True, tokens=False)
+                 if not f.startswith("--admin_principals")]
+        server = self.start(*flags, "--admin_principals=CN=admin,O=team;root")
+        self.assertIn('admin principals: "CN=admin,O=team", "root"', server.output())
+        alice = self.channel(server, cert="alice")
+        fragment = self.channel(server, cert="fragment")
+        admin = self.channel(server, cert="admin")
+        sid = self.open_session(alice)
+        self.assertEqual(len(fragment.ListSessions(pb.ListSessionsRequest(), timeout=10).sessions), 0)
+        self.assertEqual(self.code(lambda: fragment.CloseSession(
+            pb.CloseSessionRequest(session_id=sid), timeout=10))[0], self.grpc.StatusCode.NOT_FOUND)
+        listed = admin.ListSessions(pb.ListSessionsRequest(), timeout=10)
+        self.assertEqual([s.session_id for s in listed.sessions], [sid])
+        admin.CloseSession(pb.CloseSessionRequest(session_id=sid), timeout=10)
+
+    def test_a_bad_or_mismatched_key_stops_the_start_and_a_bad_reload_keeps_the_last_pair(self):
+        # Issue #27: a garbage or mismatched --tls_key was taken, every handshake then failed,
+        # and the health port said SERVING.
+        d = self.certs
+        for key, why in (("garbage", "not an unencrypted PEM private key"),
+                         ("alice", "is not the key of the first certificate")):
+            path = os.path.join(d, key + ".key")
+            run = subprocess.run([self.binary, "--port=0", "--metrics_port=-1",
+                                  "--tls_cert=" + os.path.join(d, "server.crt"),
+                                  "--tls_key=" + path], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(run.returncode, 0, run.stdout)
+            self.assertIn("--tls_key=" + path, run.stderr)
+            self.assertIn(why, run.stderr)
+            self.assertNotIn("listening on", run.stdout)
+        live = os.path.join(self.tmp, "reload")
+        os.makedirs(live, exist_ok=True)
+        for ext in ("crt", "key"):
+            shutil.copy(os.path.join(d, "server." + ext), os.path.join(live, "tls." + ext))
+        server = self.start("--tls_cert=" + os.path.join(live, "tls.crt"),
+                            "--tls_key=" + os.path.join(live, "tls.key"),
+                            "--tls_reload_interval_s=1", "--auth_tokens_file=" + self.tokens_file)
+        token = self.tokens["alice"]
+        serial = self.server_serial(server)
+        # A mismatched key (the rotated certificate's) next to the old certificate, then garbage.
+        for bad in ("server2.key", "garbage.key"):
+            shutil.copy(os.path.join(d, bad), os.path.join(live, "tls.key.new"))
+            os.replace(os.path.join(live, "tls.key.new"), os.path.join(live, "tls.key"))
+            time.sleep(3.5)  # three reload intervals
+            self.assertEqual(self.list_models(self.channel(server, token=token))[0],
+                             self.grpc.StatusCode.OK, bad)
+            self.assertEqual(self.server_serial(server), serial)
+        self.assertIn("keeping the last good TLS files", server.output())
+        # The good pair is taken again when it comes.
+        shutil.copy(os.path.join(d, "server2.crt"), os.path.join(live, "tls.crt.new"))
+        shutil.copy(os.path.join(d, "server2.key"), os.path.join(live, "tls.key.new"))
+        os.replace(os.path.join(live, "tls.crt.new"), os.path.join(live, "tls.crt"))
+        os.replace(os.path.join(live, "tls.key.new"), os.path.join(live, "tls.key"))
+        deadline = time.monotonic() + 15
+        while self.server_serial(server) == serial and time.monotonic() < deadline:
+            time.sleep(0.5)
+        self.assertNotEqual(self.server_serial(server), serial)
+        self.assertEqual(self.list_models(self.channel(server, token=token))[0],
+                         self.grpc.StatusCode.OK)
 
     def test_cli_connects_with_tls_and_a_token_from_the_environment(self):
         server = self.start(*self.tls_flags())

@@ -499,6 +499,10 @@ class TestServer {
       builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
     }
     builder.SetMaxSendMessageSize(-1);
+    if (options.service.max_metadata_bytes > 0) {  // as main.cc sets it
+      builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                                 TransportMetadataLimit(options.service.max_metadata_bytes));
+    }
     builder.RegisterService(&service_);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0) {

@@ -77,6 +77,33 @@ TEST(AuthenticatorTest, TokensCertificatesAndAdmins) {
   EXPECT_FALSE((*by_certificate)->Authenticate("Bearer x", "CN=bob").ok()) << "no tokens here";
 }
 
+// Issue #27: --admin_principals was split at commas, so the documented subject
+// "CN=admin,O=team" could never be admin and its fragment "O=team" became one.
+TEST(AuthenticatorTest, AdminSubjectsAreWholeAndComparedExactly) {
+  auto admins = ParsePrincipalList(" CN=admin,O=team ; root;;CN=a\\;b,O=x;");
+  ASSERT_TRUE(admins.ok()) << admins.status();
+  EXPECT_EQ(*admins, (std::vector<std::string>{"CN=admin,O=team", "root", "CN=a\\;b,O=x"}));
+  EXPECT_FALSE(ParsePrincipalList("root\\").ok());
+  EXPECT_TRUE(ParsePrincipalList("")->empty());
+
+  AuthOptions options;
+  options.client_certificates = true;
+  options.admin_principals = *admins;
+  auto auth = Authenticator::Create(options);
+  ASSERT_TRUE(auth.ok()) << auth.status();
+  auto admin = (*auth)->Authenticate("", "CN=admin,O=team");
+  ASSERT_TRUE(admin.ok());
+  EXPECT_TRUE(admin->admin);
+  EXPECT_TRUE(admin->CanAccess("CN=alice,O=team"));
+  for (const char* fragment : {"O=team", "CN=admin", "CN=admin,O=team,OU=x", "cn=admin,o=team"}) {
+    auto caller = (*auth)->Authenticate("", fragment);
+    ASSERT_TRUE(caller.ok()) << fragment;
+    EXPECT_FALSE(caller->admin) << fragment;
+    EXPECT_FALSE(caller->CanAccess("CN=alice,O=team")) << fragment;
+  }
+  EXPECT_TRUE((*auth)->Authenticate("", "CN=a\\;b,O=x")->admin);
+}
+
 TEST(AuthenticatorTest, ReloadsOnChangeAndKeepsTheLastGoodFile) {
   TokensFile file;
   file.Write("alice: " + Authenticator::TokenHash("a") + "\n");
