@@ -10,15 +10,36 @@
 #include <filesystem>
 #include <vector>
 
-#include "absl/strings/match.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "server/client_text.h"
 
 namespace attnserve::server {
 namespace {
 
 constexpr char kSuffix[] = ".snapshot";
-constexpr char kTemporaryMarker[] = ".tmp.";
+constexpr char kTemporaryMarker[] = ".tmp.";  // after kSuffix, then a decimal counter
+
+// The files this store writes: "<id>.snapshot" and its temporaries "<id>.snapshot.tmp.<n>".
+enum class FileKind { kOther, kSnapshot, kTemporary };
+
+// Which of them `name` is, and (not kOther) its session id.
+FileKind Classify(const std::string& name, std::string* id) {
+  const size_t end_of_id = name.find('.');
+  if (end_of_id == std::string::npos) return FileKind::kOther;
+  *id = name.substr(0, end_of_id);
+  if (!ValidateSessionId(*id).ok()) return FileKind::kOther;
+  absl::string_view rest = absl::string_view(name).substr(end_of_id);
+  if (!absl::ConsumePrefix(&rest, kSuffix)) return FileKind::kOther;
+  if (rest.empty()) return FileKind::kSnapshot;
+  if (!absl::ConsumePrefix(&rest, kTemporaryMarker) || rest.empty()) return FileKind::kOther;
+  for (char c : rest) {
+    if (!absl::ascii_isdigit(c)) return FileKind::kOther;
+  }
+  return FileKind::kTemporary;
+}
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   const int e = errno;
@@ -49,16 +70,33 @@ class Fd {
 
 absl::Time ModificationTime(const struct stat& st) { return absl::TimeFromTimespec(st.st_mtim); }
 
+const char* FileTypeName(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "a file of another kind";
+}
+
+// What is under a session's name can never be its snapshot.
+absl::Status NotASnapshot(const std::string& id, const std::string& path, const char* what) {
+  return absl::DataLossError(absl::StrCat("the snapshot of session ", id, " (", path, ") is ", what,
+                                          ", not a regular file"));
+}
+
 }  // namespace
 
-DirSessionStore::DirSessionStore(std::string folder, int64_t max_bytes)
-    : folder_(std::move(folder)), max_bytes_(max_bytes) {}
+DirSessionStore::DirSessionStore(std::string folder, int64_t max_bytes, int64_t max_snapshot_bytes)
+    : folder_(std::move(folder)), max_bytes_(max_bytes), max_snapshot_bytes_(max_snapshot_bytes) {}
 
 absl::StatusOr<std::unique_ptr<DirSessionStore>> DirSessionStore::Open(const std::string& folder,
-                                                                       int64_t max_bytes) {
+                                                                       int64_t max_bytes,
+                                                                       int64_t max_snapshot_bytes) {
   if (folder.empty()) return absl::InvalidArgumentError("dir: session store needs a folder");
-  if (max_bytes <= 0) {
-    return absl::InvalidArgumentError("--session_store_max_bytes must be > 0");
+  if (max_bytes <= 0 || max_snapshot_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "--session_store_max_bytes and --max_snapshot_bytes must be > 0");
   }
   std::error_code error;
   std::filesystem::create_directories(folder, error);
@@ -69,7 +107,8 @@ absl::StatusOr<std::unique_ptr<DirSessionStore>> DirSessionStore::Open(const std
   if (::access(folder.c_str(), R_OK | W_OK | X_OK) != 0) {
     return Errno("session store folder is not readable and writable:", folder);
   }
-  std::unique_ptr<DirSessionStore> store(new DirSessionStore(folder, max_bytes));
+  std::unique_ptr<DirSessionStore> store(
+      new DirSessionStore(folder, max_bytes, max_snapshot_bytes));
   store->Sweep(absl::Now(), /*temporaries=*/true);
   return store;
 }
@@ -96,25 +135,25 @@ int64_t DirSessionStore::Sweep(absl::Time now, bool temporaries) {
   if (dir == nullptr) return 0;
   struct Entry {
     std::string name;
+    std::string id;
+    bool snapshot;  // else one of this store's temporaries
     bool expired;
     int64_t size;
   };
   std::vector<Entry> entries;
   while (struct dirent* e = ::readdir(dir)) {
     const std::string name = e->d_name;
+    std::string id;
+    const FileKind kind = Classify(name, &id);
+    if (kind == FileKind::kOther || (kind == FileKind::kTemporary && !temporaries)) continue;
     struct stat st;
     if (::fstatat(::dirfd(dir), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
         !S_ISREG(st.st_mode)) {
       continue;
     }
-    if (absl::StrContains(name, kTemporaryMarker)) {
-      if (temporaries) entries.push_back({name, true, 0});
-      continue;
-    }
-    if (!absl::EndsWith(name, kSuffix)) continue;
-    const std::string id = name.substr(0, name.size() - (sizeof(kSuffix) - 1));
-    if (!ValidateSessionId(id).ok()) continue;  // not ours
-    entries.push_back({name, ModificationTime(st) <= now, static_cast<int64_t>(st.st_size)});
+    const bool snapshot = kind == FileKind::kSnapshot;
+    entries.push_back({name, std::move(id), snapshot, !snapshot || ModificationTime(st) <= now,
+                       static_cast<int64_t>(st.st_size)});
   }
   ::closedir(dir);
   int64_t freed = 0;
@@ -122,10 +161,7 @@ int64_t DirSessionStore::Sweep(absl::Time now, bool temporaries) {
   // The listing is the truth: what is counted and not there any more is forgotten.
   absl::flat_hash_map<std::string, int64_t> listed;
   for (const Entry& e : entries) {
-    if (!e.expired && absl::EndsWith(e.name, kSuffix) &&
-        !absl::StrContains(e.name, kTemporaryMarker)) {
-      listed[e.name.substr(0, e.name.size() - (sizeof(kSuffix) - 1))] = e.size;
-    }
+    if (e.snapshot && !e.expired) listed[e.id] = e.size;
   }
   for (auto it = sizes_.begin(); it != sizes_.end();) {
     if (!listed.contains(it->first)) {
@@ -137,21 +173,10 @@ int64_t DirSessionStore::Sweep(absl::Time now, bool temporaries) {
     }
   }
   for (const Entry& e : entries) {
-    const bool snapshot =
-        absl::EndsWith(e.name, kSuffix) && !absl::StrContains(e.name, kTemporaryMarker);
-    const std::string id = snapshot ? e.name.substr(0, e.name.size() - (sizeof(kSuffix) - 1)) : "";
     if (e.expired) {
       ::unlink(absl::StrCat(folder_, "/", e.name).c_str());
-      if (snapshot) {
-        auto it = sizes_.find(id);
-        if (it != sizes_.end()) {
-          total_bytes_ -= it->second;
-          freed += it->second;
-          sizes_.erase(it);
-        }
-      }
-    } else if (snapshot && !sizes_.contains(id)) {
-      sizes_[id] = e.size;
+    } else if (!sizes_.contains(e.id)) {
+      sizes_[e.id] = e.size;
       total_bytes_ += e.size;
     }
   }
@@ -162,6 +187,10 @@ absl::Status DirSessionStore::Put(const std::string& id, std::string_view snapsh
                                   absl::Duration ttl) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   const int64_t size = static_cast<int64_t>(snapshot.size());
+  if (absl::Status fits = CheckSnapshotSize(id, size, max_snapshot_bytes_, /*writing=*/true);
+      !fits.ok()) {
+    return fits;
+  }
   std::string temporary;
   {
     absl::MutexLock lock(&mu_);
@@ -214,16 +243,30 @@ absl::Status DirSessionStore::Put(const std::string& id, std::string_view snapsh
 absl::StatusOr<std::string> DirSessionStore::Get(const std::string& id) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   const std::string path = PathOf(id);
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, for ever.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (fd.get() < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
+    if (errno == ELOOP) return NotASnapshot(id, path, "a symbolic link");  // O_NOFOLLOW's
+    if (errno == ENXIO) return NotASnapshot(id, path, "a socket");
     return Errno("cannot open", path);
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Errno("cannot stat", path);
+  if (!S_ISREG(st.st_mode)) return NotASnapshot(id, path, FileTypeName(st.st_mode));
   if (ModificationTime(st) <= absl::Now()) {
     // Left for Sweep: unlinking by path here could remove a newer file renamed in meanwhile.
     return absl::NotFoundError(absl::StrCat("the snapshot of session ", id, " expired"));
+  }
+  if (absl::Status fits = CheckSnapshotSize(id, st.st_size, max_snapshot_bytes_,
+                                            /*writing=*/false);
+      !fits.ok()) {
+    return fits;
+  }
+  // A regular file: plain blocking reads from here (a read must never answer EAGAIN).
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return Errno("cannot read", path);
   }
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   for (size_t done = 0; done < bytes.size();) {

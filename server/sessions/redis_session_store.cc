@@ -15,6 +15,7 @@ static_assert(HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14,
 #include <memory>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/client_text.h"
@@ -29,10 +30,27 @@ using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 constexpr absl::Duration kReconnectInterval = absl::Seconds(1);
 
+// The error for a reply to `what` on session `id` that is not the kind asked for: DATA_LOSS
+// when the key holds another type (WRONGTYPE: no snapshot will ever be there), else
+// UNAVAILABLE (LOADING, MASTERDOWN and the like pass).
+absl::Status UnexpectedReply(const char* what, const std::string& id, const redisReply& reply) {
+  if (reply.type == REDIS_REPLY_ERROR && absl::StartsWith(reply.str, "WRONGTYPE")) {
+    return absl::DataLossError(absl::StrCat("the snapshot of session ", id,
+                                            " is a redis key of another type than a string (", what,
+                                            " answered ", reply.str, ")"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "redis ", what, " answered ", reply.type == REDIS_REPLY_ERROR ? reply.str : "a wrong type"));
+}
+
 }  // namespace
 
-RedisSessionStore::RedisSessionStore(std::string host, int port, absl::Duration timeout)
-    : host_(std::move(host)), port_(port), timeout_(timeout) {}
+RedisSessionStore::RedisSessionStore(std::string host, int port, absl::Duration timeout,
+                                     int64_t max_snapshot_bytes)
+    : host_(std::move(host)),
+      port_(port),
+      timeout_(timeout),
+      max_snapshot_bytes_(max_snapshot_bytes) {}
 
 RedisSessionStore::~RedisSessionStore() {
   absl::MutexLock lock(&mu_);
@@ -40,7 +58,7 @@ RedisSessionStore::~RedisSessionStore() {
 }
 
 absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Open(
-    const std::string& address, absl::Duration timeout) {
+    const std::string& address, absl::Duration timeout, int64_t max_snapshot_bytes) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || colon == 0 ||
@@ -51,8 +69,11 @@ absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Open(
   if (timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--session_store_timeout_ms must be > 0");
   }
+  if (max_snapshot_bytes <= 0) {
+    return absl::InvalidArgumentError("--max_snapshot_bytes must be > 0");
+  }
   std::unique_ptr<RedisSessionStore> store(
-      new RedisSessionStore(address.substr(0, colon), port, timeout));
+      new RedisSessionStore(address.substr(0, colon), port, timeout, max_snapshot_bytes));
   {
     absl::MutexLock lock(&store->mu_);
     store->ConnectLocked().IgnoreError();  // a first connection if Redis is up; else later
@@ -112,6 +133,11 @@ absl::Status RedisSessionStore::CommandLocked(const char* what, const char* form
 absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snapshot,
                                     absl::Duration ttl) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  if (absl::Status fits = CheckSnapshotSize(id, static_cast<int64_t>(snapshot.size()),
+                                            max_snapshot_bytes_, /*writing=*/true);
+      !fits.ok()) {
+    return fits;
+  }
   const std::string key = KeyOf(id);
   const long long ms = std::max<long long>(1, absl::ToInt64Milliseconds(ttl));
   absl::MutexLock lock(&mu_);
@@ -162,8 +188,14 @@ absl::StatusOr<std::string> RedisSessionStore::Get(const std::string& id) {
   Reply length(
       static_cast<redisReply*>(redisCommand(context_, "STRLEN %b", key.data(), key.size())));
   if (length == nullptr) return FailLocked("STRLEN");
+  if (length->type != REDIS_REPLY_INTEGER) return UnexpectedReply("STRLEN", id, *length);
+  if (absl::Status fits = CheckSnapshotSize(id, length->integer, max_snapshot_bytes_,
+                                            /*writing=*/false);
+      !fits.ok()) {
+    return fits;
+  }
   redisReader* reader = context_->reader;
-  const bool large = length->type == REDIS_REPLY_INTEGER && length->integer > (1 << 20);
+  const bool large = length->integer > (1 << 20);
   if (large) {
     // maxbuf 0: hiredis would otherwise free an empty buffer above 16 KiB on the next read.
     sds grown = sdsMakeRoomFor(reader->buf, static_cast<size_t>(length->integer) + 64);
@@ -184,10 +216,7 @@ absl::StatusOr<std::string> RedisSessionStore::Get(const std::string& id) {
   if (reply->type == REDIS_REPLY_NIL) {
     return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
   }
-  if (reply->type != REDIS_REPLY_STRING) {
-    return absl::UnavailableError(absl::StrCat(
-        "redis GET answered ", reply->type == REDIS_REPLY_ERROR ? reply->str : "a non-string"));
-  }
+  if (reply->type != REDIS_REPLY_STRING) return UnexpectedReply("GET", id, *reply);
   return std::string(reply->str, reply->len);
 }
 

@@ -6,7 +6,9 @@
 // A snapshot above 4 MiB is written in 4 MiB pieces to "<key>:writing:<random>" (expiring
 // with it) and renamed over the key, so readers never see part of one. Redis holds strings of
 // at most 512 MB, so larger snapshots (a long KV cache) fail with RESOURCE_EXHAUSTED (the
-// session stays in memory, or in the write queue when it was spilling).
+// session stays in memory, or in the write queue when it was spilling), as do snapshots above
+// max_snapshot_bytes. Get asks the value's length first: a key of another type (WRONGTYPE) or
+// a value above max_snapshot_bytes is DATA_LOSS, without reading it.
 //
 // One connection, used under a mutex, with --session_store_timeout_ms for connecting and for
 // every command. A connection that fails is dropped and made again on the next call, but not
@@ -29,8 +31,9 @@ class RedisSessionStore final : public SessionStore {
  public:
   // `address` is "HOST:PORT". Does not fail when Redis is unreachable (it may come up later);
   // only a malformed address is an error.
-  static absl::StatusOr<std::unique_ptr<RedisSessionStore>> Open(const std::string& address,
-                                                                 absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<RedisSessionStore>> Open(
+      const std::string& address, absl::Duration timeout,
+      int64_t max_snapshot_bytes = kDefaultMaxSnapshotBytes);
   ~RedisSessionStore() override;
 
   absl::Status Put(const std::string& id, std::string_view snapshot, absl::Duration ttl) override;
@@ -41,7 +44,7 @@ class RedisSessionStore final : public SessionStore {
   static std::string KeyOf(const std::string& id) { return "attnserve:session:" + id; }
 
  private:
-  RedisSessionStore(std::string host, int port, absl::Duration timeout);
+  RedisSessionStore(std::string host, int port, absl::Duration timeout, int64_t max_snapshot_bytes);
   // A connected context, or UNAVAILABLE (reconnecting at most once a second).
   absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the connection after an I/O error; returns UNAVAILABLE naming `what`.
@@ -56,6 +59,7 @@ class RedisSessionStore final : public SessionStore {
   const std::string host_;
   const int port_;
   const absl::Duration timeout_;
+  const int64_t max_snapshot_bytes_;
   absl::Mutex mu_;
   redisContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::Time last_failed_connect_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -178,6 +178,22 @@ int64_t SessionPersistence::Flush(absl::Time deadline) {
   return static_cast<int64_t>(queued_.size()) + writing_;
 }
 
+std::vector<std::string> SessionPersistence::QueuedWrites() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, op] : queued_) {
+    if (op.snapshot != nullptr) ids.push_back(id);
+  }
+  return ids;
+}
+
+SessionPersistence::Progress SessionPersistence::ProgressOf(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = queued_.find(id);
+  if (it == queued_.end()) return Progress::kDone;
+  return it->second.attempts > 0 ? Progress::kFailing : Progress::kQueued;
+}
+
 void SessionPersistence::WriterLoop() {
   absl::MutexLock lock(&mu_);
   auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !order_.empty(); };
@@ -209,7 +225,6 @@ void SessionPersistence::WriterLoop() {
       Count("delete", status, start);
       if (status.code() == absl::StatusCode::kNotFound) status = absl::OkStatus();
     }
-    if (!status.ok()) failed_writes_.fetch_add(1);
     mu_.Lock();
     --writing_;
     it = queued_.find(id);

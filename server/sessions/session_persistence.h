@@ -10,8 +10,10 @@
 // counted as dropped). A snapshot stays visible to Load while it is queued or being written,
 // so a spilled session comes back at once, never from an older copy in the store.
 //
-// Loads (Load, RemoveNow) run on the caller's thread and take as long as the store does
-// (bounded by its timeout). A store that fails never fails a request that did not need it:
+// Loads (Load, RemoveNow) run on the caller's thread (a gRPC thread for a restore) and take as
+// long as the store does: bounded by its timeout (Redis) or by a read of at most
+// --max_snapshot_bytes from a local regular file (dir:; what is not one is refused without
+// waiting, see dir_session_store.h). A store that fails never fails a request that did not need it:
 // errors are logged once a second at most and counted
 // (attnserve_session_store_operations_total{op, result}); a failed write or removal stays
 // queued (a spilled session lives on in the queue, visible to Load) and is tried again after
@@ -19,13 +21,13 @@
 // A closed session is never saved. Thread-safe.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -73,11 +75,18 @@ class SessionPersistence {
   // Waits until every queued operation is done or `deadline` passes; returns how many are left.
   int64_t Flush(absl::Time deadline);
 
+  // For the drain's count of sessions: the ids whose latest queued operation is a write
+  // (spilled sessions among them), and where one stands: kDone when nothing of `id` is queued
+  // (written, or never queued), kFailing when its latest operation is queued after the store
+  // refused it at least once (it is tried again), kQueued when it is queued and not tried yet
+  // (or being tried the first time).
+  std::vector<std::string> QueuedWrites() const;
+  enum class Progress { kDone, kFailing, kQueued };
+  Progress ProgressOf(const std::string& id) const;
+
   int checkpoint_every_appends() const { return options_.checkpoint_every_appends; }
   std::string Describe() const { return store_->Describe(); }
   int64_t queued_bytes() const;
-  // Write and removal attempts that failed so far (each also counted in the metrics).
-  int64_t failed_writes() const { return failed_writes_.load(); }
 
  private:
   struct Operation {
@@ -107,7 +116,6 @@ class SessionPersistence {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex log_mu_;
   absl::Time last_log_ ABSL_GUARDED_BY(log_mu_) = absl::InfinitePast();
-  std::atomic<int64_t> failed_writes_{0};
   std::thread writer_;
 };
 

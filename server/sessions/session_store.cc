@@ -8,17 +8,25 @@
 
 namespace attnserve::server {
 
+absl::Status CheckSnapshotSize(const std::string& id, int64_t size, int64_t limit, bool writing) {
+  if (size <= limit) return absl::OkStatus();
+  const std::string message = absl::StrCat("the snapshot of session ", id, " is ", size,
+                                           " bytes, above --max_snapshot_bytes=", limit);
+  return writing ? absl::ResourceExhaustedError(message) : absl::DataLossError(message);
+}
+
 absl::StatusOr<std::unique_ptr<SessionStore>> OpenSessionStore(const std::string& spec,
                                                                const SessionStoreOptions& options) {
   if (absl::StartsWith(spec, "dir:")) {
-    auto store = DirSessionStore::Open(spec.substr(4), options.max_bytes);
+    auto store =
+        DirSessionStore::Open(spec.substr(4), options.max_bytes, options.max_snapshot_bytes);
     if (!store.ok()) return store.status();
     return std::unique_ptr<SessionStore>(*std::move(store));
   }
   if (absl::StartsWith(spec, "redis://")) {
     std::string address = spec.substr(8);
     if (!address.empty() && address.back() == '/') address.pop_back();
-    auto store = RedisSessionStore::Open(address, options.timeout);
+    auto store = RedisSessionStore::Open(address, options.timeout, options.max_snapshot_bytes);
     if (!store.ok()) return store.status();
     return std::unique_ptr<SessionStore>(*std::move(store));
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -396,29 +397,56 @@ void SessionTable::Applied(Session& session) {
   if (every > 0 && session.unsaved_changes() >= every) persistence_->Save(session);
 }
 
-int SessionTable::unsaved_sessions() const {
-  int n = 0;
+std::vector<std::shared_ptr<Session>> SessionTable::Unsaved() const {
+  std::vector<std::shared_ptr<Session>> unsaved;
   for (const Shard& shard : shards_) {
     absl::MutexLock lock(&shard.mu);
-    for (const auto& [id, s] : shard.sessions) n += s->saved() ? 0 : 1;
+    for (const auto& [id, s] : shard.sessions) {
+      if (!s->saved()) unsaved.push_back(s);
+    }
   }
-  return n;
+  return unsaved;
 }
 
 int SessionTable::SaveChanged(absl::Time wait_until) {
   if (persistence_ == nullptr) return 0;
-  std::vector<std::shared_ptr<Session>> changed;
-  for (Shard& shard : shards_) {
-    absl::MutexLock lock(&shard.mu);
-    for (const auto& [id, s] : shard.sessions) {
-      if (!s->saved()) changed.push_back(s);
-    }
-  }
   int queued = 0;
-  for (const std::shared_ptr<Session>& s : changed) {
+  for (const std::shared_ptr<Session>& s : Unsaved()) {
     queued += persistence_->Save(*s, wait_until) ? 1 : 0;
   }
   return queued;
+}
+
+DrainSaveCounts SessionTable::SaveAtDrain(absl::Time deadline) {
+  DrainSaveCounts counts;
+  if (persistence_ == nullptr) return counts;
+  // The sessions the store lacks: those changed since they were queued for writing, and those
+  // whose write is still queued (a checkpoint or a spill not yet written, or failing).
+  absl::flat_hash_set<std::string> dropped;  // no room in the queue by the deadline
+  for (const std::shared_ptr<Session>& s : Unsaved()) {
+    if (!persistence_->Save(*s, deadline)) dropped.insert(s->id());
+  }
+  std::vector<std::string> writing = persistence_->QueuedWrites();
+  writing.erase(std::remove_if(writing.begin(), writing.end(),
+                               [&](const std::string& id) { return dropped.contains(id); }),
+                writing.end());
+  counts.changed = static_cast<int>(dropped.size() + writing.size());
+  counts.unwritten = static_cast<int>(dropped.size());
+  persistence_->Flush(deadline);
+  for (const std::string& id : writing) {
+    switch (persistence_->ProgressOf(id)) {
+      case SessionPersistence::Progress::kDone:
+        ++counts.saved;
+        break;
+      case SessionPersistence::Progress::kFailing:
+        ++counts.failed;
+        break;
+      case SessionPersistence::Progress::kQueued:
+        ++counts.unwritten;
+        break;
+    }
+  }
+  return counts;
 }
 
 int SessionTable::ReapExpired(absl::Time now) {

@@ -101,7 +101,8 @@ class Session : public std::enable_shared_from_this<Session> {
   v1::SessionInfo Info() const;
 
   // Changes (applied requests) to the session, and whether the session store has its latest:
-  // MarkSaved when its snapshot is queued for writing, MarkUnsaved when that write failed.
+  // MarkSaved when its snapshot is queued for writing (a write that fails stays queued, and is
+  // tried again, until a newer one replaces it).
   // saved(): the store has (or its write queue holds) the latest changes, and that copy
   // expires no sooner than the session itself (its expiry is fixed when it is written, while a
   // session in use lives on).
@@ -143,6 +144,15 @@ struct SessionLimits {
   // When full, evict the least recently used idle session instead of refusing.
   bool evict_when_full = false;
   absl::Duration reap_interval = absl::Seconds(1);
+};
+
+// What SessionTable::SaveAtDrain did, in sessions: saved + failed + unwritten == changed.
+struct DrainSaveCounts {
+  int changed = 0;    // sessions the store lacked: changed since queued for writing, or whose
+                      // write (a checkpoint, a spill) was still queued
+  int saved = 0;      // written to the store by the deadline
+  int failed = 0;     // whose write the store refused (tried again until the deadline)
+  int unwritten = 0;  // otherwise not written: no room in the write queue, or not yet tried
 };
 
 // Marks a session in use for the lifetime of the guard (it cannot expire or be evicted).
@@ -204,12 +214,12 @@ class SessionTable {
   // store every --checkpoint_every_appends changes.
   void Applied(Session& session);
 
-  // Queues a write of every session with changes the store lacks (at drain, once no job
-  // runs), waiting for room in the write queue until `wait_until`. Returns how many were
-  // queued.
+  // Queues a write of every session with changes the store lacks, waiting for room in the
+  // write queue until `wait_until`. Returns how many were queued.
   int SaveChanged(absl::Time wait_until = absl::InfinitePast());
-  // Sessions with changes the store lacks.
-  int unsaved_sessions() const;
+  // At drain, once no job runs: SaveChanged, then waits until `deadline` for the writes, and
+  // counts the sessions (each once, however often its write was tried).
+  DrainSaveCounts SaveAtDrain(absl::Time deadline);
 
   // Before a request grows a session's state to `new_bytes`: reserves the difference in the
   // budget (evicting idle sessions when configured), or RESOURCE_EXHAUSTED naming the budget.
@@ -267,6 +277,8 @@ class SessionTable {
   // fit. Returns whether they fit.
   bool MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const Session* keep);
   std::string NewId();
+  // The sessions whose changes the store lacks.
+  std::vector<std::shared_ptr<Session>> Unsaved() const;
 
   const SessionLimits limits_;
   const EvictionListener listener_;

@@ -4,13 +4,19 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "server/model/model_repository.h"
 #include "server/sessions/dir_session_store.h"
 #include "server/sessions/redis_session_store.h"
@@ -108,6 +114,106 @@ TEST(DirSessionStoreTest, ExpiresSweepsAndBoundsItsSize) {
   EXPECT_EQ((*reopened)->Get(kOtherId)->size(), 600u);
 }
 
+// store.Get(id) on a thread of its own, given `limit` to answer: a Get that blocks fails the
+// test instead of hanging it (`unblock` then lets it go on, so the thread can be joined).
+absl::StatusOr<std::string> GetWithin(SessionStore& store, const std::string& id,
+                                      absl::Duration limit, const std::function<void()>& unblock) {
+  absl::StatusOr<std::string> got = absl::UnknownError("no answer");
+  absl::Notification answered;
+  std::thread getter([&] {
+    got = store.Get(id);
+    answered.Notify();
+  });
+  if (!answered.WaitForNotificationWithTimeout(limit)) {
+    ADD_FAILURE() << "Get(" << id << ") did not answer within " << limit;
+    unblock();
+  }
+  getter.join();
+  return got;
+}
+
+TEST(DirSessionStoreTest, RefusesWhatIsNotASnapshotFileAtOnceAsDataLoss) {
+  TempDir dir;
+  const int64_t limit = 1 << 20;
+  auto store = DirSessionStore::Open(dir.path(), int64_t{1} << 30, limit);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Put(kOtherId, "a real one", absl::Minutes(1)).ok());
+  const std::string path = dir.path() + "/" + kId + ".snapshot";
+  // DATA_LOSS whose message has `words`, and then `path` is removed.
+  auto refused = [&](const std::string& words) {
+    // Opening a FIFO for reading waits for a writer: one that comes lets a Get that regressed
+    // go on.
+    absl::StatusOr<std::string> got = GetWithin(**store, kId, absl::Seconds(5), [&] {
+      ::close(::open(path.c_str(), O_WRONLY | O_NONBLOCK));
+    });
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << words << ": " << got.status();
+    EXPECT_NE(got.status().message().find(words), std::string::npos) << got.status();
+  };
+  auto check = [&](const std::string& words) {
+    refused(words);
+    fs::remove_all(path);
+  };
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  // Two at once (as many lookups as a small machine has gRPC threads): neither waits, and the
+  // store goes on serving.
+  std::thread other([&] { refused("a FIFO"); });
+  refused("a FIFO");
+  other.join();
+  fs::remove(path);
+  EXPECT_EQ(*(*store)->Get(kOtherId), "a real one");
+  // A symbolic link, even to a real snapshot, is not followed.
+  fs::create_symlink(dir.path() + "/" + kOtherId + ".snapshot", path);
+  check("a symbolic link");
+  fs::create_directory(path);
+  check("a folder");
+  const int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  check("a socket");
+  ::close(sock);
+  // A file above --max_snapshot_bytes (200 MB, sparse) is refused unread, naming the limit;
+  // and such a snapshot is never written.
+  {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0600);
+    ASSERT_EQ(::ftruncate(fd, 200 << 20), 0);
+    const struct timespec future[2] = {{0, UTIME_OMIT}, {::time(nullptr) + 60, 0}};
+    ASSERT_EQ(::futimens(fd, future), 0);  // not expired
+    ::close(fd);
+  }
+  check("above --max_snapshot_bytes=1048576");
+  absl::Status too_large = (*store)->Put(kId, std::string(limit + 1, 'x'), absl::Minutes(1));
+  EXPECT_EQ(too_large.code(), absl::StatusCode::kResourceExhausted) << too_large;
+  EXPECT_NE(too_large.message().find("--max_snapshot_bytes=1048576"), std::string::npos);
+  EXPECT_TRUE((*store)->Put(kId, std::string(limit, 'x'), absl::Minutes(1)).ok()) << "the limit";
+  EXPECT_EQ((*store)->Get(kId)->size(), static_cast<size_t>(limit));
+}
+
+TEST(DirSessionStoreTest, SweepsOnlyItsOwnTemporaryFiles) {
+  TempDir dir;
+  const std::string id = kId;
+  const std::vector<std::string> foreign = {
+      "notes.tmp.txt", id + ".snapshot.tmp.", id + ".snapshot.tmp.7.bak",
+      id + ".tmp.3",   "0123.snapshot.tmp.3", "x" + id + ".snapshot.tmp.1"};
+  for (const std::string& name : foreign) std::ofstream(dir.path() + "/" + name) << "mine";
+  std::ofstream(dir.path() + "/" + id + ".snapshot.tmp.12") << "left by a crash";
+  std::ofstream(dir.path() + "/" + kOtherId + ".snapshot.tmp.0") << "left by a crash";
+  auto store = DirSessionStore::Open(dir.path(), 1000);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::string> expected = foreign;
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(dir.Files(), expected);
+  EXPECT_EQ((*store)->bytes(), 0);
+  // Nor does a Put that makes room remove them.
+  ASSERT_TRUE((*store)->Put(kId, std::string(900, 'a'), absl::Minutes(1)).ok());
+  EXPECT_EQ((*store)->Put(kOtherId, std::string(900, 'b'), absl::Minutes(1)).code(),
+            absl::StatusCode::kResourceExhausted);
+  expected.push_back(id + ".snapshot");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(dir.Files(), expected);
+}
+
 TEST(RedisSessionStoreTest, KeepsTheContractWithExpiringKeys) {
   if (!testing::RedisServer::Installed()) GTEST_SKIP() << "redis-server is not installed";
   testing::RedisServer redis;
@@ -152,6 +258,35 @@ TEST(RedisSessionStoreTest, FailsFastWhileRedisIsDownAndReconnects) {
   absl::SleepFor(absl::Milliseconds(1100));  // past the reconnect interval
   EXPECT_TRUE((*store)->Put(kId, "again", absl::Minutes(1)).ok());
   EXPECT_EQ(*(*store)->Get(kId), "again");
+}
+
+TEST(RedisSessionStoreTest, AKeyOfAnotherTypeOrTooLargeIsDataLoss) {
+  if (!testing::RedisServer::Installed()) GTEST_SKIP() << "redis-server is not installed";
+  testing::RedisServer redis;
+  ASSERT_NE(redis.port(), 0);
+  const int64_t limit = 1000;
+  auto store = RedisSessionStore::Open(redis.address(), absl::Seconds(1), limit);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string cli = "redis-cli -p " + std::to_string(redis.port()) + " ";
+  const std::string key = RedisSessionStore::KeyOf(kId);
+  for (const std::string& command : {"HSET " + key + " a b", "LPUSH " + key + " a"}) {
+    ASSERT_EQ(std::system((cli + "DEL " + key + " >/dev/null").c_str()), 0);
+    ASSERT_EQ(std::system((cli + command + " >/dev/null").c_str()), 0);
+    absl::StatusOr<std::string> got = (*store)->Get(kId);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << command << ": " << got.status();
+    EXPECT_NE(got.status().message().find("WRONGTYPE"), std::string::npos) << got.status();
+  }
+  EXPECT_TRUE((*store)->Put(kId, "replaces it", absl::Minutes(1)).ok());
+  EXPECT_EQ(*(*store)->Get(kId), "replaces it");
+  // Above --max_snapshot_bytes: never written, and refused unread.
+  absl::Status too_large = (*store)->Put(kId, std::string(limit + 1, 'x'), absl::Minutes(1));
+  EXPECT_EQ(too_large.code(), absl::StatusCode::kResourceExhausted) << too_large;
+  auto roomy = RedisSessionStore::Open(redis.address(), absl::Seconds(1));
+  ASSERT_TRUE((*roomy)->Put(kId, std::string(limit + 1, 'x'), absl::Minutes(1)).ok());
+  absl::StatusOr<std::string> got = (*store)->Get(kId);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_NE(got.status().message().find("above --max_snapshot_bytes=1000"), std::string::npos)
+      << got.status();
 }
 
 TEST(OpenSessionStoreTest, RefusesUnknownSpecs) {
@@ -376,6 +511,36 @@ TEST(SessionPersistenceTest, ASpillTheStoreRefusesLivesOnInTheQueueAndIsWrittenL
   store->failing.store(false);
   EXPECT_EQ(persistence.Flush(absl::Now() + absl::Seconds(5)), 0) << "written on a retry";
   EXPECT_EQ(dir.Files(), std::vector<std::string>{first + ".snapshot"});
+}
+
+TEST(SessionPersistenceTest, TheDrainCountsSessionsNotWriteAttempts) {
+  TempDir dir;
+  auto repository = model::ModelRepository::BuildDefault();
+  const model::Model* linear = (*repository)->Find("linear");
+  auto flaky = std::make_unique<FlakyStore>(*DirSessionStore::Open(dir.path(), int64_t{1} << 30));
+  FlakyStore* store = flaky.get();
+  PersistenceOptions options;
+  options.checkpoint_every_appends = 1;
+  SessionPersistence persistence(std::move(flaky), **repository, options, nullptr);
+  SessionTable table(SessionLimits{}, nullptr, &persistence);
+  auto fresh = table.Create(linear, absl::Minutes(5));
+  auto checkpointed = table.Create(linear, absl::Minutes(5));
+  table.Applied(**checkpointed);  // its checkpoint is queued, and fails
+  EXPECT_TRUE((*checkpointed)->saved()) << "queued";
+  // Each write is tried 3 times (0, 0.5 s, 1.5 s) before the deadline: 2 sessions all the same.
+  DrainSaveCounts counts = table.SaveAtDrain(absl::Now() + absl::Milliseconds(1800));
+  EXPECT_EQ(counts.changed, 2);
+  EXPECT_EQ(counts.saved, 0);
+  EXPECT_EQ(counts.failed, 2);
+  EXPECT_EQ(counts.unwritten, 0);
+  store->failing.store(false);
+  counts = table.SaveAtDrain(absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(counts.changed, 2) << "still queued: the store lacks them";
+  EXPECT_EQ(counts.saved, 2);
+  EXPECT_EQ(counts.failed + counts.unwritten, 0);
+  EXPECT_EQ(dir.Files().size(), 2u);
+  counts = table.SaveAtDrain(absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(counts.changed, 0) << "nothing changed since";
 }
 
 TEST(SessionPersistenceTest, AClosedSessionIsNeverSavedAndImportsCannotTakeOverIds) {
