@@ -13,7 +13,11 @@ by a Python gRPC client (Debian's python3-grpcio), and a real redis-server start
   mid-run: B serves on from memory and counts the store errors;
 - ExportSession / ImportSession between servers; truncated, corrupt, future-version and
   foreign-model snapshots get their codes, nothing is half-restored, the server keeps serving;
-- ids such as ../../etc/passwd or 10 KB long never reach the folder or Redis.
+- ids such as ../../etc/passwd or 10 KB long never reach the folder or Redis;
+- a dir: store with damage: a session whose write the store refuses is counted once in the
+  drain's log line (saved / failed, never a count of attempts); a folder, a FIFO or a symbolic
+  link under a session's name is DATA_LOSS at once (two FIFO lookups at a time leave the server
+  answering), and the store's start-up sweep leaves files it did not write alone.
 
 Usage: session_store_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
@@ -27,6 +31,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -346,6 +351,57 @@ class SessionStoreTest(pct.ServerProcesses, unittest.TestCase):
                 self.assertEqual(self.metric(s, "attnserve_session_store_operations_total",
                                              op=op, result=result), 0, (op, result))
         self.assertEqual(os.listdir(folder), [])
+
+    def test_damage_in_a_dir_store_is_counted_and_permanent(self):
+        pb, grpc = self.pb, self.grpc
+        folder = os.path.join(self.tmp, "damaged")
+        a = self.start("--session_store=dir:" + folder, "--drain_save_deadline_s=2")
+        ids = [self.stream(a, pb.StreamOpen(model="linear"), [self.append(1, [1, 2, 3])])[0]
+               .session_id for _ in range(3)]
+        # A folder where one session's snapshot goes: its write fails at every try (the rename),
+        # and is tried again (0.5 s, 1 s) until the save deadline.
+        os.mkdir(os.path.join(folder, ids[0] + ".snapshot"))
+        self.assertEqual(self.stop(a), 0, a.output())
+        line = re.search(r"saved (-?\d+) of (-?\d+) changed sessions.*", a.output())
+        self.assertIsNotNone(line, a.output())
+        self.assertEqual((line.group(1), line.group(2)), ("2", "3"), line.group(0))
+        self.assertIn("; 1 failed", line.group(0))
+        self.assertNotIn("unwritten", line.group(0))
+        # Not of this store: the start-up sweep keeps it.
+        with open(os.path.join(folder, "notes.tmp.txt"), "w") as notes:
+            notes.write("an operator's")
+        fifos = ["%032x" % (0xf1f0 + i) for i in range(2)]
+        for sid in fifos:
+            os.mkfifo(os.path.join(folder, sid + ".snapshot"))
+        os.symlink(os.path.join(folder, ids[1] + ".snapshot"),
+                   os.path.join(folder, "%032x" % 0x5e1f + ".snapshot"))
+
+        b = self.start("--session_store=dir:" + folder)
+        self.assertTrue(os.path.exists(os.path.join(folder, "notes.tmp.txt")))
+
+        def get(sid, results):
+            try:
+                b.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10)
+                results.append((sid, "OK"))
+            except grpc.RpcError as e:
+                results.append((sid, e.code()))
+
+        results = []
+        lookups = [threading.Thread(target=get, args=(sid, results)) for sid in fifos]
+        for t in lookups:
+            t.start()
+        for t in lookups:
+            t.join(15)
+        self.assertEqual(sorted(results), [(sid, grpc.StatusCode.DATA_LOSS) for sid in fifos])
+        self.assertTrue(b.stub.ListModels(pb.ListModelsRequest(), timeout=10).models)
+        for sid in (ids[0], "%032x" % 0x5e1f):  # the folder, the symbolic link
+            results = []
+            get(sid, results)
+            self.assertEqual(results, [(sid, grpc.StatusCode.DATA_LOSS)])
+        # The sessions whose writes succeeded resume.
+        for sid in ids[1:]:
+            info = b.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10)
+            self.assertEqual(info.position, 3)
 
 
 if __name__ == "__main__":
