@@ -21,4 +21,6 @@ ABSL_FLAG(int, retry_window, attnserve::server::Session::kDefaultRetryWindow,
           "sequence number, the same tokens, output and generate) is answered again without "
           "being applied twice; older ones are ABORTED.");
 ABSL_FLAG(int64_t, max_snapshot_bytes, int64_t{1} << 30,
-          "Largest session snapshot ImportSession takes.");
+          "Largest session snapshot ImportSession takes, and the session store writes or "
+          "reads (a larger stored file is DATA_LOSS; a larger write is refused and the "
+          "session stays in memory).");

@@ -16,15 +16,15 @@ int64_t QueueShares::held_by(const std::string& client) const {
 
 absl::Status QueueShares::Admit(const std::string& client) const {
   const int64_t mine = held_by(client);
-  if (mine >= per_client_) {
+  if (total_ < capacity_) {
+    if (mine < per_client_) return absl::OkStatus();
     return absl::ResourceExhaustedError(absl::StrCat(
         "this client already has ", mine,
         " requests waiting (--max_queue_per_client); wait for them to finish"));
   }
-  if (total_ < capacity_) return absl::OkStatus();
   const int64_t holders = clients() + (mine == 0 ? 1 : 0);
   const int64_t share = std::max<int64_t>(1, capacity_ / holders);
-  if (mine < share && total_ < 2 * capacity_) {
+  if (mine < share && mine < per_client_ && total_ < 2 * capacity_) {
     for (const auto& [other, held] : held_) {
       if (other != client && held > share) return absl::OkStatus();
     }

@@ -552,7 +552,7 @@ TEST(SessionPersistenceTest, AClosedSessionIsNeverSavedAndImportsCannotTakeOverI
   SessionPersistence persistence(*DirSessionStore::Open(dir.path(), int64_t{1} << 30), **repository,
                                  options, nullptr);
   SessionTable table(SessionLimits{}, nullptr, &persistence);
-  const Caller alice{"alice", false}, bob{"bob", false};
+  const Caller alice{"alice", false, ""}, bob{"bob", false, ""};
   auto use = table.Create(linear, absl::Minutes(5), "alice");
   Session& session = **use;
   const std::string id = session.id();
