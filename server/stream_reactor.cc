@@ -70,6 +70,11 @@ class AttnServeService::StreamReactor final
       }
     }
     const v1::StreamRequest::KindCase kind = request_.kind_case();
+    if (kind == v1::StreamRequest::kOpen && !request_.open().fork_from().empty()) {
+      absl::Status submitted = SubmitFork(request_.open(), arrival);
+      if (!submitted.ok()) Done("StreamFork", submitted, arrival);
+      return;  // the fork job's completion continues
+    }
     if (kind == v1::StreamRequest::kAppend) {
       absl::Status submitted = SubmitAppend(request_.append(), arrival);
       if (!submitted.ok()) Done("StreamAppend", submitted, arrival);
@@ -148,10 +153,12 @@ class AttnServeService::StreamReactor final
     StartRead(&read_buffer_);
   }
 
-  absl::Status Open(const v1::StreamOpen& open) {
-    if (session_.has_value()) {
+  // What every open checks first: one open a stream, a TTL and a length that make sense.
+  absl::Status CheckOpen(const v1::StreamOpen& open) const {
+    if (session_.has_value() || pending_fork_.has_value()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("this stream already opened session '", (*session_)->id(), "'"));
+          absl::StrCat("this stream already opened session '",
+                       (session_.has_value() ? *session_ : *pending_fork_)->id(), "'"));
     }
     if (open.ttl_seconds() < 0) {
       return absl::InvalidArgumentError(
@@ -161,18 +168,77 @@ class AttnServeService::StreamReactor final
       return absl::InvalidArgumentError(
           absl::StrCat("expected_length must be >= 0 (0: unknown), got ", open.expected_length()));
     }
+    return absl::OkStatus();
+  }
+
+  // The caller's session `id` (resumed or forked), of `open.model()` when that names one.
+  absl::StatusOr<SessionUse> FindSession(const std::string& id, const v1::StreamOpen& open) {
+    absl::StatusOr<SessionUse> found = service_->sessions_.Get(id, caller_);
+    if (!found.ok()) return service_->OnThisInstance(found.status());
+    const std::string& name = (*found)->model()->name();
+    if (!open.model().empty() && open.model() != "auto" && open.model() != name) {
+      return absl::InvalidArgumentError(absl::StrCat("session '", (*found)->id(),
+                                                     "' belongs to model '", name, "', not ",
+                                                     ClientText(open.model())));
+    }
+    return found;
+  }
+
+  // Open with fork_from. The fork is created here as a new session would be (fresh state,
+  // admitted against --max_sessions and the state budget); a state-only job at the head of the
+  // source's queue (between the source's requests, on the scheduler's thread) reserves the
+  // state's bytes and copies the source's state into it. Nothing else can touch the fork
+  // meanwhile: its id is not known outside this stream, which reads nothing more until the
+  // job's completion answers the open.
+  absl::Status SubmitFork(const v1::StreamOpen& open,
+                          std::chrono::steady_clock::time_point arrival) {
+    RETURN_IF_ERROR(CheckOpen(open));
+    if (!open.session_id().empty()) {
+      return absl::InvalidArgumentError(
+          "set session_id (resume a session) or fork_from (fork one), not both");
+    }
+    ASSIGN_OR_RETURN(SessionUse source, FindSession(open.fork_from(), open));
+    ASSIGN_OR_RETURN(SessionUse fork,
+                     service_->sessions_.Create(source->model(), absl::Seconds(open.ttl_seconds()),
+                                                caller_.principal));
+    const std::shared_ptr<Session> from = source.get(), to = fork.get();
+    pending_fork_.emplace(std::move(fork));
+    auto job = std::make_unique<scheduler::Job>();
+    job->client = caller_.client;
+    job->model = from->model();
+    job->session.emplace(std::move(source));
+    job->deadline = CallDeadline(*context_);
+    job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };
+    job->on_start = [this, from, to]() -> absl::StatusOr<bool> {
+      RETURN_IF_ERROR(service_->sessions_.Reserve(
+          *to, to->model()->StateBytesPerSequence(from->state.position)));
+      to->state = from->state.Clone();
+      to->Publish();
+      service_->sessions_.Applied(*to);
+      return true;
+    };
+    job->on_done = [this, from, to, arrival](const absl::Status& status, scheduler::JobResult) {
+      if (!status.ok()) {
+        pending_fork_.reset();
+        service_->sessions_.Close(to->id(), caller_).IgnoreError();
+        Done("StreamFork", status, arrival);
+        return;
+      }
+      session_.emplace(std::move(*pending_fork_));
+      pending_fork_.reset();
+      SendOpened(absl::StrCat("forked from session ", from->id(), " at position ",
+                              to->position()));
+      Done("StreamFork", absl::OkStatus(), arrival);
+    };
+    return service_->scheduler_.Submit(std::move(job));
+  }
+
+  absl::Status Open(const v1::StreamOpen& open) {
+    RETURN_IF_ERROR(CheckOpen(open));
     std::string reason;
     if (!open.session_id().empty()) {
-      absl::StatusOr<SessionUse> found = service_->sessions_.Get(open.session_id(), caller_);
-      if (!found.ok()) return service_->OnThisInstance(found.status());
-      SessionUse use = *std::move(found);
-      const std::string& name = use->model()->name();
-      if (!open.model().empty() && open.model() != "auto" && open.model() != name) {
-        return absl::InvalidArgumentError(absl::StrCat("session '", use->id(),
-                                                       "' belongs to model '", name, "', not ",
-                                                       ClientText(open.model())));
-      }
-      reason = absl::StrCat("resumed session of model ", name);
+      ASSIGN_OR_RETURN(SessionUse use, FindSession(open.session_id(), open));
+      reason = absl::StrCat("resumed session of model ", use->model()->name());
       session_.emplace(std::move(use));
     } else {
       ASSIGN_OR_RETURN(PolicyDecision decision,
@@ -185,6 +251,12 @@ class AttnServeService::StreamReactor final
       service_->CountDecision(decision);
       session_.emplace(std::move(use));
     }
+    SendOpened(reason);
+    return absl::OkStatus();
+  }
+
+  // Attaches the stream to its session and answers the open.
+  void SendOpened(const std::string& reason) {
     Session& s = **session_;
     s.Attach();
     v1::StreamResponse response;
@@ -197,7 +269,6 @@ class AttnServeService::StreamReactor final
     opened->set_last_sequence_number(s.last_sequence());
     *opened->mutable_server() = service_->options_.identity;
     Send(std::move(response));
-    return absl::OkStatus();
   }
 
   // Validates an append and submits its job. The sequence-number check runs when the job
@@ -411,6 +482,7 @@ class AttnServeService::StreamReactor final
   v1::StreamRequest request_;     // the last message read, parsed
   bool replayed_ = false;         // the append being served was answered from the stored results
   std::optional<SessionUse> session_;  // touched only by the one step running at a time
+  std::optional<SessionUse> pending_fork_;  // a fork whose state is being copied
   bool closed_ = false;
 
   absl::Mutex mu_;

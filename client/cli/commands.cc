@@ -502,10 +502,20 @@ struct OpenedStream {
 // printing the error) when the server refuses.
 bool OpenStream(Printer& out, const std::string& sub, Calls& calls, int64_t expected_length,
                 OpenedStream* s) {
-  const std::string session = absl::GetFlag(FLAGS_session);
+  // A fork is a new session, but it must be opened where its source is.
+  const std::string fork_from = absl::GetFlag(FLAGS_fork_from);
+  if (!fork_from.empty() && !absl::GetFlag(FLAGS_session).empty()) {
+    out.Problem(sub, "--session (resume) and --fork_from (fork) go apart");
+    return false;
+  }
+  const std::string session = fork_from.empty() ? absl::GetFlag(FLAGS_session) : fork_from;
   v1::StreamRequest open;
   open.mutable_open()->set_model(absl::GetFlag(FLAGS_model));
-  open.mutable_open()->set_session_id(session);
+  if (fork_from.empty()) {
+    open.mutable_open()->set_session_id(session);
+  } else {
+    open.mutable_open()->set_fork_from(fork_from);
+  }
   open.mutable_open()->set_expected_length(expected_length);
   open.mutable_open()->set_ttl_seconds(absl::GetFlag(FLAGS_ttl));
   const int attempts = session.empty() ? calls.NewSessionAttempts() : 1;

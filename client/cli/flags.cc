@@ -35,6 +35,9 @@ ABSL_FLAG(int32_t, ttl, 0, "Idle time-to-live of a new session, seconds (0: serv
 ABSL_FLAG(bool, keep_session, false,
           "End the stream without closing the new session it opened, so that it can be resumed "
           "with --session. A resumed session (--session) stays open anyway.");
+ABSL_FLAG(std::string, fork_from, "",
+          "Open a new session that starts from a copy of this session's state (a fork: the "
+          "source is untouched). Closed at the end unless --keep_session, as a new session.");
 ABSL_FLAG(bool, close_session, false,
           "Close the resumed session (--session) at the end of the stream (it stays open "
           "otherwise).");

@@ -29,6 +29,7 @@ ABSL_DECLARE_FLAG(int64_t, expected_length);
 ABSL_DECLARE_FLAG(int32_t, ttl);
 ABSL_DECLARE_FLAG(bool, keep_session);
 ABSL_DECLARE_FLAG(bool, close_session);
+ABSL_DECLARE_FLAG(std::string, fork_from);
 // Generation.
 ABSL_DECLARE_FLAG(int32_t, max_new_tokens);
 ABSL_DECLARE_FLAG(double, temperature);

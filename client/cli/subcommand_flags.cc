@@ -29,14 +29,16 @@ const std::vector<Subcommand>& Subcommands() {
        "default), printing each response as it arrives; then close a new session (or keep it "
        "with --keep_session); a resumed one (--session) stays open (or --close_session).",
        {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k",
-        "chunk", "expected_length", "ttl", "keep_session", "close_session", "route_sessions"}},
+        "chunk", "expected_length", "ttl", "keep_session", "close_session", "fork_from",
+        "route_sessions"}},
       {"generate",
        "[--model=M] (--tokens=... | --random_tokens=N | --tokens_file=F|-)",
        "Open a Stream, append the prompt with a GenerateSpec and print the generated token ids "
        "as they stream; then close a new session (or keep it with --keep_session); a resumed "
        "one (--session) stays open (or --close_session).",
        {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "max_new_tokens",
-        "temperature", "sample_top_k", "ttl", "keep_session", "close_session", "route_sessions"}},
+        "temperature", "sample_top_k", "ttl", "keep_session", "close_session", "fork_from",
+        "route_sessions"}},
       {"sessions",
        "[--id=ID [--export=FILE] | --close=ID | --import=FILE] [--model=M] [--limit=N]",
        "List the sessions (ListSessions; of every instance with --route_sessions), show one "

@@ -292,6 +292,23 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         p = cli("sessions", "--json", "--id=" + sid)
         self.assertEqual(json_lines(p.stdout)[0]["error"]["code"], "NOT_FOUND")
+        # A fork of a kept session: a new session, at the source's position.
+        p = cli("stream", "--json", "--model=linear", "--keep_session", "--tokens=1,2,3")
+        source = json_lines(p.stdout)[0]["opened"]["session_id"]
+        p = cli("stream", "--json", "--fork_from=" + source, "--keep_session", "--tokens=4")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = json_lines(p.stdout)
+        fork = lines[0]["opened"]["session_id"]
+        self.assertNotEqual(fork, source)
+        self.assertEqual(int(lines[0]["opened"]["position"]), 3)
+        self.assertEqual([int(l["result"]["position"]) for l in lines if "result" in l], [4])
+        info = json_lines(cli("sessions", "--json", "--id=" + source).stdout)[0]
+        self.assertEqual(int(info["position"]), 3, "the source is untouched")
+        p = cli("stream", "--fork_from=" + source, "--session=" + source, "--tokens=4")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("go apart", p.stderr + p.stdout)
+        self.assertEqual(cli("sessions", "--close=" + fork).returncode, 0)
+        self.assertEqual(cli("sessions", "--close=" + source).returncode, 0)
         # A new session is still closed at the end without --keep_session.
         p = cli("stream", "--json", "--model=linear", "--tokens=1,2")
         sid = json_lines(p.stdout)[0]["opened"]["session_id"]
