@@ -28,6 +28,8 @@ const char* MixerKindName(MixerKind kind) {
       return "performer";
     case MixerKind::kRwkv:
       return "rwkv";
+    case MixerKind::kSparse:
+      return "sparse";
   }
   return "unknown";
 }
@@ -37,12 +39,13 @@ bool MixerOwnsNorms(MixerKind kind) { return kind == MixerKind::kRwkv; }
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
   for (MixerKind kind :
        {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba,
-        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv}) {
+        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv, MixerKind::kSparse}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mixer '", name,
-      "'; expected one of standard, linformer, linear, mamba, sliding_window, performer, rwkv"));
+      "'; expected one of standard, linformer, linear, mamba, sliding_window, performer, rwkv, "
+      "sparse"));
 }
 
 absl::Status ValidateMixerConfig(const MixerConfig& c) {
@@ -72,6 +75,22 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
         if (c.sinks < 0) {
           return absl::InvalidArgumentError(
               absl::StrCat("sinks must be >= 0 (0: none), got ", c.sinks));
+        }
+      }
+      [[fallthrough]];
+    case MixerKind::kSparse:
+      if (c.kind == MixerKind::kSparse) {
+        if (c.sparse_pattern != "strided" && c.sparse_pattern != "fixed") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "sparse_pattern must be \"strided\" or \"fixed\", got \"", c.sparse_pattern, "\""));
+        }
+        if (auto s = positive("sparse_stride", c.sparse_stride); !s.ok()) return s;
+        if (c.sparse_pattern == "fixed" &&
+            (c.sparse_summary < 1 || c.sparse_summary > c.sparse_stride)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("sparse_c (the fixed pattern's summary columns) must be in [1, "
+                           "sparse_stride = ",
+                           c.sparse_stride, "], got ", c.sparse_summary));
         }
       }
       [[fallthrough]];
@@ -128,6 +147,7 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
       return ExpectedMambaWeights(config);
     case MixerKind::kSlidingWindow:
     case MixerKind::kPerformer:
+    case MixerKind::kSparse:
       return ExpectedStandardWeights(config);  // the same four projections
     case MixerKind::kRwkv:
       return ExpectedRwkvWeights(config);
@@ -148,6 +168,7 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
       return RandomMambaWeights(config, gen);
     case MixerKind::kSlidingWindow:
     case MixerKind::kPerformer:
+    case MixerKind::kSparse:
       return RandomStandardWeights(config, gen);
     case MixerKind::kRwkv:
       return RandomRwkvWeights(config, gen);
@@ -314,6 +335,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreatePerformerMixer(config, weights);
       case MixerKind::kRwkv:
         return CreateRwkvMixer(config, weights);
+      case MixerKind::kSparse:
+        return CreateSparseMixer(config, weights);
     }
     return absl::InvalidArgumentError("unknown mixer kind");
   });

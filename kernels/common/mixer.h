@@ -1,5 +1,5 @@
 // The one interface every sequence mixer implements (standard, linformer, linear, mamba,
-// sliding_window, performer, rwkv).
+// sliding_window, performer, rwkv, sparse).
 //
 // Contract (held by tests/unit/mixer_contract_test.cc for every streaming mixer):
 //   * Prefill(x, state): x is (B, L, d_model) float32 on the CPU. With a state, it continues
@@ -24,9 +24,18 @@
 
 namespace attnserve::kernels {
 
-enum class MixerKind { kStandard, kLinformer, kLinear, kMamba, kSlidingWindow, kPerformer, kRwkv };
+enum class MixerKind {
+  kStandard,
+  kLinformer,
+  kLinear,
+  kMamba,
+  kSlidingWindow,
+  kPerformer,
+  kRwkv,
+  kSparse
+};
 
-// "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv".
+// "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv", "sparse".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
 
@@ -38,16 +47,23 @@ bool MixerOwnsNorms(MixerKind kind);
 struct MixerConfig {
   MixerKind kind = MixerKind::kStandard;
   int64_t d_model = 256;
-  // standard, linformer, linear, sliding_window, performer: d_model = num_heads * head_dim.
+  // standard, linformer, linear, sliding_window, performer, sparse: d_model = num_heads *
+  // head_dim.
   int64_t num_heads = 8;
   // sliding_window: the tokens each query attends to, its own included (W >= 1).
   int64_t window = 1024;
   // sliding_window: the first `sinks` tokens, which every later query attends to as well
   // (attention sinks; 0: none).
   int64_t sinks = 0;
+  // sparse (Sparse Transformer attention): the pattern, "strided" or "fixed"; the stride l
+  // (the local band or block, and the step of the strided part) and, fixed only, the summary
+  // columns c (1 <= c <= l) of each block (kernels/sparse/sparse_key_tiles.h).
+  std::string sparse_pattern = "strided";
+  int64_t sparse_stride = 128;
+  int64_t sparse_summary = 8;
   // performer: the seed its random features are drawn from (part of the model).
   uint64_t performer_seed = 0;
-  // standard, linear: causal (can stream) or bidirectional. Linformer is never causal.
+  // standard, linear, sparse: causal (can stream) or bidirectional. Linformer is never causal.
   bool causal = true;
   // linformer: projected length k and the longest input (E, F are (max_len, k)).
   int64_t linformer_k = 64;

@@ -30,11 +30,14 @@ std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& config);
 WeightMap RandomMambaWeights(const MixerConfig& config, at::Generator& gen);
 std::unique_ptr<Mixer> CreateMambaMixer(const MixerConfig& config, const WeightMap& weights);
 
-// sliding_window and performer take the standard mixer's weights (Expected/RandomStandardWeights).
+// sliding_window, performer and sparse take the standard mixer's weights
+// (Expected/RandomStandardWeights).
 std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
                                                 const WeightMap& weights);
 
 std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const WeightMap& weights);
+
+std::unique_ptr<Mixer> CreateSparseMixer(const MixerConfig& config, const WeightMap& weights);
 
 std::vector<WeightSpec> ExpectedRwkvWeights(const MixerConfig& config);
 WeightMap RandomRwkvWeights(const MixerConfig& config, at::Generator& gen);

@@ -13,16 +13,13 @@
 #include "kernels/common/tensor_checks.h"
 #include "kernels/standard/decode_attention_cpu.h"
 #include "kernels/standard/flash_attention.h"
+#include "kernels/standard/kv_cache.h"
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
 #include "kernels/standard/flash_attention_cuda_torch.h"
 #endif
 
 namespace attnserve::kernels {
 namespace {
-
-// Smallest capacity a cache grows to, so that decoding from an empty state does not
-// reallocate on each of its first tokens.
-constexpr int64_t kMinCacheCapacity = 64;
 
 class StandardAttentionMixer final : public Mixer {
  public:
@@ -38,12 +35,8 @@ class StandardAttentionMixer final : public Mixer {
       return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
     }
     return GuardTorch("standard InitialState", [&]() -> absl::StatusOr<MixerState> {
-      MixerState state;
       // Capacity 0: a fresh state holds no memory; the first Prefill or Step allocates.
-      const at::Tensor empty = at::zeros({batch, config_.num_heads, 0, config_.head_dim()},
-                                         at::TensorOptions(at::kFloat).device(device()));
-      state.tensors = {empty, empty.clone()};
-      return state;
+      return EmptyKvCache(batch, config_.num_heads, config_.head_dim(), device());
     });
   }
 
@@ -57,7 +50,7 @@ class StandardAttentionMixer final : public Mixer {
       if (state == nullptr) {
         ASSIGN_OR_RETURN(heads, FlashAttention(q, k, v, config_.causal));
       } else {
-        auto [k_cache, v_cache] = Append(*state, k, v);
+        auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
         const int64_t length = state->position + x.size(1);
         // The chunk's queries are the last x.size(1) of `length` positions.
         ASSIGN_OR_RETURN(
@@ -78,7 +71,7 @@ class StandardAttentionMixer final : public Mixer {
     return GuardTorch("standard Step", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0), h = config_.num_heads;
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), h);  // (B, H, 1, d)
-      auto [k_cache, v_cache] = Append(*state, k, v);
+      auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
       const int64_t length = state->position + 1;
       state->position = length;
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
@@ -91,7 +84,7 @@ class StandardAttentionMixer final : public Mixer {
       }
 #endif
       std::vector<DecodeAttentionRow> rows;
-      for (int64_t i = 0; i < b; ++i) rows.push_back(CacheRow(k_cache, v_cache, i, length));
+      for (int64_t i = 0; i < b; ++i) rows.push_back(KvCacheRow(k_cache, v_cache, i, length));
       const at::Tensor heads = DecodeAttentionHeads(q, rows);
       state->tensors = {std::move(k_cache), std::move(v_cache)};
       return projections_.ProjectOutput(heads).view({b, config_.d_model});
@@ -112,10 +105,10 @@ class StandardAttentionMixer final : public Mixer {
       std::vector<DecodeAttentionRow> rows;
       for (int64_t i = 0; i < b; ++i) {
         MixerState& state = *states[i];
-        auto [k_cache, v_cache] = Append(state, k.narrow(0, i, 1), v.narrow(0, i, 1));
+        auto [k_cache, v_cache] = AppendToKvCache(state, k.narrow(0, i, 1), v.narrow(0, i, 1));
         state.tensors = {std::move(k_cache), std::move(v_cache)};
         state.position += 1;
-        rows.push_back(CacheRow(state.tensors[0], state.tensors[1], 0, state.position));
+        rows.push_back(KvCacheRow(state.tensors[0], state.tensors[1], 0, state.position));
       }
       return projections_.ProjectOutput(DecodeAttentionHeads(q, rows)).view({b, config_.d_model});
     });
@@ -140,57 +133,7 @@ class StandardAttentionMixer final : public Mixer {
 
   // A state made by InitialState (or a Clone or a reload of one) for a batch of `batch`.
   absl::Status CheckState(const MixerState& state, int64_t batch) const {
-    const int64_t h = config_.num_heads, d = config_.head_dim();
-    if (state.tensors.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "standard state: expected 2 tensors (k_cache, v_cache), got ", state.tensors.size()));
-    }
-    RETURN_IF_ERROR(
-        CheckFloatTensor(state.tensors[0], "standard state k_cache", {-1, h, -1, d}, device()));
-    const at::Tensor& k_cache = state.tensors[0];
-    if (k_cache.size(0) != batch) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "standard state holds a batch of ", k_cache.size(0), " sequences, but x has ", batch));
-    }
-    RETURN_IF_ERROR(CheckFloatTensor(state.tensors[1], "standard state v_cache",
-                                     {batch, h, k_cache.size(2), d}, device()));
-    if (state.position < 0 || state.position > k_cache.size(2)) {
-      return absl::InvalidArgumentError(absl::StrCat("standard state: position ", state.position,
-                                                     " is outside the KV cache capacity [0, ",
-                                                     k_cache.size(2), "]"));
-    }
-    return absl::OkStatus();
-  }
-
-  // Row `b` of caches (B, H, capacity, d) for the decode kernel.
-  static DecodeAttentionRow CacheRow(const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                     int64_t b, int64_t length) {
-    const int64_t stride = k_cache.size(1) * k_cache.size(2) * k_cache.size(3);
-    return {k_cache.data_ptr<float>() + b * stride, v_cache.data_ptr<float>() + b * stride, length,
-            k_cache.size(2)};
-  }
-
-  // Writes k, v (B, H, L, d) at positions [position, position + L) of the state's caches and
-  // returns the caches to use from now on: the same tensors when they have room (and are
-  // plain contiguous tensors we may write into), otherwise new ones with at least double the
-  // capacity holding the valid prefix. The state itself is not modified here.
-  static std::pair<at::Tensor, at::Tensor> Append(const MixerState& state, const at::Tensor& k,
-                                                  const at::Tensor& v) {
-    at::Tensor k_cache = state.tensors[0], v_cache = state.tensors[1];
-    const int64_t position = state.position, length = k.size(2);
-    const int64_t needed = position + length;
-    if (needed > k_cache.size(2) || !k_cache.is_contiguous() || !v_cache.is_contiguous()) {
-      const int64_t capacity = std::max({needed, 2 * k_cache.size(2), kMinCacheCapacity});
-      at::Tensor new_k = at::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
-      at::Tensor new_v = at::empty_like(new_k);
-      new_k.narrow(2, 0, position).copy_(k_cache.narrow(2, 0, position));
-      new_v.narrow(2, 0, position).copy_(v_cache.narrow(2, 0, position));
-      k_cache = std::move(new_k);
-      v_cache = std::move(new_v);
-    }
-    k_cache.narrow(2, position, length).copy_(k);
-    v_cache.narrow(2, position, length).copy_(v);
-    return {std::move(k_cache), std::move(v_cache)};
+    return CheckKvCache(state, batch, config_.num_heads, config_.head_dim(), device(), "standard");
   }
 
   const MixerConfig config_;
