@@ -16,6 +16,12 @@ namespace {
 // φ(x) = elu(x) + 1 > 0.
 at::Tensor FeatureMap(const at::Tensor& x) { return at::elu(x).add_(1.0); }
 
+// The normaliser, guarded in place: + ε for elu + 1 features, max(den, FLT_MIN) for features
+// given (kPositiveNormaliserFloor).
+at::Tensor& GuardNormaliser(at::Tensor& den, bool map_features) {
+  return map_features ? den.add_(kLinearAttentionEps) : den.clamp_min_(kPositiveNormaliserFloor);
+}
+
 // Zero rows appended along dim 1 of a (N, L, d) tensor up to `padded` rows. Zero rows of φ(k)
 // add nothing to S and z, and the outputs of zero rows of φ(q) are dropped.
 at::Tensor PadRows(const at::Tensor& t, int64_t padded) {
@@ -91,8 +97,8 @@ LinearAttentionResult CausalImpl(const at::Tensor& q, const at::Tensor& k, const
   at::Tensor numerator = std::move(fk);
   at::bmm_out(numerator, fq, s_before);
   numerator.baddbmm_(scores, vb);
-  const at::Tensor denominator =
-      at::bmm(fq, z_before).add_(scores.sum(2, /*keepdim=*/true)).add_(kLinearAttentionEps);
+  at::Tensor denominator = at::bmm(fq, z_before).add_(scores.sum(2, /*keepdim=*/true));
+  GuardNormaliser(denominator, map_features);
   at::Tensor out =
       numerator.div_(denominator).view({bh, padded, d}).narrow(1, 0, l).reshape({b, h, l, d});
   return {std::move(out), s_final.view({b, h, d, d}), z_final.view({b, h, d})};
@@ -154,7 +160,8 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnFeaturesCpu(
     at::Tensor s_new = at::addcmul(s, fk.unsqueeze(-1), v.unsqueeze(-2));
     at::Tensor z_new = z + fk;
     const at::Tensor numerator = at::matmul(fq.unsqueeze(-2), s_new).squeeze(-2);
-    const at::Tensor denominator = (fq * z_new).sum(-1, /*keepdim=*/true).add_(kLinearAttentionEps);
+    at::Tensor denominator = (fq * z_new).sum(-1, /*keepdim=*/true);
+    GuardNormaliser(denominator, map_features);
     return LinearAttentionResult{numerator / denominator, std::move(s_new), std::move(z_new)};
   });
 }
@@ -174,7 +181,8 @@ absl::StatusOr<at::Tensor> LinearAttentionOnFeaturesCpu(const at::Tensor& q, con
     const at::Tensor fk = (map_features ? FeatureMap(k) : k).reshape({b * h, l, d});
     const at::Tensor kv = at::bmm(fk.transpose(1, 2), v.reshape({b * h, l, d}));  // (B·H, d, d)
     const at::Tensor k_sum = fk.sum(1).unsqueeze(2);                              // (B·H, d, 1)
-    return at::bmm(fq, kv).div_(at::bmm(fq, k_sum).add_(kLinearAttentionEps)).view({b, h, l, d});
+    at::Tensor denominator = at::bmm(fq, k_sum);
+    return at::bmm(fq, kv).div_(GuardNormaliser(denominator, map_features)).view({b, h, l, d});
   });
 }
 

@@ -1,5 +1,6 @@
 // Linear attention (Katharopoulos et al., 2020) on the CPU, with the feature map
-// φ(x) = elu(x) + 1 (positive, so the normaliser is > 0) and ε = 1e-6:
+// φ(x) = elu(x) + 1 (positive, so the normaliser is > 0) and ε = 1e-6 (for features given,
+// below, no ε: the normaliser is guarded by kPositiveNormaliserFloor instead):
 //   causal:         o_t = φ(q_t)ᵀ S_t / (φ(q_t)ᵀ z_t + ε),
 //                   S_t = S_0 + Σ_{i≤t} φ(k_i) v_iᵀ (d × d),  z_t = z_0 + Σ_{i≤t} φ(k_i) (d),
 //                   i.e. position t attends to itself; (S_0, z_0) is the state carried in.
@@ -10,12 +11,18 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
 
 #include "absl/status/statusor.h"
 
 namespace attnserve::kernels {
 
 inline constexpr double kLinearAttentionEps = 1e-6;
+// Features given (map_features = false, e.g. FAVOR+'s) are positive but may be tiny (FAVOR+'s
+// products are as small as e^{-|x|²}), so an absolute ε would pull a small normaliser's output
+// towards 0: the normaliser is divided as max(den, FLT_MIN) instead, which changes no positive
+// normal float, and leaves an output whose every product underflowed at 0 (0 / FLT_MIN).
+inline constexpr float kPositiveNormaliserFloor = std::numeric_limits<float>::min();
 // Tokens per chunk of the causal prefill: within a chunk the masked quadratic form, between
 // chunks the carried state.
 inline constexpr int64_t kLinearAttentionChunk = 64;
@@ -52,7 +59,8 @@ absl::StatusOr<at::Tensor> LinearAttentionCpu(const at::Tensor& q, const at::Ten
 
 // The same three, for another feature map: with map_features = false, q and k are φ(q), φ(k)
 // already (positive, (B, H, L, d) like v), as the Performer's FAVOR+ features are
-// (kernels/performer/); true is the functions above.
+// (kernels/performer/), and the normaliser takes kPositiveNormaliserFloor rather than ε; true
+// is the functions above.
 absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnFeaturesCpu(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
     const at::Tensor& z, int64_t chunk, bool map_features);

@@ -56,6 +56,25 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnDevice(
   return CausalLinearAttentionStepOnFeaturesCpu(q, k, v, s, z, map_features);
 }
 
+LinearDecodeRow LinearStateRow(MixerState& state, int64_t b) {
+  for (at::Tensor& t : state.tensors) {
+    if (!t.is_contiguous()) t = t.contiguous();
+  }
+  const at::Tensor& s = state.tensors[0];
+  const int64_t h = s.size(1), d = s.size(2);
+  return {s.data_ptr<float>() + b * h * d * d, state.tensors[1].data_ptr<float>() + b * h * d};
+}
+
+at::Tensor LinearDecodeOnRowsCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const std::vector<LinearDecodeRow>& rows, bool map_features) {
+  const at::Tensor q_c = q.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
+  at::Tensor heads = at::empty_like(q_c);
+  LinearAttentionDecodeCpu(q_c.data_ptr<float>(), k_c.data_ptr<float>(), v_c.data_ptr<float>(),
+                           rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
+                           heads.data_ptr<float>(), map_features);
+  return heads;
+}
+
 namespace {
 
 class LinearAttentionMixer final : public Mixer {
@@ -114,9 +133,10 @@ class LinearAttentionMixer final : public Mixer {
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
       if (x_t.is_cpu()) {  // in place, the same kernel as StepBatch
         std::vector<LinearDecodeRow> rows;
-        for (int64_t i = 0; i < b; ++i) rows.push_back(StateRow(*state, i));
+        for (int64_t i = 0; i < b; ++i) rows.push_back(LinearStateRow(*state, i));
         state->position += 1;
-        return projections_.ProjectOutput(DecodeCpu(q, k, v, rows)).view({b, config_.d_model});
+        return projections_.ProjectOutput(LinearDecodeOnRowsCpu(q, k, v, rows))
+            .view({b, config_.d_model});
       }
       ASSIGN_OR_RETURN(LinearAttentionResult result,
                        CausalLinearAttentionStepOnDevice(q.squeeze(2), k.squeeze(2), v.squeeze(2),
@@ -140,10 +160,11 @@ class LinearAttentionMixer final : public Mixer {
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
       std::vector<LinearDecodeRow> rows;
       for (MixerState* state : states) {
-        rows.push_back(StateRow(*state, 0));
+        rows.push_back(LinearStateRow(*state, 0));
         state->position += 1;
       }
-      return projections_.ProjectOutput(DecodeCpu(q, k, v, rows)).view({b, config_.d_model});
+      return projections_.ProjectOutput(LinearDecodeOnRowsCpu(q, k, v, rows))
+          .view({b, config_.d_model});
     });
   }
 
@@ -164,28 +185,6 @@ class LinearAttentionMixer final : public Mixer {
         "linear attention is bidirectional (causal=false): it cannot stream; ", operation,
         " is not available. Call Prefill with a null state on the whole sequence, or use a "
         "causal mixer (linear with causal=true, standard with causal=true, mamba) to stream"));
-  }
-
-  // Row `b` of a state's S (B, H, d, d) and z (B, H, d), made contiguous first if they are not
-  // (the kernel updates them in place).
-  static LinearDecodeRow StateRow(MixerState& state, int64_t b) {
-    for (at::Tensor& t : state.tensors) {
-      if (!t.is_contiguous()) t = t.contiguous();
-    }
-    const at::Tensor& s = state.tensors[0];
-    const int64_t h = s.size(1), d = s.size(2);
-    return {s.data_ptr<float>() + b * h * d * d, state.tensors[1].data_ptr<float>() + b * h * d};
-  }
-
-  // q, k, v (B, H, 1, d) -> heads (B, H, 1, d) through the decode kernel over `rows`.
-  static at::Tensor DecodeCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              const std::vector<LinearDecodeRow>& rows) {
-    const at::Tensor q_c = q.contiguous(), k_c = k.contiguous(), v_c = v.contiguous();
-    at::Tensor heads = at::empty_like(q_c);
-    LinearAttentionDecodeCpu(q_c.data_ptr<float>(), k_c.data_ptr<float>(), v_c.data_ptr<float>(),
-                             rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
-                             heads.data_ptr<float>());
-    return heads;
   }
 
   absl::Status CheckState(const MixerState& state, int64_t batch) const {

@@ -15,9 +15,12 @@
 // CreateMixer in mixer.h.
 #pragma once
 
+#include <vector>
+
 #include "kernels/common/mixer.h"
 #include "kernels/common/mixer_registry.h"
 #include "kernels/linear/causal_linear_attention_cpu.h"
+#include "kernels/linear/linear_decode_cpu.h"
 
 namespace attnserve::kernels {
 
@@ -37,5 +40,15 @@ absl::StatusOr<LinearAttentionResult> CausalLinearAttentionOnDevice(
 absl::StatusOr<LinearAttentionResult> CausalLinearAttentionStepOnDevice(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& s,
     const at::Tensor& z, bool map_features = true);
+
+// The CPU decode kernel (linear_decode_cpu.h) on states where they live, for the linear and
+// performer mixers' Step and StepBatch. LinearStateRow: row `b` of a state {S (B, H, d, d),
+// z (B, H, d)}, its tensors made contiguous first if they are not (the kernel writes into
+// them). LinearDecodeOnRowsCpu: q, k, v (B, H, 1, d) -> heads (B, H, 1, d), rows[b] updated in
+// place; with map_features = false, q and k are features already.
+LinearDecodeRow LinearStateRow(MixerState& state, int64_t b);
+at::Tensor LinearDecodeOnRowsCpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const std::vector<LinearDecodeRow>& rows,
+                                 bool map_features = true);
 
 }  // namespace attnserve::kernels

@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <string>
 
 #include "kernels/common/cuda_math.cuh"
@@ -278,7 +279,9 @@ __global__ void __launch_bounds__(kThreads) LinearAttentionKernel(LinearAttentio
     if (tid < kChunk) {
       float acc = 0.0f;
       for (int kk = 0; kk < D; ++kk) acc += q_t[kk * kLd + tid] * z_s[kk];
-      den[tid] += acc + kLinearAttentionCudaEps;
+      // elu + 1: + ε; features given: max(den, FLT_MIN) (causal_linear_attention_cpu.h).
+      den[tid] = p.map_features ? den[tid] + (acc + kLinearAttentionCudaEps)
+                                : fmaxf(den[tid] + acc, FLT_MIN);
     }
     __syncthreads();  // den complete; z_s and s_s no longer read in this chunk
 
@@ -378,8 +381,9 @@ __global__ void LinearAttentionDecodeKernel(LinearAttentionDecodeCudaParams p) {
   if (tid % 32 == 0) red[tid / 32] = prod;
   __syncthreads();
   if (tid < d) {
-    float den = kLinearAttentionCudaEps;
+    float den = p.map_features ? kLinearAttentionCudaEps : 0.0f;
     for (int w = 0; w < (blockDim.x + 31) / 32; ++w) den += red[w];
+    if (!p.map_features) den = fmaxf(den, FLT_MIN);
     float acc = 0.0f;
     for (int gg = 0; gg < groups; ++gg) acc += part[gg * d + tid];
     static_cast<T*>(p.out)[b * p.out_batch_stride + h * p.out_head_stride + tid] =

@@ -1,7 +1,8 @@
 // Causal linear attention on an NVIDIA GPU, the math of causal_linear_attention_cpu.h:
 //   φ(x) = elu(x) + 1 (or the identity, for q and k that are features already: map_features),  o_t
 //   = φ(q_t)ᵀ S_t / (φ(q_t)ᵀ z_t + ε),  ε = 1e-6, S_t = S_0 + Σ_{i≤t} φ(k_i) v_iᵀ (d × d, S[i][j] =
-//   Σ φ(k)_i v_j),  z_t = z_0 + Σ_{i≤t} φ(k_i).
+//   Σ φ(k)_i v_j),  z_t = z_0 + Σ_{i≤t} φ(k_i); for features given, max(φ(q_t)ᵀ z_t, FLT_MIN)
+//   instead of + ε (kPositiveNormaliserFloor in causal_linear_attention_cpu.h).
 //
 // Prefill, chunks of 64 tokens: within a chunk the masked quadratic form
 //   O_c = (φ(Q_c) S + tril(φ(Q_c) φ(K_c)ᵀ) V_c) / (φ(Q_c) z + rowsum(tril(...)) + ε),
@@ -53,7 +54,7 @@ struct LinearAttentionCudaParams {
   float* z_out = nullptr;
 
   // false: q and k are features already (the Performer's FAVOR+ φ, positive), used as they
-  // are; true: φ = elu + 1 is applied to them.
+  // are, and the normaliser is max(den, FLT_MIN); true: φ = elu + 1 is applied to them, + ε.
   bool map_features = true;
 
   // Segments (>= 1) and, when > 1, a float32 workspace of

@@ -4,7 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/attention_projections.h"
@@ -12,6 +14,7 @@
 #include "kernels/common/tensor_checks.h"
 #include "kernels/linear/causal_linear_attention_cpu.h"
 #include "kernels/linear/linear_attention.h"
+#include "kernels/performer/favor_features_cpu.h"
 
 namespace attnserve::kernels {
 
@@ -27,12 +30,25 @@ at::Tensor PerformerFeatureMatrix(const MixerConfig& config) {
   return (q.transpose(0, 1) * norms.unsqueeze(1)).to(at::kFloat).contiguous();
 }
 
+namespace {
+
+// ω x̂ (..., m) and x̂ (..., d) for x (..., d).
+std::pair<at::Tensor, at::Tensor> Project(const at::Tensor& x, const at::Tensor& omega) {
+  const at::Tensor xs = x / std::pow(static_cast<double>(x.size(-1)), 0.25);
+  return {at::matmul(xs, omega.to(x.scalar_type()).transpose(0, 1)), xs};
+}
+
+}  // namespace
+
 at::Tensor FavorPlusFeatures(const at::Tensor& x, const at::Tensor& omega) {
-  const int64_t d = x.size(-1), m = omega.size(0);
-  const at::Tensor xs = x / std::pow(static_cast<double>(d), 0.25);
-  const at::Tensor projected = at::matmul(xs, omega.to(x.scalar_type()).transpose(0, 1));
+  auto [projected, xs] = Project(x, omega);
   const at::Tensor half_norm = xs.pow(2).sum(-1, /*keepdim=*/true).mul_(0.5);
-  return projected.sub_(half_norm).exp_().div_(std::sqrt(static_cast<double>(m)));
+  return projected.sub_(half_norm).exp_().div_(std::sqrt(static_cast<double>(omega.size(0))));
+}
+
+at::Tensor FavorPlusQueryFeatures(const at::Tensor& x, const at::Tensor& omega) {
+  at::Tensor projected = Project(x, omega).first;
+  return projected.sub_(std::get<0>(projected.max(-1, /*keepdim=*/true))).exp_();
 }
 
 namespace {
@@ -64,7 +80,7 @@ class PerformerMixer final : public Mixer {
     if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
     return GuardTorch("performer Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
-      const at::Tensor fq = FavorPlusFeatures(q, omega_), fk = FavorPlusFeatures(k, omega_);
+      const at::Tensor fq = FavorPlusQueryFeatures(q, omega_), fk = FavorPlusFeatures(k, omega_);
       if (state == nullptr && !config_.causal) {
         ASSIGN_OR_RETURN(at::Tensor heads, LinearAttentionOnFeaturesCpu(fq, fk, v, false));
         return projections_.ProjectOutput(heads);
@@ -90,8 +106,14 @@ class PerformerMixer final : public Mixer {
     RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
     return GuardTorch("performer Step", [&]() -> absl::StatusOr<at::Tensor> {
       const int64_t b = x_t.size(0);
+      if (x_t.is_cpu()) {  // in place, the same kernels as StepBatch
+        std::vector<LinearDecodeRow> rows;
+        for (int64_t i = 0; i < b; ++i) rows.push_back(LinearStateRow(*state, i));
+        state->position += 1;
+        return DecodeCpu(x_t, rows);
+      }
       auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
-      const at::Tensor fq = FavorPlusFeatures(q.squeeze(2), omega_);
+      const at::Tensor fq = FavorPlusQueryFeatures(q.squeeze(2), omega_);
       const at::Tensor fk = FavorPlusFeatures(k.squeeze(2), omega_);
       ASSIGN_OR_RETURN(LinearAttentionResult r,
                        CausalLinearAttentionStepOnDevice(fq, fk, v.squeeze(2), state->tensors[0],
@@ -103,14 +125,23 @@ class PerformerMixer final : public Mixer {
     });
   }
 
-  // Every state checked before any changes, then one batched Step over the gathered states
-  // (they stack: fixed shapes).
+  // Every state checked before any changes. CPU: the decode kernels on every row's state
+  // where it lives (DecodeCpu); CUDA: one batched Step over the gathered states (they stack:
+  // fixed shapes).
   absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                        const std::vector<MixerState*>& states) const override {
     RETURN_IF_ERROR(CheckUsable("StepBatch", /*stream=*/true));
     RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
     for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(*state, 1));
-    return StepBatchByGather(*this, x_t, states);
+    if (!x_t.is_cpu()) return StepBatchByGather(*this, x_t, states);
+    return GuardTorch("performer StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+      std::vector<LinearDecodeRow> rows;
+      for (MixerState* state : states) {
+        rows.push_back(LinearStateRow(*state, 0));
+        state->position += 1;
+      }
+      return DecodeCpu(x_t, rows);
+    });
   }
 
   int64_t StateBytesPerSequence(int64_t) const override {
@@ -151,9 +182,23 @@ class PerformerMixer final : public Mixer {
     return CheckFloatTensor(state.tensors[1], "performer state z", {batch, h, d}, device());
   }
 
+  // x_t (B, D) -> (B, D) on the CPU: q, k, v of the B rows in one product, the FAVOR+
+  // features of each (row, head) on their own, then the decode kernel on rows[b] in place.
+  at::Tensor DecodeCpu(const at::Tensor& x_t, const std::vector<LinearDecodeRow>& rows) const {
+    const int64_t b = x_t.size(0), h = config_.num_heads, d = config_.head_dim();
+    auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), h);  // (B, H, 1, d) contiguous
+    at::Tensor fq = at::empty_like(q), fk = at::empty_like(k);
+    FavorPlusRowFeaturesCpu(q.data_ptr<float>(), b * h, d, omega_.data_ptr<float>(), d,
+                            /*query=*/true, fq.data_ptr<float>());
+    FavorPlusRowFeaturesCpu(k.data_ptr<float>(), b * h, d, omega_.data_ptr<float>(), d,
+                            /*query=*/false, fk.data_ptr<float>());
+    const at::Tensor heads = LinearDecodeOnRowsCpu(fq, fk, v, rows, /*map_features=*/false);
+    return projections_.ProjectOutput(heads).view({b, config_.d_model});
+  }
+
   const MixerConfig config_;
   const AttentionProjections projections_;
-  const at::Tensor omega_;  // (m, d), m = d
+  const at::Tensor omega_;  // (m, d), m = d, contiguous
 };
 
 }  // namespace

@@ -2,13 +2,26 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
-#include "kernels/linear/causal_linear_attention_cpu.h"
 #include "kernels/performer/performer_attention.h"
 #include "kernels/standard/standard_reference.h"
 
 namespace attnserve::kernels {
+namespace {
+
+// φ(x) = exp(ω x̂ − |x̂|²/2) / √m for x (..., d) float64, ω (m, d).
+at::Tensor Phi(const at::Tensor& x, const at::Tensor& omega) {
+  const double d = static_cast<double>(x.size(-1)), m = static_cast<double>(omega.size(0));
+  const at::Tensor xs = x / std::pow(d, 0.25);
+  const at::Tensor exponent =
+      at::matmul(xs, omega.transpose(0, 1)) - 0.5 * xs.pow(2).sum(-1, /*keepdim=*/true);
+  return at::exp(exponent) / std::sqrt(m);
+}
+
+}  // namespace
 
 absl::StatusOr<at::Tensor> PerformerAttentionReference(const MixerConfig& config,
                                                        const WeightMap& weights,
@@ -17,10 +30,9 @@ absl::StatusOr<at::Tensor> PerformerAttentionReference(const MixerConfig& config
   auto [q, k, v] = qkv;
   return GuardTorch("PerformerAttentionReference", [&]() -> absl::StatusOr<at::Tensor> {
     const at::Tensor omega = PerformerFeatureMatrix(config).to(at::kDouble);
-    const at::Tensor fq = FavorPlusFeatures(q, omega), fk = FavorPlusFeatures(k, omega);
-    at::Tensor a = at::matmul(fq, fk.transpose(-1, -2));  // (B, H, L, L)
+    at::Tensor a = at::matmul(Phi(q, omega), Phi(k, omega).transpose(-1, -2));  // (B, H, L, L)
     if (config.causal) a = a.tril();
-    const at::Tensor heads = at::matmul(a, v) / (a.sum(-1, /*keepdim=*/true) + kLinearAttentionEps);
+    const at::Tensor heads = at::matmul(a, v) / a.sum(-1, /*keepdim=*/true);
     return ReferenceProjectOutput(weights, heads);
   });
 }

@@ -46,6 +46,12 @@ at::Tensor TimeMix(const at::Tensor& x, const at::Tensor& shifted, const at::Ten
   return at::addcmul(shifted, x - shifted, mu);
 }
 
+// σ(x) = 1 / (1 + e^-x) elementwise. at::sigmoid rounds the last elements of a tensor whose
+// size is not a multiple of its vector width differently (a scalar tail), so a decode row of
+// width A or H not a multiple of 16 got other bits in a batch than alone; e^x, + and 1/x
+// round every element alike.
+at::Tensor Sigmoid(const at::Tensor& x) { return at::neg(x).exp_().add_(1.0).reciprocal_(); }
+
 // x (B, L, H) shifted one token along L, the first row taken from prev (B, H).
 at::Tensor Shift(const at::Tensor& x, const at::Tensor& prev) {
   if (x.size(1) == 1) return prev.unsqueeze(1);
@@ -212,7 +218,7 @@ class RwkvMixer final : public Mixer {
     const at::Tensor xs = Shift(xa, shifts.att);
     const at::Tensor k = key_(TimeMix(xa, xs, att_mix_k_)).contiguous();
     const at::Tensor v = value_(TimeMix(xa, xs, att_mix_v_)).contiguous();
-    const at::Tensor r = at::sigmoid(receptance_(TimeMix(xa, xs, att_mix_r_)));
+    const at::Tensor r = Sigmoid(receptance_(TimeMix(xa, xs, att_mix_r_)));
     const at::Tensor wkv = Wkv(k, v, wkv_state, wkv_rows);
     const at::Tensor att = output_(r * wkv);
     // Channel mixing, on the residual stream after time mixing.
@@ -220,7 +226,7 @@ class RwkvMixer final : public Mixer {
     const at::Tensor xg = Shift(xf, shifts.ffn);
     const at::Tensor hidden = at::relu(ffn_key_(TimeMix(xf, xg, ffn_mix_k_))).square_();
     const at::Tensor ffn =
-        at::sigmoid(ffn_receptance_(TimeMix(xf, xg, ffn_mix_r_))) * ffn_value_(hidden);
+        Sigmoid(ffn_receptance_(TimeMix(xf, xg, ffn_mix_r_))) * ffn_value_(hidden);
     shifts.att.copy_(xa.select(1, len - 1));
     shifts.ffn.copy_(xf.select(1, len - 1));
     return att + ffn;

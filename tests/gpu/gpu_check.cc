@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/linear/causal_linear_attention_cpu.h"
 #include "kernels/linear/linear_attention_cuda_torch.h"
 #include "kernels/linformer/linformer_cuda_torch.h"
 #include "kernels/mamba/mamba_cuda_torch.h"
@@ -477,7 +478,10 @@ std::tuple<Tensor, Tensor, Tensor> LinearReference(const Tensor& q, const Tensor
   const Tensor z_before = at::cat({z0, z_after.narrow(1, 0, n - 1)}, 1).view({-1, d, 1});
   const Tensor scores = at::bmm(fq, fk.transpose(1, 2)).tril();
   const Tensor num = at::bmm(fq, s_before) + at::bmm(scores, vb);
-  const Tensor den = at::bmm(fq, z_before) + scores.sum(2, true) + 1e-6;
+  // + ε for elu + 1 features; features given: max(den, FLT_MIN) (causal_linear_attention_cpu.h).
+  const Tensor raw_den = at::bmm(fq, z_before) + scores.sum(2, true);
+  const Tensor den =
+      map ? raw_den + 1e-6 : raw_den.clamp_min(attnserve::kernels::kPositiveNormaliserFloor);
   const Tensor out = (num / den).view({bh, padded, d}).narrow(1, 0, l).reshape({b, h, l, d});
   return {out, s_after.select(1, n - 1).reshape({b, h, d, d}),
           z_after.select(1, n - 1).reshape({b, h, d})};

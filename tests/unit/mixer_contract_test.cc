@@ -1,6 +1,7 @@
 // The streaming contract of kernels/common/mixer.h, held for every mixer that can stream:
 // chunks of any sizes equal one whole pass, L steps equal one prefill, states are independent
-// values, and their sizes are what the mixer reports.
+// values, their sizes are what the mixer reports, and a decode row is bit-identical alone or in
+// any batch (docs/architecture.md, "Batched state").
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -222,6 +223,55 @@ TEST_P(StreamingContractTest, GatheredStepBatchEqualsEveryRowSteppedAlone) {
       ASSERT_TRUE(one.ok());
       EXPECT_LE(testing::MaxRelativeError(together->narrow(0, i, 1), *one), 1e-5) << "row " << i;
       EXPECT_EQ(batched[i].position, alone[i].position);
+    }
+  }
+}
+
+// A session's decode step gives the same bits (output and state) whether it is stepped alone,
+// as a batch of one, or among up to 64 sessions (the scheduler's --max_batch_sessions default,
+// the rows of skinny_gemm.h), whatever the others' states and positions.
+TEST_P(StreamingContractTest, DecodeRowsAreBitIdenticalAloneOrInAnyBatch) {
+  const int64_t d = GetParam().config.d_model, sessions = 64;
+  std::mt19937 rng(29);
+  std::vector<MixerState> batched, alone;
+  for (int64_t i = 0; i < sessions; ++i) {
+    auto state = mixer_->InitialState(1);
+    ASSERT_TRUE(state.ok());
+    const int64_t prefix = rng() % 20;
+    if (prefix > 0) {
+      ASSERT_TRUE(mixer_->Prefill(testing::RandomTensor({1, prefix, d}, 500 + i), &*state).ok());
+    }
+    alone.push_back(state->Clone());
+    batched.push_back(*std::move(state));
+  }
+  for (int64_t rows : {sessions, int64_t{9}, int64_t{2}, int64_t{33}}) {
+    std::vector<int64_t> picked(sessions);
+    for (int64_t i = 0; i < sessions; ++i) picked[i] = i;
+    std::shuffle(picked.begin(), picked.end(), rng);
+    picked.resize(rows);
+    const at::Tensor x = testing::RandomTensor({rows, d}, 600 + rows);
+    std::vector<MixerState*> states;
+    for (int64_t i : picked) states.push_back(&batched[i]);
+    auto together = mixer_->StepBatch(x, states);
+    ASSERT_TRUE(together.ok()) << together.status();
+    for (int64_t r = 0; r < rows; ++r) {
+      MixerState& own = alone[picked[r]];
+      auto one = mixer_->StepBatch(x.narrow(0, r, 1), {&own});
+      ASSERT_TRUE(one.ok()) << one.status();
+      EXPECT_TRUE(at::equal(together->narrow(0, r, 1), *one))
+          << "row " << r << " of " << rows << ": differs by "
+          << (together->narrow(0, r, 1) - *one).abs().max().item<float>();
+      const MixerState& mine = batched[picked[r]];
+      ASSERT_EQ(mine.tensors.size(), own.tensors.size());
+      for (size_t j = 0; j < own.tensors.size(); ++j) {
+        at::Tensor a = mine.tensors[j], b = own.tensors[j];
+        if (mixer_->StepReadsPosition() && a.dim() == 4) {  // a KV cache: its valid slots
+          const int64_t valid = std::min(own.position, std::min(a.size(2), b.size(2)));
+          a = a.narrow(2, 0, valid);
+          b = b.narrow(2, 0, valid);
+        }
+        EXPECT_TRUE(at::equal(a, b)) << "state tensor " << j << " of row " << r << " of " << rows;
+      }
     }
   }
 }
