@@ -7,7 +7,9 @@
 //   y  = h + σ(receptance_f(…μr_f…)) ⊙ value_f(relu(key_f(xg + μk_f(xf - xg)))²)
 // and returns y - x: the model adds the block's outer residual, and applies no norm or MLP of
 // its own around an rwkv layer (MixerOwnsNorms). The two LayerNorms and the channel mixing are
-// inside the mixer because their token shifts are part of the layer's state.
+// inside the mixer because their token shifts are part of the layer's state. Both LayerNorms
+// take config.norm_epsilon, which for a Hugging Face checkpoint with rescale_every is the
+// layer's rescaled epsilon (RwkvLayerNormEpsilon, server/model/model_config.h).
 //
 // Weights, named as under Hugging Face's rwkv.blocks.N (H = d_model, A = rwkv_attention_dim,
 // F = ffn_dim):

@@ -53,6 +53,9 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
     a.clear_sliding_window_sinks();
   }
   if (!performer) a.clear_performer_seed();
+  if (a.final_norm_epsilon() == a.norm_epsilon()) a.clear_final_norm_epsilon();  // spelt out
+  // Rescaling with no halving before ln_out and every block at scale 1 is none.
+  if (a.rwkv_rescale_every() > a.layers_size()) a.clear_rwkv_rescale_every();
   // In rwkv layers intermediate_size 0 means 4 * hidden_size (the channel mixing's width);
   // with no other layer to read it as "no MLP", the two spellings are one model.
   if (only_rwkv && a.intermediate_size() == 0) a.set_intermediate_size(4 * a.hidden_size());
@@ -239,14 +242,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   const v1::ModelConfig& c = m->config_;
   m->max_sequence_length_ = c.max_sequence_length();
   auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
-  auto norm = [&](const std::string& n) {
-    NormWeights norm_weights{w(n + ".weight"), {}};
+  auto norm = [&](const std::string& n, double epsilon) {
+    NormWeights norm_weights{w(n + ".weight"), {}, epsilon};
     if (UsesLayerNorm(c)) norm_weights.bias = w(n + ".bias");
     return norm_weights;
   };
   m->embedding_ = w("backbone.embeddings.weight");
-  if (c.embedding_norm()) m->embedding_norm_ = norm("backbone.embeddings_norm");
-  m->norm_f_ = norm("backbone.norm_f");
+  if (c.embedding_norm()) m->embedding_norm_ = norm("backbone.embeddings_norm", c.norm_epsilon());
+  m->norm_f_ = norm("backbone.norm_f", FinalNormEpsilon(c));
   m->lm_head_ =
       kernels::LinearWeight(c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), bf16);
   for (int i = 0; i < c.layers_size(); ++i) {
@@ -254,7 +257,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     Layer layer;
     kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
     const bool owns_norms = kernels::MixerOwnsNorms(mixer_config.kind);
-    if (!owns_norms) layer.norm = norm(prefix + "norm");
+    if (!owns_norms) layer.norm = norm(prefix + "norm", c.norm_epsilon());
     kernels::WeightMap mixer_weights;
     const std::string mixer_prefix = prefix + "mixer.";
     for (const auto& [tensor_name, t] : weights) {
@@ -275,7 +278,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
       m->max_sequence_length_ = std::min(m->max_sequence_length_, mixer_config.max_len);
     }
     if (c.intermediate_size() > 0 && !owns_norms) {
-      layer.mlp_norm = norm(prefix + "mlp_norm");
+      layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());
       layer.gate_up = kernels::LinearWeight(
           at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0), bf16);
       layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), bf16);
@@ -342,9 +345,9 @@ absl::Status Model::CheckTokens(const at::Tensor& tokens, const ModelState* stat
 at::Tensor Model::Norm(const at::Tensor& x, const NormWeights& norm) const {
   if (!norm.weight.defined()) return x;
   if (norm.bias.defined()) {
-    return at::layer_norm(x, {x.size(-1)}, norm.weight, norm.bias, config_.norm_epsilon());
+    return at::layer_norm(x, {x.size(-1)}, norm.weight, norm.bias, norm.epsilon);
   }
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon()) * norm.weight;
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + norm.epsilon) * norm.weight;
 }
 
 at::Tensor Model::Embed(const at::Tensor& ids) const {

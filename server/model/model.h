@@ -117,6 +117,7 @@ class Model {
   // RMSNorm (no bias) or LayerNorm (with one); undefined weight: no norm.
   struct NormWeights {
     at::Tensor weight, bias;
+    double epsilon = 0;  // norm_epsilon, or FinalNormEpsilon for the final norm
   };
   struct Layer {
     NormWeights norm;  // undefined for a mixer that owns its norms

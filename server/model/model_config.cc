@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,6 +15,14 @@ namespace {
 
 using google::protobuf::Struct;
 using google::protobuf::Value;
+
+// transformers' RwkvModel.ln_out: nn.LayerNorm(hidden_size), PyTorch's default epsilon.
+constexpr double kHuggingFaceLnOutEpsilon = 1e-5;
+
+// eps · 4^(halvings): the epsilon of a LayerNorm that reads a stream halved `halvings` times.
+double Rescaled(double eps, int64_t halvings) {
+  return std::ldexp(eps, static_cast<int>(std::min<int64_t>(2 * halvings, 1 << 20)));
+}
 
 absl::StatusOr<int64_t> IntField(const Struct& s, const char* key, int64_t fallback) {
   auto it = s.fields().find(key);
@@ -78,10 +87,10 @@ absl::StatusOr<v1::ModelConfig> FromHuggingFaceMamba(const Struct& s) {
 }
 
 // Hugging Face's RwkvConfig: hidden_size, num_hidden_layers, attention_hidden_size (null:
-// hidden_size), intermediate_size (null: 4 * hidden_size), layer_norm_epsilon, vocab_size,
+// hidden_size), intermediate_size (null: 4 * hidden_size), layer_norm_epsilon (pre_ln, ln1,
+// ln2; ln_out keeps 1e-5), rescale_every (6 by default; <= 0: never), vocab_size,
 // tie_word_embeddings (false by default). context_length is the training context, not a limit
-// of the recurrence; rescale_every is an fp16 overflow guard that changes no result beyond
-// LayerNorm's epsilon, so attnserve (float32) does not rescale.
+// of the recurrence.
 absl::StatusOr<v1::ModelConfig> FromHuggingFaceRwkv(const Struct& s) {
   v1::ModelConfig c;
   c.set_model_type("rwkv");
@@ -108,6 +117,10 @@ absl::StatusOr<v1::ModelConfig> FromHuggingFaceRwkv(const Struct& s) {
   c.set_norm_epsilon(eps != s.fields().end() && eps->second.kind_case() == Value::kNumberValue
                          ? eps->second.number_value()
                          : 1e-5);
+  c.set_final_norm_epsilon(kHuggingFaceLnOutEpsilon);
+  absl::StatusOr<int64_t> rescale_every = get("rescale_every", 6);
+  if (!rescale_every.ok()) return rescale_every.status();
+  c.set_rwkv_rescale_every(std::max<int64_t>(0, *rescale_every));
   auto tie = s.fields().find("tie_word_embeddings");
   c.set_tie_word_embeddings(tie != s.fields().end() && tie->second.bool_value());
   return c;
@@ -180,6 +193,30 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: norm must be \"rms_norm\" or \"layer_norm\", got \"", c.norm(), "\""));
   }
+  if (c.final_norm_epsilon() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: final_norm_epsilon must be >= 0 (0: norm_epsilon), got ", c.final_norm_epsilon()));
+  }
+  if (c.rwkv_rescale_every() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: rwkv_rescale_every must be >= 0 (0: never), got ", c.rwkv_rescale_every()));
+  }
+  if (c.rwkv_rescale_every() > 0) {
+    for (int i = 0; i < c.layers_size(); ++i) {
+      if (c.layers(i) != "rwkv") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config: rwkv_rescale_every applies to models of rwkv layers only; "
+                         "layers[",
+                         i, "] is ", c.layers(i)));
+      }
+    }
+    // The kernels take epsilons as float32.
+    if (!(FinalNormEpsilon(c) <= std::numeric_limits<float>::max())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: rwkv_rescale_every ", c.rwkv_rescale_every(), " over ", c.layers_size(),
+          " layers halves the hidden state until LayerNorm's epsilon overflows float32"));
+    }
+  }
   if (c.rwkv_attention_size() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("config: rwkv_attention_size must be >= 0 (0: hidden_size), got ",
@@ -216,8 +253,20 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.dt_rank = c.time_step_rank();
   m.ffn_dim = c.intermediate_size();
   m.rwkv_attention_dim = c.rwkv_attention_size();
-  m.norm_epsilon = c.norm_epsilon();
+  m.norm_epsilon =
+      m.kind == kernels::MixerKind::kRwkv ? RwkvLayerNormEpsilon(c, layer) : c.norm_epsilon();
   return m;
+}
+
+double RwkvLayerNormEpsilon(const v1::ModelConfig& c, int layer) {
+  const int64_t every = c.rwkv_rescale_every();
+  return every > 0 ? Rescaled(c.norm_epsilon(), layer / every) : c.norm_epsilon();
+}
+
+double FinalNormEpsilon(const v1::ModelConfig& c) {
+  const double eps = c.final_norm_epsilon() > 0 ? c.final_norm_epsilon() : c.norm_epsilon();
+  const int64_t every = c.rwkv_rescale_every();
+  return every > 0 ? Rescaled(eps, c.layers_size() / every) : eps;
 }
 
 std::string ModelConfigToJson(const v1::ModelConfig& config) {
@@ -255,6 +304,8 @@ std::string HuggingFaceMambaConfigJson(const v1::ModelConfig& c) {
 
 bool IsHuggingFaceRwkv(const v1::ModelConfig& c) {
   if (!UsesLayerNorm(c) || !c.embedding_norm()) return false;
+  const double final_eps = c.final_norm_epsilon() > 0 ? c.final_norm_epsilon() : c.norm_epsilon();
+  if (final_eps != kHuggingFaceLnOutEpsilon) return false;  // ln_out's cannot be written
   for (const std::string& layer : c.layers()) {
     if (layer != "rwkv") return false;
   }
@@ -263,7 +314,7 @@ bool IsHuggingFaceRwkv(const v1::ModelConfig& c) {
 
 std::string HuggingFaceRwkvConfigJson(const v1::ModelConfig& c) {
   const kernels::MixerConfig m = LayerMixerConfig(c, 0);
-  // rescale_every 0: the weights are written unscaled and must be read so.
+  // The weights are written unscaled, as Hugging Face stores them (it rescales at load).
   return absl::StrCat(
       "{\n  \"architectures\": [\"RwkvForCausalLM\"],\n  \"model_type\": \"rwkv\",\n",
       "  \"vocab_size\": ", c.vocab_size(), ",\n  \"hidden_size\": ", c.hidden_size(),
@@ -271,7 +322,8 @@ std::string HuggingFaceRwkvConfigJson(const v1::ModelConfig& c) {
       ",\n  \"attention_hidden_size\": ", m.resolved_rwkv_attention_dim(),
       ",\n  \"intermediate_size\": ", m.resolved_ffn_dim(),
       ",\n  \"context_length\": ", std::min<int64_t>(c.max_sequence_length(), 1 << 20),
-      ",\n  \"layer_norm_epsilon\": ", c.norm_epsilon(), ",\n  \"rescale_every\": 0",
+      ",\n  \"layer_norm_epsilon\": ", c.norm_epsilon(),
+      ",\n  \"rescale_every\": ", c.rwkv_rescale_every(),
       ",\n  \"tie_word_embeddings\": ", c.tie_word_embeddings() ? "true" : "false",
       ",\n  \"use_cache\": true\n}\n");
 }

@@ -14,8 +14,9 @@ namespace attnserve::model {
 // (hidden_size, num_hidden_layers, state_size, conv_kernel, expand, time_step_rank,
 // vocab_size, layer_norm_epsilon, tie_word_embeddings); with "rwkv" its RwkvConfig's
 // (hidden_size, num_hidden_layers, attention_hidden_size, intermediate_size, vocab_size,
-// layer_norm_epsilon, tie_word_embeddings): rwkv layers, LayerNorms, an embedding norm;
-// otherwise attnserve's ModelConfig.
+// layer_norm_epsilon, rescale_every (absent: transformers' default 6), tie_word_embeddings):
+// rwkv layers, LayerNorms, an embedding norm, the final norm's epsilon 1e-5 (ln_out is
+// nn.LayerNorm's default in transformers); otherwise attnserve's ModelConfig.
 // Unknown fields are ignored. The result has its defaults filled in and is validated.
 absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json);
 
@@ -26,7 +27,22 @@ void FillModelConfigDefaults(v1::ModelConfig* config);
 absl::Status ValidateModelConfig(const v1::ModelConfig& config);
 
 // The kernels' config of layer `layer` (its mixer kind must parse; see ValidateModelConfig).
+// Its norm_epsilon is RwkvLayerNormEpsilon's for an rwkv layer.
 kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& config, int layer);
+
+// Hugging Face's rescale_every (config.rwkv_rescale_every = r > 0), as transformers' inference
+// computes it: the hidden state is halved after blocks r-1, 2r-1, ..., and block i's
+// attention.output and feed_forward.value weights are divided by 2^(i / r). Block i then reads
+// and adds to the residual stream scaled by s = 2^-(i / r) and nothing else changes, since the
+// stream enters a block only through its LayerNorms, and LayerNorm(s·x; ε) = LayerNorm(x; ε/s²).
+// attnserve computes the same numbers with nothing scaled: block i's ln1 and ln2 take
+// ε·4^(i / r) and the final norm its ε·4^(L / r) (L blocks; ⌊L / r⌋ halvings before ln_out).
+// Multiplying by powers of two is exact in floating point, so both forms round alike.
+// The epsilon of layer `layer`'s ln1 and ln2:
+double RwkvLayerNormEpsilon(const v1::ModelConfig& config, int layer);
+// The epsilon of the final norm (backbone.norm_f): final_norm_epsilon (0: norm_epsilon), times
+// 4^(L / r) with rwkv_rescale_every r > 0. Every other norm of the model's takes norm_epsilon.
+double FinalNormEpsilon(const v1::ModelConfig& config);
 
 // attnserve's config.json for `config`.
 std::string ModelConfigToJson(const v1::ModelConfig& config);
@@ -40,8 +56,9 @@ std::string HuggingFaceMambaConfigJson(const v1::ModelConfig& config);
 // Whether the model's own norms are LayerNorms with a bias (config.norm "layer_norm").
 bool UsesLayerNorm(const v1::ModelConfig& config);
 
-// True when the model is a plain RWKV-4 stack (rwkv layers, LayerNorms, an embedding norm)
-// that Hugging Face's RwkvForCausalLM can load.
+// True when the model is a plain RWKV-4 stack (rwkv layers, LayerNorms, an embedding norm,
+// a final norm with epsilon 1e-5 before rescaling: ln_out's) that Hugging Face's
+// RwkvForCausalLM can load.
 bool IsHuggingFaceRwkv(const v1::ModelConfig& config);
 
 // Hugging Face's config.json for a model for which IsHuggingFaceRwkv holds.

@@ -10,12 +10,16 @@ header length, the JSON header, the raw data) and <out>/<name>.expected.safetens
              tied lm_head), its forward written here from the Mamba-1 equations.
   attention: an attnserve config of causal softmax attention layers with gated-SiLU MLPs and
              an untied lm_head.
-  hf_rwkv:   a Hugging Face RwkvForCausalLM folder (model_type "rwkv", rwkv.blocks.N....,
-             head.weight), its forward written here as transformers' modeling_rwkv.py computes
-             it in inference mode: rwkv_linear_attention_cpu's stable WKV loop, and the
-             rescaling of every rescale_every layers (output and value weights halved, the
-             hidden state halved), which attnserve does not do (it is exact up to LayerNorm's
-             epsilon in float32).
+  hf_rwkv*:  Hugging Face RwkvForCausalLM folders (model_type "rwkv", rwkv.blocks.N....,
+             head.weight), their forward written here as transformers' modeling_rwkv.py
+             computes it in inference mode: pre_ln, ln1 and ln2 with layer_norm_epsilon, ln_out
+             with nn.LayerNorm's default 1e-5 whatever the config says,
+             rwkv_linear_attention_cpu's stable WKV loop, and RwkvModel._rescale_layers: block
+             i's attention.output and feed_forward.value weights divided by
+             2 ** (i // rescale_every), the hidden state halved after every rescale_every-th
+             block (rescale_every 0: never). One folder per (layer_norm_epsilon, rescale_every)
+             of RWKV_CASES; with epsilon 1e-3 both the rescaling and ln_out's epsilon change
+             the logits far beyond the tests' 1e-4.
 """
 import argparse
 import json
@@ -215,17 +219,23 @@ def rwkv_forward(tokens, w, cfg):
         x = x + rr * (kk @ (p("feed_forward.value.weight") / scale).T)
         if every > 0 and (i + 1) % every == 0:
             x = x / 2
-    x = layer_norm(x, w["rwkv.ln_out.weight"], w["rwkv.ln_out.bias"], eps)
+    x = layer_norm(x, w["rwkv.ln_out.weight"], w["rwkv.ln_out.bias"], 1e-5)  # nn.LayerNorm(hidden)
     return x @ w["head.weight"].T
 
 
-def make_hf_rwkv(out, g):
+# (folder, layer_norm_epsilon, rescale_every) of the RWKV folders, 4 layers each: every
+# layer rescaled, none, every third (one halving inside, one before ln_out), every second.
+RWKV_CASES = [("hf_rwkv", 1e-5, 2), ("hf_rwkv_eps3_rescale1", 1e-3, 1),
+              ("hf_rwkv_eps3_rescale0", 1e-3, 0), ("hf_rwkv_eps3_rescale3", 1e-3, 3)]
+
+
+def make_hf_rwkv(out, g, eps, rescale_every):
     # attention_hidden_size != hidden_size and an explicit intermediate_size, so that every
-    # width is read from the config; rescale_every 2 so that HF's rescaling happens.
+    # width is read from the config.
     cfg = {"model_type": "rwkv", "architectures": ["RwkvForCausalLM"], "vocab_size": 260,
            "context_length": 1024, "hidden_size": 48, "attention_hidden_size": 32,
-           "intermediate_size": 112, "num_hidden_layers": 4, "layer_norm_epsilon": 1e-5,
-           "rescale_every": 2, "tie_word_embeddings": False, "bos_token_id": 0,
+           "intermediate_size": 112, "num_hidden_layers": 4, "layer_norm_epsilon": eps,
+           "rescale_every": rescale_every, "tie_word_embeddings": False, "bos_token_id": 0,
            "eos_token_id": 0, "use_cache": True}
     d, a, f, n = 48, 32, 112, 4
     ln = lambda: (1 + 0.1 * torch.randn(d, generator=g), 0.1 * torch.randn(d, generator=g))
@@ -263,12 +273,14 @@ def main():
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     g = torch.Generator().manual_seed(1234)
-    for name, (tokens, logits) in {
+    models = {
         "hf_mamba": make_hf_mamba(os.path.join(args.out, "hf_mamba"), g, "F32"),
         "hf_mamba_bf16": make_hf_mamba(os.path.join(args.out, "hf_mamba_bf16"), g, "BF16"),
         "attention": make_attention(os.path.join(args.out, "attention"), g),
-        "hf_rwkv": make_hf_rwkv(os.path.join(args.out, "hf_rwkv"), g),
-    }.items():
+    }
+    for name, eps, rescale_every in RWKV_CASES:
+        models[name] = make_hf_rwkv(os.path.join(args.out, name), g, eps, rescale_every)
+    for name, (tokens, logits) in models.items():
         write_safetensors(os.path.join(args.out, name + ".expected.safetensors"),
                           {"tokens": tokens.double(), "logits": logits})
     print("wrote", args.out)

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "server/model/default_models.h"
 #include "server/model/model_config.h"
@@ -36,6 +37,23 @@ at::Tensor Tokens(std::vector<int64_t> ids) {
 at::Tensor RandomTokens(int64_t len, int64_t vocab, uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return at::randint(0, vocab, {1, len}, gen, at::kLong);
+}
+
+// `sessions` pairs of equal states, one to step in batches and one to step alone: session i
+// after a prompt of prompt_length(i) random tokens (none when 0).
+void TwinStates(const Model& m, int sessions, const std::function<int64_t(int)>& prompt_length,
+                std::vector<ModelState>* batched, std::vector<ModelState>* alone) {
+  for (int i = 0; i < sessions; ++i) {
+    auto state = m.NewState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    if (const int64_t len = prompt_length(i); len > 0) {
+      ASSERT_TRUE(
+          m.Forward(RandomTokens(len, m.vocab_size(), 30 + i), &*state, OutputKind::kLastLogits)
+              .ok());
+    }
+    alone->push_back(state->Clone());
+    batched->push_back(*std::move(state));
+  }
 }
 
 TEST(DefaultModelsTest, EightVariantsOfTheSameSize) {
@@ -150,9 +168,19 @@ int PythonReferenceTest::status_ = -1;
 TEST_F(PythonReferenceTest, HuggingFaceMambaFolderMatchesPyTorch) { Check("hf_mamba", 1e-4); }
 TEST_F(PythonReferenceTest, Bfloat16MambaFolderMatchesPyTorch) { Check("hf_mamba_bf16", 1e-4); }
 TEST_F(PythonReferenceTest, AttentionFolderMatchesPyTorch) { Check("attention", 1e-4); }
-// Hugging Face's RWKV inference rescales every rescale_every layers; attnserve does not: the
-// results differ by LayerNorm's epsilon only.
+// transformers' RWKV inference: ln_out with LayerNorm's default epsilon 1e-5 whatever
+// layer_norm_epsilon says, and the rescaling every rescale_every blocks; with epsilon 1e-3
+// each of them moves the logits by 2.5e-4 to 1.4e-2.
 TEST_F(PythonReferenceTest, HuggingFaceRwkvFolderMatchesPyTorch) { Check("hf_rwkv", 1e-4); }
+TEST_F(PythonReferenceTest, RwkvRescaledEveryLayerMatchesTransformers) {
+  Check("hf_rwkv_eps3_rescale1", 1e-4);
+}
+TEST_F(PythonReferenceTest, RwkvNeverRescaledKeepsLnOutsEpsilon) {
+  Check("hf_rwkv_eps3_rescale0", 1e-4);
+}
+TEST_F(PythonReferenceTest, RwkvRescaledEveryThirdLayerMatchesTransformers) {
+  Check("hf_rwkv_eps3_rescale3", 1e-4);
+}
 
 class ModelStreamingTest : public ::testing::TestWithParam<std::string> {};
 
@@ -198,17 +226,9 @@ TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
     const Model& m = **model;
     constexpr int kSessions = 6;
     std::vector<ModelState> batched, alone;
-    for (int i = 0; i < kSessions; ++i) {
-      auto state = m.NewState();
-      ASSERT_TRUE(state.ok());
-      if (i > 0) {
-        ASSERT_TRUE(
-            m.Forward(RandomTokens(7 * i, m.vocab_size(), 30 + i), &*state, OutputKind::kLastLogits)
-                .ok());
-      }
-      alone.push_back(state->Clone());
-      batched.push_back(*std::move(state));
-    }
+    const auto prompt = [](int i) -> int64_t { return 7 * i; };
+    TwinStates(m, kSessions, prompt, &batched, &alone);
+    ASSERT_FALSE(HasFatalFailure());
     for (int step = 0; step < 5; ++step) {
       std::vector<int64_t> tokens;
       std::vector<ModelState*> states;
@@ -235,6 +255,36 @@ TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
     EXPECT_EQ(m.StepBatch({1, m.vocab_size()}, {&batched[1], &batched[2]}).status().code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(batched[1].position, before);
+  }
+}
+
+// docs/architecture.md's claim for the whole model: a session's decode step (logits and
+// state) is the same bits in a batch of up to 64 sessions as stepped alone (a batch of one).
+TEST_P(ModelStreamingTest, StepBatchRowsAreBitIdenticalToTheSessionAlone) {
+  auto model = BuildDefaultModel(GetParam());
+  ASSERT_TRUE(model.ok());
+  const Model& m = **model;
+  constexpr int kSessions = 11;
+  std::vector<ModelState> batched, alone;
+  const auto prompt = [](int i) -> int64_t { return 1 + 3 * i; };
+  TwinStates(m, kSessions, prompt, &batched, &alone);
+  ASSERT_FALSE(HasFatalFailure());
+  for (int step = 0; step < 3; ++step) {
+    std::vector<int64_t> tokens;
+    std::vector<ModelState*> states;
+    for (int i = step; i < kSessions; ++i) {
+      tokens.push_back((step * 71 + i * 13) % m.vocab_size());
+      states.push_back(&batched[i]);
+    }
+    auto logits = m.StepBatch(tokens, states);
+    ASSERT_TRUE(logits.ok()) << logits.status();
+    for (size_t r = 0; r < tokens.size(); ++r) {
+      const int i = static_cast<int>(r) + step;
+      auto one = m.StepBatch({tokens[r]}, {&alone[i]});
+      ASSERT_TRUE(one.ok()) << one.status();
+      EXPECT_TRUE(at::equal(logits->narrow(0, static_cast<int64_t>(r), 1), *one))
+          << "session " << i << " step " << step;
+    }
   }
 }
 
@@ -290,6 +340,48 @@ TEST(ModelTest, AnRwkvModelKeepsItsFingerprintThroughTheHuggingFaceLayout) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ((*loaded)->config().intermediate_size(), 4 * config.hidden_size());
   EXPECT_EQ((*loaded)->fingerprint(), (*model)->fingerprint());
+  fs::remove_all(dir);
+}
+
+// transformers' RwkvConfig: rescale_every 6 when config.json leaves it out, ln_out at 1e-5
+// whatever layer_norm_epsilon says; rescaling is carried as LayerNorm epsilons
+// (model_config.h), and the Hugging Face layout writes rescale_every back: the same model,
+// the same fingerprint.
+TEST(ModelTest, HuggingFaceRwkvKeepsRescaleEveryAndLnOutsEpsilon) {
+  auto config = ParseModelConfigJson(
+      R"({"model_type": "rwkv", "hidden_size": 32, "num_hidden_layers": 13,
+          "vocab_size": 50, "layer_norm_epsilon": 1e-3})");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rwkv_rescale_every(), 6);
+  EXPECT_EQ(config->final_norm_epsilon(), 1e-5);
+  EXPECT_EQ(LayerMixerConfig(*config, 5).norm_epsilon, 1e-3);
+  EXPECT_EQ(LayerMixerConfig(*config, 6).norm_epsilon, 4e-3);
+  EXPECT_EQ(LayerMixerConfig(*config, 12).norm_epsilon, 16e-3);
+  EXPECT_EQ(FinalNormEpsilon(*config), 16e-5);  // two halvings (13 / 6) before ln_out
+  auto model = Model::Create("rwkv6", *config, Model::RandomWeights(*config, 4));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const fs::path dir = TempDir("rwkv_rescaled");
+  ASSERT_TRUE(WriteModelFolder(**model, (dir / "rwkv6").string()).ok());
+  auto loaded = LoadModelFolder((dir / "rwkv6").string(), "rwkv6");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->config().model_type(), "rwkv");
+  EXPECT_EQ((*loaded)->config().rwkv_rescale_every(), 6);
+  EXPECT_EQ((*loaded)->fingerprint(), (*model)->fingerprint());
+  // An attnserve config whose final norm is not ln_out's 1e-5 cannot be written in Hugging
+  // Face's layout; it is written in attnserve's, and reads back the same.
+  v1::ModelConfig ours = *DefaultModelConfig("rwkv");
+  ours.set_norm_epsilon(1e-3);
+  auto custom = Model::Create("rwkv_eps", ours, Model::RandomWeights(ours, 5));
+  ASSERT_TRUE(custom.ok()) << custom.status();
+  EXPECT_FALSE(IsHuggingFaceRwkv(ours));
+  ASSERT_TRUE(WriteModelFolder(**custom, (dir / "rwkv_eps").string()).ok());
+  auto reloaded = LoadModelFolder((dir / "rwkv_eps").string(), "rwkv_eps");
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  EXPECT_EQ((*reloaded)->fingerprint(), (*custom)->fingerprint());
+  ours.set_layers(0, "mamba");
+  ours.set_rwkv_rescale_every(2);
+  const absl::Status mixed = ValidateModelConfig(ours);
+  EXPECT_NE(mixed.message().find("rwkv_rescale_every"), std::string::npos) << mixed;
   fs::remove_all(dir);
 }
 
