@@ -238,7 +238,26 @@ int main(int argc, char** argv) {
       },
       persistence.get());
 
+  server::PrefixCacheOptions cache_options;
+  cache_options.max_bytes = absl::GetFlag(FLAGS_prefix_cache_bytes) >= 0
+                                ? absl::GetFlag(FLAGS_prefix_cache_bytes)
+                                : limits.state_budget_bytes / 8;
+  cache_options.interval = absl::GetFlag(FLAGS_prefix_cache_interval) > 0
+                               ? absl::GetFlag(FLAGS_prefix_cache_interval)
+                               : absl::GetFlag(FLAGS_max_batch_tokens);
+  const std::string cache_scope = absl::GetFlag(FLAGS_prefix_cache_scope);
+  if (cache_scope != "principal" && cache_scope != "global") {
+    return Fail("--prefix_cache_scope=" + cache_scope + ": expected principal or global");
+  }
+  server::PrefixCache prefix_cache(cache_options);
+  std::cout << "prefix cache "
+            << (prefix_cache.enabled()
+                    ? absl::StrCat(cache_options.max_bytes, " bytes, every ",
+                                   cache_options.interval, " tokens, shared by ", cache_scope)
+                    : std::string("off"))
+            << std::endl;
   server::scheduler::SchedulerOptions scheduler_options;
+  scheduler_options.prefix_cache = &prefix_cache;
   scheduler_options.max_batch_sessions = absl::GetFlag(FLAGS_max_batch_sessions);
   scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   scheduler_options.max_queued_jobs = absl::GetFlag(FLAGS_max_queue);
@@ -267,6 +286,7 @@ int main(int argc, char** argv) {
   options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
   options.metrics = &metrics;
+  options.prefix_cache_global = cache_scope == "global";
   options.authenticator = authenticator->get();
   absl::StatusOr<v1::ServerIdentity> identity = server::MakeServerIdentity(
       absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));
@@ -292,6 +312,7 @@ int main(int argc, char** argv) {
   metrics.InitializeRequestSeries(sources.variants);
   sources.inflight = [&service] { return service.inflight(); };
   sources.queue_depth = [&scheduler] { return scheduler.waiting_jobs(); };
+  sources.prefix_cache = &prefix_cache;
   metrics.SetSources(std::move(sources));
   // Before the server starts: a SIGTERM from then on drains rather than kills.
   std::signal(SIGTERM, OnSignal);

@@ -86,6 +86,20 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                            prometheus::MetricType::Gauge,
                            {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
     }
+    if (const PrefixCache* cache = sources_.prefix_cache; cache != nullptr) {
+      out.push_back(Family("attnserve_prefix_cache_bytes",
+                           "Bytes of model states the prefix cache holds.",
+                           prometheus::MetricType::Gauge,
+                           {GaugeValue(static_cast<double>(cache->bytes()))}));
+      out.push_back(Family("attnserve_prefix_cache_entries", "Prefixes the prefix cache holds.",
+                           prometheus::MetricType::Gauge,
+                           {GaugeValue(static_cast<double>(cache->entries()))}));
+      prometheus::ClientMetric evictions;
+      evictions.counter.value = static_cast<double>(cache->evictions());
+      out.push_back(Family("attnserve_prefix_cache_evictions_total",
+                           "Prefix-cache entries evicted to stay within --prefix_cache_bytes.",
+                           prometheus::MetricType::Counter, {evictions}));
+    }
     prometheus::ClientMetric cpu;
     cpu.counter.value = ProcessCpuSeconds();
     out.push_back(Family("process_cpu_seconds_total",
@@ -153,6 +167,16 @@ ServerMetrics::ServerMetrics()
                             .Name("attnserve_policy_decisions_total")
                             .Help("Variant choices, by variant and the rule that chose.")
                             .Register(*registry_)),
+      prefix_lookups_(prometheus::BuildCounter()
+                          .Name("attnserve_prefix_cache_lookups_total")
+                          .Help("Prefix-cache lookups of prompts from position 0, by variant and "
+                                "result (hit, miss).")
+                          .Register(*registry_)),
+      prefix_hit_tokens_(prometheus::BuildCounter()
+                             .Name("attnserve_prefix_cache_hit_tokens_total")
+                             .Help("Prompt tokens not computed because the prefix cache held "
+                                   "their state, by variant.")
+                             .Register(*registry_)),
       evictions_(prometheus::BuildCounter()
                      .Name("attnserve_session_evictions_total")
                      .Help("Sessions that left memory, by reason (ttl, capacity: dropped for "
@@ -228,6 +252,14 @@ void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& vari
 void ServerMetrics::RecordQueue(const std::string& variant, double seconds) {
   queue_duration_.Add({{"variant", variant.empty() ? "none" : variant}}, DurationBuckets())
       .Observe(seconds);
+}
+
+void ServerMetrics::RecordPrefixLookup(const std::string& variant, int64_t hit_tokens) {
+  prefix_lookups_.Add({{"variant", variant}, {"result", hit_tokens > 0 ? "hit" : "miss"}})
+      .Increment();
+  if (hit_tokens > 0) {
+    prefix_hit_tokens_.Add({{"variant", variant}}).Increment(static_cast<double>(hit_tokens));
+  }
 }
 
 void ServerMetrics::AddTokens(const std::string& variant, const std::string& phase, int64_t count) {

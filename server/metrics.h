@@ -23,6 +23,10 @@
 //       result = ok, not_found, error, dropped (a write the full queue could not take)
 //   attnserve_session_store_duration_seconds{op}            histogram: one store operation
 //   attnserve_session_store_queued_bytes                    gauge: snapshots waiting to be written
+//   attnserve_prefix_cache_lookups_total{variant, result}   counter; result = hit, miss
+//   attnserve_prefix_cache_hit_tokens_total{variant}        counter: prefill tokens a hit saved
+//   attnserve_prefix_cache_bytes, attnserve_prefix_cache_entries  gauges;
+//   attnserve_prefix_cache_evictions_total                   counter (server/prefix_cache/)
 //   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
 //       the scheduler that have not computed yet: waiting for their session or a batch)
 //   attnserve_model_load_seconds{model}, attnserve_build_info{version, cuda, torch}  gauges
@@ -41,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "server/prefix_cache/prefix_cache.h"
 #include "server/sessions/session_table.h"
 
 namespace attnserve::server {
@@ -53,6 +58,7 @@ class ServerMetrics {
     std::vector<std::string> variants;  // reported at 0 when they hold no session
     std::function<int64_t()> inflight;
     std::function<int64_t()> queue_depth;
+    const PrefixCache* prefix_cache = nullptr;
   };
 
   ServerMetrics();
@@ -76,6 +82,8 @@ class ServerMetrics {
   void RecordIteration(const std::string& variant, int64_t tokens, double seconds,
                        const std::vector<double>& waits);
   void RecordPolicyDecision(const std::string& variant, const std::string& rule);
+  // A prefix-cache lookup of `variant`: a hit of `hit_tokens` tokens, or a miss (0).
+  void RecordPrefixLookup(const std::string& variant, int64_t hit_tokens);
   void RecordEviction(EvictionReason reason);
   // One session-store operation (op: put, get, delete; result: ok, not_found, error, dropped).
   void RecordStoreOperation(const std::string& op, const std::string& result, double seconds);
@@ -99,6 +107,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& iteration_duration_;
   prometheus::Family<prometheus::Histogram>& batch_wait_;
   prometheus::Family<prometheus::Counter>& policy_decisions_;
+  prometheus::Family<prometheus::Counter>& prefix_lookups_;
+  prometheus::Family<prometheus::Counter>& prefix_hit_tokens_;
   prometheus::Family<prometheus::Counter>& evictions_;
   prometheus::Family<prometheus::Counter>& store_operations_;
   prometheus::Family<prometheus::Histogram>& store_duration_;

@@ -121,6 +121,7 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
                    TokensTensor(request->tokens(), options_.max_tokens_per_request));
   auto job = std::make_unique<scheduler::Job>();
   job->client = caller.client;
+  job->cache_scope = options_.prefix_cache_global ? "" : caller.principal;
   job->tokens = std::move(tokens);
   job->output = ModelOutputKind(request->output());
   *response->mutable_server() = options_.identity;

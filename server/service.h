@@ -38,6 +38,9 @@ struct ServiceOptions {
   int retry_window = Session::kDefaultRetryWindow;
   // Largest snapshot ImportSession takes (--max_snapshot_bytes): RESOURCE_EXHAUSTED beyond.
   int64_t max_snapshot_bytes = int64_t{1} << 30;
+  // Whether every principal shares cached prefixes (--prefix_cache_scope=global); otherwise a
+  // job's cache scope is its principal.
+  bool prefix_cache_global = false;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
   // Who is calling (server/security/authenticator.h); borrowed; null: no authentication, every
   // call is the anonymous principal.

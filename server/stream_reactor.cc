@@ -296,6 +296,7 @@ class AttnServeService::StreamReactor final
                      TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
     auto job = std::make_unique<scheduler::Job>();
     job->client = caller_.client;
+    job->cache_scope = service_->options_.prefix_cache_global ? "" : caller_.principal;
     job->model = (*session_)->model();
     job->session.emplace(SessionUse(session_->get()));
     job->tokens = std::move(tokens);

@@ -71,3 +71,8 @@ ABSL_DECLARE_FLAG(int, drain_save_deadline_s);
 // server/flags/memory_flags.cc
 ABSL_DECLARE_FLAG(int, idle_memory_trim_s);
 ABSL_DECLARE_FLAG(int64_t, max_free_heap_bytes);
+
+// server/flags/prefix_cache_flags.cc
+ABSL_DECLARE_FLAG(int64_t, prefix_cache_bytes);
+ABSL_DECLARE_FLAG(int64_t, prefix_cache_interval);
+ABSL_DECLARE_FLAG(std::string, prefix_cache_scope);

@@ -28,6 +28,8 @@ struct BatchScheduler::Active {
   int64_t consumed = 0;   // prompt tokens computed
   int generated = 0;      // tokens sampled
   bool pending = false;   // the last sampled token has not been fed back yet
+  bool cacheable = false;    // its prompt starts at 0: the prefix cache serves and keeps it
+  int64_t last_cached = 0;   // prompt tokens whose state was last cached (or came from it)
   int64_t pending_token = 0;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
@@ -303,7 +305,43 @@ bool BatchScheduler::Begin(Active& a) {
     }
     a.reserved = true;
   }
+  StartFromCachedPrefix(a);
   return true;
+}
+
+void BatchScheduler::StartFromCachedPrefix(Active& a) {
+  PrefixCache* cache = options_.prefix_cache;
+  const model::Model& m = *a.job->model;
+  Session* s = a.session();
+  // The last logits only: all logits or hidden states need every position computed.
+  if (cache == nullptr || !cache->enabled() || !m.can_stream() ||
+      a.job->output != model::OutputKind::kLastLogits || (s != nullptr && s->state.position != 0)) {
+    return;
+  }
+  a.cacheable = true;
+  const int64_t n = a.prompt_length();
+  // At most n - 1 tokens: the last one is computed, for its logits.
+  std::optional<PrefixCache::Hit> hit =
+      cache->Lookup(a.job->cache_scope, m, a.job->tokens.data_ptr<int64_t>(), n, n - 1);
+  if (options_.metrics != nullptr) {
+    options_.metrics->RecordPrefixLookup(m.name(), hit.has_value() ? hit->tokens : 0);
+  }
+  if (!hit.has_value()) return;
+  if (s != nullptr) {
+    s->state = std::move(hit->state);
+  } else {
+    a.own_state = std::move(hit->state);
+  }
+  a.consumed = a.last_cached = hit->tokens;
+}
+
+void BatchScheduler::MaybeCache(Active& a, const model::ModelState& state) {
+  PrefixCache* cache = options_.prefix_cache;
+  if (!a.cacheable || cache == nullptr) return;
+  if (a.remaining() > 0 && a.consumed - a.last_cached < cache->interval()) return;
+  cache->Insert(a.job->cache_scope, *a.job->model, a.job->tokens.data_ptr<int64_t>(), a.consumed,
+                state);
+  a.last_cached = a.consumed;
 }
 
 BatchScheduler::Batch BatchScheduler::FormBatch(const std::vector<Active*>& live) const {
@@ -376,6 +414,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
     }
     // The last token of a prompt (or the only one).
     a.consumed += 1;
+    MaybeCache(a, a.session()->state);
     a.result.prompt_applied = a.session() != nullptr;
     if (options_.metrics != nullptr) {
       options_.metrics->AddTokens(m.name(), a.prompt_length() == 1 ? "decode" : "prefill", 1);
@@ -395,7 +434,8 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
   model::ModelState* state = nullptr;
   if (Session* s = a.session(); s != nullptr) {
     state = &s->state;
-  } else if (chunk < a.prompt_length()) {  // a request without a session, cut into chunks
+  } else if (chunk < a.prompt_length() || a.cacheable) {
+    // A request without a session, cut into chunks or kept in the prefix cache.
     if (!a.own_state.has_value()) {
       absl::StatusOr<model::ModelState> fresh = m.NewState(1);
       if (!fresh.ok()) {
@@ -413,6 +453,7 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
     return;
   }
   a.consumed += chunk;
+  if (state != nullptr) MaybeCache(a, *state);
   if (options_.metrics != nullptr) {
     options_.metrics->AddTokens(
         m.name(), a.prompt_length() == 1 && a.session() != nullptr ? "decode" : "prefill", chunk);

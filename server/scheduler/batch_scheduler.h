@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/metrics.h"
+#include "server/prefix_cache/prefix_cache.h"
 #include "server/scheduler/job.h"
 #include "server/scheduler/queue_shares.h"
 
@@ -72,6 +73,9 @@ struct SchedulerOptions {
   // (--adapt_threads_to_load; kernels/common/cpu_share.h), never above intra_op_threads.
   bool adapt_threads_to_load = false;
   SessionTable* sessions = nullptr;  // borrowed: state reservations of session jobs
+  // Borrowed, may be null (off): prompts from position 0 whose output is the last logits start
+  // from the longest cached prefix and cache their states (server/prefix_cache/).
+  PrefixCache* prefix_cache = nullptr;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
 };
 
@@ -112,6 +116,11 @@ class BatchScheduler {
   // one batch. Returns the jobs that finished.
   void RunIteration(const std::vector<Active*>& ready, const absl::Status& abort);
   bool Begin(Active& a);  // on_start and reservation; false: it ended
+  // In Begin: a prompt the prefix cache serves starts from its longest cached prefix.
+  void StartFromCachedPrefix(Active& a);
+  // After a prompt's computation reached `a.consumed` on `state`: caches the state at the
+  // prompt's end and every interval inside it.
+  void MaybeCache(Active& a, const model::ModelState& state);
   absl::Status CheckStillWanted(const Active& a) const;  // cancelled, deadline, closed
   Batch FormBatch(const std::vector<Active*>& ready) const;
   void RunDecodeRows(const std::vector<Active*>& rows);

@@ -44,6 +44,9 @@ struct Job {
   // Who asked: the principal, or without authentication the connection (queue_shares.h). The
   // scheduler's queue is shared fairly between clients.
   std::string client;
+  // Whose cached prefix states the job may use and adds to (server/prefix_cache/): the
+  // principal with --prefix_cache_scope=principal, "" with global.
+  std::string cache_scope;
   // The model to run; a session's own model when `session` is set.
   const model::Model* model = nullptr;
   // The session whose state the job continues (kept in use, so it cannot expire meanwhile);

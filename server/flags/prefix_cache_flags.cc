@@ -1,0 +1,19 @@
+// The server's flags: prefix cache
+// The prefix state cache: model states after exact token prefixes, reused by new sessions'
+// first prompts and sessionless Infers (server/prefix_cache/prefix_cache.h).
+// Declared for main.cc in server/flags/server_flags.h; `attnserve-server --help` lists
+// them under this file's name.
+#include "server/flags/server_flags.h"
+
+ABSL_FLAG(int64_t, prefix_cache_bytes, -1,
+          "Most bytes of model states the prefix cache holds (0: off; -1, the default: an eighth "
+          "of --state_budget_bytes, so that the cache costs at most an eighth of what live "
+          "sessions may hold; it is counted apart from their budget).");
+ABSL_FLAG(int64_t, prefix_cache_interval, 0,
+          "Inside a long prompt, cache the state every this many tokens (at the end of the "
+          "chunk that crosses it; 0: --max_batch_tokens), besides the state at the prompt's "
+          "end.");
+ABSL_FLAG(std::string, prefix_cache_scope, "principal",
+          "Who shares cached prefixes: principal (a principal's requests only; without "
+          "authentication every caller is the same principal) or global (every principal: "
+          "then one client can tell from its own latency what another's prompts began with).");

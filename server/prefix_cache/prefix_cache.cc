@@ -1,0 +1,122 @@
+#include "server/prefix_cache/prefix_cache.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <iterator>
+
+namespace attnserve::server {
+namespace {
+
+// splitmix64's finaliser: every input bit moves every output bit.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(PrefixCacheOptions options) : options_(options) {}
+
+uint64_t PrefixCache::Seed(const std::string& scope, const model::Model& model) const {
+  return Mix(std::hash<std::string>()(scope) ^ Mix(model.fingerprint()) ^
+             Mix(reinterpret_cast<uintptr_t>(&model)));
+}
+
+uint64_t PrefixCache::Step(uint64_t h, int64_t token) const {
+  if (options_.hash_step != nullptr) return options_.hash_step(h, token);
+  return Mix(h ^ Mix(static_cast<uint64_t>(token)));
+}
+
+PrefixCache::Entry* PrefixCache::Find(uint64_t key, const std::string& scope,
+                                      const model::Model& model, const int64_t* tokens,
+                                      int64_t n) {
+  auto [begin, end] = index_.equal_range(key);
+  for (auto it = begin; it != end; ++it) {
+    Entry& e = *it->second;
+    if (e.model == &model && static_cast<int64_t>(e.tokens.size()) == n && e.scope == scope &&
+        std::memcmp(e.tokens.data(), tokens, sizeof(int64_t) * static_cast<size_t>(n)) == 0) {
+      return &e;
+    }
+  }
+  return nullptr;
+}
+
+void PrefixCache::Touch(Entry& e) {
+  if (e.order != order_.end()) order_.erase(e.order);
+  e.priority = clock_ + static_cast<double>(e.tokens.size()) / static_cast<double>(e.bytes);
+  e.order = order_.emplace(e.priority, &e);
+}
+
+std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
+                                                    const model::Model& model,
+                                                    const int64_t* tokens, int64_t n,
+                                                    int64_t max_length) {
+  if (!enabled()) return std::nullopt;
+  lookups_.fetch_add(1);
+  const int64_t longest = std::min(n, max_length);
+  if (longest < 1 || store_.empty()) return std::nullopt;
+  std::vector<uint64_t> chain(static_cast<size_t>(longest) + 1);
+  chain[0] = Seed(scope, model);
+  for (int64_t k = 1; k <= longest; ++k) chain[k] = Step(chain[k - 1], tokens[k - 1]);
+  for (int64_t k = longest; k >= 1; --k) {
+    if (index_.count(chain[k]) == 0) continue;
+    if (Entry* e = Find(chain[k], scope, model, tokens, k); e != nullptr) {
+      Touch(*e);
+      hits_.fetch_add(1);
+      hit_tokens_.fetch_add(k);
+      return Hit{e->state.Clone(), k};
+    }
+  }
+  return std::nullopt;
+}
+
+void PrefixCache::Insert(const std::string& scope, const model::Model& model,
+                         const int64_t* tokens, int64_t n, const model::ModelState& state) {
+  if (!enabled() || n < 1) return;
+  uint64_t key = Seed(scope, model);
+  for (int64_t k = 0; k < n; ++k) key = Step(key, tokens[k]);
+  if (Entry* e = Find(key, scope, model, tokens, n); e != nullptr) {
+    Touch(*e);
+    return;
+  }
+  const int64_t bytes = std::max<int64_t>(1, state.Bytes());
+  if (bytes > options_.max_bytes) return;
+  while (bytes_.load() + bytes > options_.max_bytes && !store_.empty()) EvictOne();
+  store_.emplace_back();
+  Entry& e = store_.back();
+  e.self = std::prev(store_.end());
+  e.scope = scope;
+  e.model = &model;
+  e.tokens.assign(tokens, tokens + n);
+  e.state = state.Clone();
+  e.bytes = bytes;
+  e.key = key;
+  e.order = order_.end();
+  Touch(e);
+  index_.emplace(key, &e);
+  bytes_.fetch_add(bytes);
+  entries_.fetch_add(1);
+}
+
+void PrefixCache::EvictOne() {
+  auto lowest = order_.begin();
+  Entry* victim = lowest->second;
+  clock_ = lowest->first;
+  order_.erase(lowest);
+  auto [begin, end] = index_.equal_range(victim->key);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == victim) {
+      index_.erase(it);
+      break;
+    }
+  }
+  bytes_.fetch_sub(victim->bytes);
+  entries_.fetch_sub(1);
+  evictions_.fetch_add(1);
+  store_.erase(victim->self);
+}
+
+}  // namespace attnserve::server

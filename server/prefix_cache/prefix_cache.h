@@ -1,0 +1,102 @@
+// The prefix state cache: model states after exact token prefixes, so that a new session's
+// first prompt (or a sessionless Infer) that begins with a cached prefix starts from a copy of
+// that state and computes only the rest.
+//
+// Entries. Each holds a copy of the state after exactly `tokens` (its prefix, from position 0)
+// on one model, for one scope (the principal of the request that computed it with
+// --prefix_cache_scope=principal, "" with global), and its bytes (ModelState::Bytes()). The
+// scheduler inserts the state at the end of each such prompt and every `interval` tokens inside
+// it (--prefix_cache_interval), at the end of the chunk that crosses the interval.
+//
+// Lookup. A hash chain over the prompt (h_k from h_{k-1} and token k, seeded by the scope and
+// the model's identity) finds candidates for every prefix length from the longest allowed down;
+// a candidate is a hit only when its scope, model and every token are equal, so a hash collision
+// never serves a wrong state. The hit is a copy: the session computes on its own state, and an
+// entry evicted later never touches a live session.
+//
+// Eviction: GreedyDual-Size (Cao and Irani, 1997) with cost = the prefix's tokens (the
+// prefill an entry saves) and size = its bytes: an entry's priority is the clock plus
+// tokens / bytes when inserted or hit; the lowest goes first and the clock rises to it, so
+// entries that save many tokens per byte stay and ones not used for a while age out. The cache
+// never holds more than `max_bytes` (an entry larger than that is not cached).
+//
+// Threads: used on the scheduler's thread only (inserts and lookups happen between
+// computations there); bytes(), entries() and the counters are readable from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/model/model.h"
+
+namespace attnserve::server {
+
+struct PrefixCacheOptions {
+  int64_t max_bytes = int64_t{1} << 30;  // --prefix_cache_bytes; 0: the cache is off
+  int64_t interval = 256;                 // --prefix_cache_interval (tokens)
+  // Only for tests: replaces the hash chain's step (to force collisions).
+  uint64_t (*hash_step)(uint64_t h, int64_t token) = nullptr;
+};
+
+class PrefixCache {
+ public:
+  explicit PrefixCache(PrefixCacheOptions options);
+
+  bool enabled() const { return options_.max_bytes > 0; }
+  int64_t interval() const { return options_.interval; }
+
+  struct Hit {
+    model::ModelState state;  // a copy, at position `tokens`
+    int64_t tokens = 0;
+  };
+  // The longest cached prefix of `tokens[0, n)` of at most `max_length` tokens (>= 1) for
+  // `scope` and `model`, or nothing.
+  std::optional<Hit> Lookup(const std::string& scope, const model::Model& model,
+                            const int64_t* tokens, int64_t n, int64_t max_length);
+  // Caches a copy of `state`, the state after `tokens[0, n)` (n >= 1). A prefix already cached
+  // only has its priority raised.
+  void Insert(const std::string& scope, const model::Model& model, const int64_t* tokens,
+              int64_t n, const model::ModelState& state);
+
+  int64_t bytes() const { return bytes_.load(); }
+  int64_t entries() const { return entries_.load(); }
+  int64_t lookups() const { return lookups_.load(); }
+  int64_t hits() const { return hits_.load(); }
+  int64_t hit_tokens() const { return hit_tokens_.load(); }  // prefill tokens saved
+  int64_t evictions() const { return evictions_.load(); }
+
+ private:
+  struct Entry {
+    std::string scope;
+    const model::Model* model = nullptr;
+    std::vector<int64_t> tokens;
+    model::ModelState state;
+    int64_t bytes = 0;
+    uint64_t key = 0;
+    double priority = 0;
+    std::multimap<double, Entry*>::iterator order;
+    std::list<Entry>::iterator self;  // in store_ (std::list takes an incomplete type)
+  };
+  uint64_t Seed(const std::string& scope, const model::Model& model) const;
+  uint64_t Step(uint64_t h, int64_t token) const;
+  Entry* Find(uint64_t key, const std::string& scope, const model::Model& model,
+              const int64_t* tokens, int64_t n);
+  void Touch(Entry& e);
+  void EvictOne();
+
+  const PrefixCacheOptions options_;
+  std::list<Entry> store_;
+  std::unordered_multimap<uint64_t, Entry*> index_;
+  std::multimap<double, Entry*> order_;  // by priority, lowest first
+  double clock_ = 0;
+  std::atomic<int64_t> bytes_{0}, entries_{0}, lookups_{0}, hits_{0}, hit_tokens_{0},
+      evictions_{0};
+};
+
+}  // namespace attnserve::server
