@@ -63,7 +63,7 @@ class HelpTest(unittest.TestCase):
         listed, text = self.check_lists_its_own_flags(self.binary("server", "attnserve-server"))
         groups = {os.path.basename(f) for f in listed}
         for group in ("serving", "security", "limits", "models", "sessions", "scheduler",
-                      "session_store", "memory"):
+                      "session_store", "memory", "prefix_cache"):
             self.assertIn(group + "_flags.cc", groups, text)
         # Each with its help, e.g. the admins' separator.
         self.assertIn("--admin_principals", text)

@@ -1,0 +1,83 @@
+// The prefix state cache's lookups, collisions and eviction (server/prefix_cache/prefix_cache.h),
+// on a default model's real states.
+#include "server/prefix_cache/prefix_cache.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "server/model/model_repository.h"
+
+namespace attnserve::server {
+namespace {
+
+const model::Model& Mamba() {
+  static const model::ModelRepository* repository =
+      model::ModelRepository::BuildDefault()->release();
+  return *repository->Find("mamba");
+}
+
+// The state after `tokens`, computed.
+model::ModelState StateAfter(const std::vector<int64_t>& tokens) {
+  model::ModelState state = *Mamba().NewState(1);
+  at::Tensor t = at::tensor(tokens, at::kLong).unsqueeze(0);
+  EXPECT_TRUE(Mamba().Forward(t, &state, model::OutputKind::kLastLogits).ok());
+  return state;
+}
+
+// Every prefix hashes alike: only the token comparison tells entries apart.
+uint64_t Colliding(uint64_t, int64_t) { return 42; }
+
+TEST(PrefixCacheUnitTest, TheLongestExactPrefixHitsAndCollisionsNeverServeAWrongState) {
+  for (auto step : {static_cast<uint64_t (*)(uint64_t, int64_t)>(nullptr), &Colliding}) {
+    PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, step});
+    const std::vector<int64_t> a = {1, 2, 3, 4, 5, 6}, b = {1, 2, 9, 9};
+    cache.Insert("", Mamba(), a.data(), 3, StateAfter({1, 2, 3}));
+    cache.Insert("", Mamba(), a.data(), 5, StateAfter({1, 2, 3, 4, 5}));
+    cache.Insert("", Mamba(), b.data(), 4, StateAfter(b));
+    EXPECT_EQ(cache.entries(), 3);
+    auto hit = cache.Lookup("", Mamba(), a.data(), 6, 5);
+    ASSERT_TRUE(hit.has_value());
+    EXPECT_EQ(hit->tokens, 5);
+    EXPECT_EQ(hit->state.position, 5);
+    // The longest allowed, not longer.
+    EXPECT_EQ(cache.Lookup("", Mamba(), a.data(), 6, 4)->tokens, 3);
+    // {1, 2, 9, 7}: shares 2 tokens with everything, but nothing of length 2 is cached.
+    const std::vector<int64_t> c = {1, 2, 9, 7};
+    EXPECT_FALSE(cache.Lookup("", Mamba(), c.data(), 4, 3).has_value());
+    // Another scope sees nothing.
+    EXPECT_FALSE(cache.Lookup("alice", Mamba(), a.data(), 6, 5).has_value());
+    // The hit is a copy: computing on it leaves the entry as it was.
+    at::Tensor next = at::tensor(std::vector<int64_t>{6}, at::kLong).unsqueeze(0);
+    ASSERT_TRUE(Mamba().Forward(next, &hit->state, model::OutputKind::kLastLogits).ok());
+    EXPECT_EQ(cache.Lookup("", Mamba(), a.data(), 6, 5)->state.position, 5);
+    EXPECT_EQ(cache.hits(), 3);
+    EXPECT_EQ(cache.hit_tokens(), 5 + 3 + 5);
+  }
+}
+
+TEST(PrefixCacheUnitTest, EvictionKeepsWithinTheBoundAndPrefersWhatSavesMostPerByte) {
+  const int64_t one = StateAfter({1}).Bytes();  // a recurrent state: the same bytes at any length
+  PrefixCache cache(PrefixCacheOptions{3 * one, 256, nullptr});
+  std::vector<int64_t> long_prefix(200, 7);
+  cache.Insert("", Mamba(), long_prefix.data(), 200, StateAfter(long_prefix));
+  for (int64_t t = 1; t <= 6; ++t) {
+    const std::vector<int64_t> p = {t, t};
+    cache.Insert("", Mamba(), p.data(), 2, StateAfter(p));
+    EXPECT_LE(cache.bytes(), 3 * one);
+  }
+  EXPECT_EQ(cache.entries(), 3);
+  EXPECT_EQ(cache.evictions(), 4);
+  // The 200-token entry saves 100 times more per byte than the 2-token ones: it stayed.
+  EXPECT_EQ(cache.Lookup("", Mamba(), long_prefix.data(), 200, 200)->tokens, 200);
+  // Off: nothing is kept.
+  PrefixCache off(PrefixCacheOptions{0, 256, nullptr});
+  off.Insert("", Mamba(), long_prefix.data(), 200, StateAfter(long_prefix));
+  EXPECT_EQ(off.entries(), 0);
+  EXPECT_FALSE(off.Lookup("", Mamba(), long_prefix.data(), 200, 200).has_value());
+}
+
+}  // namespace
+}  // namespace attnserve::server
