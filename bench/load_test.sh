@@ -30,6 +30,6 @@ load --variants=all --mode=unary --lengths=4096,16384 --warmup=0 --duration=0 --
 load --variants=all --mode=unary --lengths=64,128,256,512 --warmup=1 --duration=4 \
   --timeout=60 --json="$out/unary-short.json" --html="$out/unary-short.html"
 # standard is left out at 32768 tokens: one request takes minutes, and it is far behind at 16384.
-load --variants=linformer,linear,mamba,hybrid,sliding_window,performer,rwkv --mode=unary \
+load --variants=linformer,linear,mamba,hybrid,sliding_window,performer,rwkv,sparse --mode=unary \
   --lengths=32768 --warmup=0 --duration=0 --requests=2 --timeout=300 \
   --json="$out/unary-32k.json" --html="$out/unary-32k.html"

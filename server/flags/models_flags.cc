@@ -9,8 +9,8 @@
 ABSL_FLAG(
     std::string, model_repository, "",
     "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
-    "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer and "
-    "rwkv.");
+    "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer, "
+    "rwkv and sparse.");
 ABSL_FLAG(std::string, policy, attnserve::server::Policy::kDefaultSpec,
           "Sequence-length policy for model \"auto\": comma-separated rules "
           "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound) and "

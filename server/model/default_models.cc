@@ -14,8 +14,8 @@ constexpr uint64_t kSeed = 20261129;
 }  // namespace
 
 std::vector<std::string> DefaultModelNames() {
-  return {"standard", "linformer",      "linear",    "mamba",
-          "hybrid",   "sliding_window", "performer", "rwkv"};
+  return {"standard",  "linformer", "linear", "mamba", "hybrid", "sliding_window",
+          "performer", "rwkv",      "sparse"};
 }
 
 absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
@@ -26,7 +26,7 @@ absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
   c.set_num_heads(4);  // head_dim 64
   c.set_tie_word_embeddings(true);
   if (name == "standard" || name == "linformer" || name == "linear" || name == "sliding_window" ||
-      name == "performer") {
+      name == "performer" || name == "sparse") {
     for (int i = 0; i < kDepth; ++i) c.add_layers(name);
     c.set_intermediate_size(2 * kWidth);
     if (name == "sliding_window") {
@@ -34,6 +34,11 @@ absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {
       c.set_sliding_window_sinks(4);  // StreamingLLM's four attention sinks
     }
     if (name == "performer") c.set_performer_seed(kSeed);
+    if (name == "sparse") {
+      // l = 128 ≈ √16K: a step reads the last 128 keys and every 128th before them.
+      c.set_sparse_pattern("strided");
+      c.set_sparse_stride(128);
+    }
   } else if (name == "rwkv") {
     // Channel mixing as wide as the others' MLPs; Hugging Face RWKV's norms.
     for (int i = 0; i < kDepth; ++i) c.add_layers("rwkv");

@@ -14,7 +14,8 @@ namespace attnserve::model {
 
 // "standard", "linformer", "linear", "mamba", "hybrid" (mamba, mamba, mamba, standard),
 // "sliding_window" (a window of 1024 tokens), "performer", "rwkv" (Hugging Face RWKV's layout:
-// LayerNorms, an embedding norm; written by attnserve-export-model as an RwkvForCausalLM folder).
+// LayerNorms, an embedding norm; written by attnserve-export-model as an RwkvForCausalLM folder),
+// "sparse" (Sparse Transformer attention, the strided pattern with stride 128).
 std::vector<std::string> DefaultModelNames();
 
 absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name);

@@ -17,7 +17,7 @@
 
 ABSL_FLAG(std::string, models, "all",
           "Comma-separated default models to write (standard, linformer, linear, mamba, "
-          "hybrid, sliding_window, performer, rwkv), or all. Ignored with --config.");
+          "hybrid, sliding_window, performer, rwkv, sparse), or all. Ignored with --config.");
 ABSL_FLAG(std::string, config, "",
           "A config.json (attnserve's, Hugging Face Mamba's or RWKV's): write one model of that "
           "architecture with random weights drawn from --seed, named --name.");

@@ -38,13 +38,14 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   a.clear_max_sequence_length();
   if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
   bool attention = false, linformer = false, mamba = false, rwkv = false, window = false,
-       performer = false, only_rwkv = true;
+       performer = false, sparse = false, only_rwkv = true;
   for (const std::string& layer : a.layers()) {
     attention = attention || (layer != "mamba" && layer != "rwkv");
     linformer = linformer || layer == "linformer";
     mamba = mamba || layer == "mamba";
     rwkv = rwkv || layer == "rwkv";
     window = window || layer == "sliding_window";
+    sparse = sparse || layer == "sparse";
     performer = performer || layer == "performer";
     only_rwkv = only_rwkv && layer == "rwkv";
   }
@@ -53,6 +54,11 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
     a.clear_sliding_window_sinks();
   }
   if (!performer) a.clear_performer_seed();
+  if (!sparse) {
+    a.clear_sparse_pattern();
+    a.clear_sparse_stride();
+  }
+  if (a.sparse_pattern() != "fixed") a.clear_sparse_c();  // only fixed reads it
   if (a.final_norm_epsilon() == a.norm_epsilon()) a.clear_final_norm_epsilon();  // spelt out
   // Rescaling with no halving before ln_out and every block at scale 1 is none.
   if (a.rwkv_rescale_every() > a.layers_size()) a.clear_rwkv_rescale_every();

@@ -138,6 +138,11 @@ void FillModelConfigDefaults(v1::ModelConfig* c) {
   if (c->expand() == 0) c->set_expand(2);
   if (c->norm_epsilon() == 0) c->set_norm_epsilon(1e-5);
   if (c->max_sequence_length() == 0) c->set_max_sequence_length(1 << 20);
+  if (std::find(c->layers().begin(), c->layers().end(), "sparse") != c->layers().end()) {
+    if (c->sparse_pattern().empty()) c->set_sparse_pattern("strided");
+    if (c->sparse_stride() == 0) c->set_sparse_stride(128);
+    if (c->sparse_c() == 0 && c->sparse_pattern() == "fixed") c->set_sparse_c(8);
+  }
 }
 
 absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json) {
@@ -244,6 +249,9 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.causal = m.kind != kernels::MixerKind::kLinformer && !c.bidirectional();
   m.window = c.sliding_window();
   m.sinks = c.sliding_window_sinks();
+  m.sparse_pattern = c.sparse_pattern();
+  m.sparse_stride = c.sparse_stride();
+  m.sparse_summary = c.sparse_c();
   m.performer_seed = c.performer_seed() + static_cast<uint64_t>(layer);  // one draw per layer
   m.linformer_k = c.linformer_k();
   m.max_len = c.linformer_max_len();

@@ -295,7 +295,7 @@ class ScrapeTest(unittest.TestCase):
         stub = cls.rpc.AttnServeStub(channel)
         pb = cls.pb
         for variant in ("standard", "linformer", "linear", "mamba", "hybrid", "sliding_window",
-                        "performer", "rwkv"):
+                        "performer", "rwkv", "sparse"):
             stub.Infer(pb.InferRequest(model=variant, tokens=list(range(8))))
         stub.Infer(pb.InferRequest(model="auto", tokens=[1, 2, 3]))
         try:

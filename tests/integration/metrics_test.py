@@ -39,7 +39,8 @@ import grpc  # noqa: E402
 from attnserve.v1 import inference_pb2 as pb  # noqa: E402
 from attnserve.v1 import inference_pb2_grpc as rpc  # noqa: E402
 
-VARIANTS = ["standard", "linformer", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv"]
+VARIANTS = ["standard", "linformer", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv",
+            "sparse"]
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
 
 

@@ -37,7 +37,7 @@ TEST(RpcTest, InferReturnsEveryOutputKind) {
   const std::vector<int64_t> tokens = RandomTokens(16, 1);
   for (const std::string& model :
        std::vector<std::string>{"standard", "linformer", "linear", "mamba", "hybrid",
-                                "sliding_window", "performer", "rwkv"}) {
+                                "sliding_window", "performer", "rwkv", "sparse"}) {
     SCOPED_TRACE(model);
     v1::InferResponse last, unspecified, all, hidden, top, top7, none;
     ASSERT_TRUE(client.Infer(MakeInfer(model, tokens, v1::OUTPUT_KIND_LAST_LOGITS), &last).ok());
@@ -180,7 +180,8 @@ TEST(RpcTest, RecurrentStateIsFixedAndKvCacheGrows) {
       sizes.push_back(r.state_bytes());
     }
     // A recurrent state, a sliding window's ring, Performer's and RWKV's sums: fixed size.
-    if (model != "standard" && model != "hybrid") {
+    // standard's, hybrid's and sparse's KV caches grow.
+    if (model != "standard" && model != "hybrid" && model != "sparse") {
       EXPECT_GT(info.state_bytes_per_session(), 0);
       EXPECT_EQ(info.state_bytes_per_token(), 0);
       EXPECT_THAT(sizes, ElementsAre(sizes[0], sizes[0], sizes[0]));  // fixed
@@ -305,7 +306,7 @@ TEST(RpcTest, ListModelsAndGetModel) {
   std::vector<std::string> names;
   for (const v1::ModelInfo& m : list.models()) names.push_back(m.name());
   EXPECT_THAT(names, ElementsAre("hybrid", "linear", "linformer", "mamba", "performer", "rwkv",
-                                 "sliding_window", "standard"));
+                                 "sliding_window", "sparse", "standard"));
   for (const v1::ModelInfo& m : list.models()) {
     SCOPED_TRACE(m.name());
     EXPECT_EQ(m.config().vocab_size(), kVocab);
@@ -322,7 +323,10 @@ TEST(RpcTest, ListModelsAndGetModel) {
   const auto& models = list.models();
   EXPECT_EQ(models[2].max_sequence_length(), 32768);  // linformer
   EXPECT_EQ(models[2].state_bytes_per_session(), 0);
-  EXPECT_EQ(models[7].max_sequence_length(), 65536);  // standard
+  EXPECT_EQ(models[8].max_sequence_length(), 65536);  // standard
+  EXPECT_EQ(models[8].state_bytes_per_session(), 0);
+  EXPECT_EQ(models[8].state_bytes_per_token(), kStandardBytesPerToken);
+  // sparse: a KV cache like standard's (a step reads fewer of its keys, it keeps them all).
   EXPECT_EQ(models[7].state_bytes_per_session(), 0);
   EXPECT_EQ(models[7].state_bytes_per_token(), kStandardBytesPerToken);
   for (int fixed : {4, 5, 6}) {  // performer, rwkv, sliding_window: fixed-size states

@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import python_client_test as pct  # noqa: E402  (Server, generate_stubs)
 
 ARGS = None
-MODELS = ["standard", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv"]
+MODELS = ["standard", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv", "sparse"]
 
 
 def free_port():

@@ -49,12 +49,12 @@ inline constexpr int64_t kStandardBytesPerToken = 4 * 2 * 4 * 64 * 4;  // layers
 // The default models that can stream.
 inline const std::vector<std::string>& StreamingModels() {
   static const auto* models = new std::vector<std::string>{
-      "standard", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv"};
+      "standard", "linear", "mamba", "hybrid", "sliding_window", "performer", "rwkv", "sparse"};
   return *models;
 }
 
 // The default models (standard, linformer, linear, mamba, hybrid, sliding_window, performer,
-// rwkv), built once per process.
+// rwkv, sparse), built once per process.
 inline const model::ModelRepository& Repository() {
   static const model::ModelRepository* repository = [] {
     at::set_num_threads(1);  // as the test scheduler's intra_op_threads

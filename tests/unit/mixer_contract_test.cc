@@ -40,6 +40,14 @@ MixerConfig Performer(int64_t d_model, int64_t heads) {
   return c;
 }
 
+MixerConfig Sparse(const char* pattern, int64_t stride, int64_t summary) {
+  MixerConfig c = Config(MixerKind::kSparse, 64, 4);
+  c.sparse_pattern = pattern;
+  c.sparse_stride = stride;
+  c.sparse_summary = summary;
+  return c;
+}
+
 MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
   MixerConfig c = Config(MixerKind::kRwkv, d_model, 1);
   c.rwkv_attention_dim = attention_dim;
@@ -57,7 +65,9 @@ std::vector<ContractCase> StreamingCases() {
           {"sliding_window_with_sinks", SlidingWindow(64, 4, 29, 5)},
           {"performer", Performer(64, 4)},
           {"rwkv", Rwkv(48, 0)},
-          {"rwkv_narrow_attention", Rwkv(32, 24)}};
+          {"rwkv_narrow_attention", Rwkv(32, 24)},
+          {"sparse_strided", Sparse("strided", 13, 1)},
+          {"sparse_fixed", Sparse("fixed", 16, 3)}};
 }
 
 class StreamingContractTest : public ::testing::TestWithParam<ContractCase> {

@@ -68,7 +68,7 @@ TEST(DefaultModelsTest, EightVariantsOfTheSameSize) {
     EXPECT_EQ(m->can_stream(), m->name() != "linformer") << m->name();
   }
   EXPECT_EQ(names, (std::vector<std::string>{"hybrid", "linear", "linformer", "mamba", "performer",
-                                             "rwkv", "sliding_window", "standard"}));
+                                             "rwkv", "sliding_window", "sparse", "standard"}));
   const Model* hybrid = (*repo)->Find("hybrid");
   EXPECT_EQ(hybrid->config().layers(3), "standard");
   EXPECT_EQ((*repo)->Find("nope"), nullptr);
@@ -214,7 +214,7 @@ TEST_P(ModelStreamingTest, ChunksAndStepsEqualOneWholePass) {
 
 INSTANTIATE_TEST_SUITE_P(Defaults, ModelStreamingTest,
                          ::testing::Values("standard", "linear", "mamba", "hybrid",
-                                           "sliding_window", "performer", "rwkv"));
+                                           "sliding_window", "performer", "rwkv", "sparse"));
 
 // B sessions of different lengths decoded in one StepBatch equal each session stepped alone
 // (fp32 and bf16 weights: a batch reads the float32 matrices, one row the bfloat16 copies,
