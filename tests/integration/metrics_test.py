@@ -147,9 +147,21 @@ class MetricsTest(unittest.TestCase):
                                    code="OK"), expected, variant)
             self.assertEqual(value("attnserve_request_duration_seconds_count", rpc="Infer",
                                    variant=variant), expected, variant)
-            # Infers of 5 and 9 tokens, the policy's 3 on standard, 4 per stream on mamba.
+            # Infers of 5 and 9 tokens, the policy's 3 on standard, 4 per stream on mamba. The
+            # 9 tokens begin with the 5: a variant that streams takes their state from the
+            # prefix cache and computes 4.
+            streams = variant != "linformer"
             self.assertEqual(value("attnserve_tokens_total", variant=variant, phase="prefill"),
-                             14 + {"standard": 3, "mamba": 3 * 4}.get(variant, 0), variant)
+                             14 - (5 if streams else 0)
+                             + {"standard": 3, "mamba": 3 * 4}.get(variant, 0), variant)
+            self.assertEqual(value("attnserve_prefix_cache_hit_tokens_total", variant=variant),
+                             5 if streams else 0, variant)
+            self.assertEqual(value("attnserve_prefix_cache_lookups_total", variant=variant,
+                                   result="hit"), 1 if streams else 0, variant)
+            self.assertEqual(value("attnserve_prefix_cache_lookups_total", variant=variant,
+                                   result="miss"),
+                             (1 + {"standard": 1, "mamba": 3}.get(variant, 0)) if streams else 0,
+                             variant)
             self.assertEqual(value("attnserve_sessions", variant=variant), 0, variant)
             self.assertEqual(value("attnserve_session_state_bytes", variant=variant), 0, variant)
             self.assertGreater(value("attnserve_model_load_seconds", model=variant), 0, variant)
@@ -182,6 +194,9 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(value("attnserve_session_evictions_total", reason="capacity"), 0)
         self.assertEqual(value("attnserve_inflight_requests"), 0)
         self.assertEqual(value("attnserve_queue_depth"), 0)
+        self.assertGreater(value("attnserve_prefix_cache_entries"), 0)
+        self.assertGreater(value("attnserve_prefix_cache_bytes"), 0)
+        self.assertEqual(value("attnserve_prefix_cache_evictions_total"), 0)
         self.assertEqual(value("attnserve_build_info", version="0.1.0",
                                cuda=[l for n, ls in m for k, l in ls if n == "attnserve_build_info" and k == "cuda"][0],
                                torch=[l for n, ls in m for k, l in ls if n == "attnserve_build_info" and k == "torch"][0]), 1)

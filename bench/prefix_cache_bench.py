@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""The prefix state cache, on against off, in one run (issue #24).
+
+attnserve-server with its default models, twice: --prefix_cache_bytes at its default (on) and
+0 (off, the named baseline). For each --models model:
+
+  shared   --sessions sessions, one after another, each a new session whose first append is
+           a common --prefix-token prefix plus --suffix tokens of its own, generating one token;
+           time to first token (the append sent -> the generated token received), median over
+           the sessions after the first (the first fills the cache) and the first's;
+  distinct the same with every prompt distinct (no sharing): the cache's cost when it never
+           hits.
+
+Prints a table per model: median time to first token on and off, their ratio; the CPU model.
+
+  /usr/bin/python3 bench/prefix_cache_bench.py --build-dir build [--models mamba,rwkv,hybrid]
+"""
+
+import argparse
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+import python_client_test as pct  # noqa: E402  (generate_stubs)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build-dir", default=str(REPO / "build"))
+    p.add_argument("--models", default="mamba,rwkv,hybrid")
+    p.add_argument("--sessions", type=int, default=32)
+    p.add_argument("--prefix", type=int, default=4000)
+    p.add_argument("--suffix", type=int, default=96)
+    p.add_argument("--intra-op-threads", type=int, default=2)
+    return p.parse_args()
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+class Server:
+    def __init__(self, build, *flags):
+        self.proc = subprocess.Popen(
+            [os.path.join(build, "server", "attnserve-server"), "--host=127.0.0.1", "--port=0",
+             "--metrics_port=-1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        for line in self.proc.stdout:
+            m = re.search(r"listening on [0-9.]+:(\d+)", line)
+            if m:
+                self.target = "127.0.0.1:" + m.group(1)
+                return
+        raise RuntimeError("the server did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def time_to_first_token(stub, pb, model, prompt):
+    requests = [pb.StreamRequest(open=pb.StreamOpen(model=model)),
+                pb.StreamRequest(append=pb.StreamAppend(
+                    sequence_number=1, tokens=prompt,
+                    output=pb.OutputSpec(kind=pb.OUTPUT_KIND_NONE),
+                    generate=pb.GenerateSpec(max_new_tokens=1))),
+                pb.StreamRequest(close=pb.StreamClose())]
+    sent = {}
+
+    def gen():
+        yield requests[0]
+        sent["t"] = time.perf_counter()
+        yield requests[1]
+        yield requests[2]
+
+    first = None
+    for response in stub.Stream(gen(), timeout=600):
+        if response.HasField("generated") and first is None:
+            first = time.perf_counter() - sent["t"]
+    return first
+
+
+def run(build, flags, models, args, pb, pb_grpc, grpc):
+    server = Server(build, "--intra_op_threads=%d" % args.intra_op_threads, *flags)
+    out = {}
+    try:
+        channel = grpc.insecure_channel(server.target)
+        stub = pb_grpc.AttnServeStub(channel)
+        for model in models:
+            rng = random.Random(7)
+            prefix = [rng.randrange(1, 4000) for _ in range(args.prefix)]
+            shared = [time_to_first_token(stub, pb, model,
+                                          prefix + [rng.randrange(1, 4000)
+                                                    for _ in range(args.suffix)])
+                      for _ in range(args.sessions)]
+            distinct = [time_to_first_token(stub, pb, model,
+                                            [rng.randrange(1, 4000)
+                                             for _ in range(args.prefix + args.suffix)])
+                        for _ in range(max(4, args.sessions // 4))]
+            out[model] = (shared, distinct)
+        channel.close()
+    finally:
+        server.stop()
+    return out
+
+
+def main():
+    args = parse_args()
+    build = os.path.abspath(args.build_dir)
+    tmp = tempfile.mkdtemp(prefix="attnserve_prefix_bench_")
+    pct.generate_stubs(str(REPO), tmp)
+    import grpc
+    from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+    models = args.models.split(",")
+    print("cpu: %s; %d sessions, prefix %d + %d tokens each, one token generated; "
+          "--intra_op_threads=%d" % (cpu_name(), args.sessions, args.prefix, args.suffix,
+                                     args.intra_op_threads))
+    on = run(build, [], models, args, pb, pb_grpc, grpc)
+    off = run(build, ["--prefix_cache_bytes=0"], models, args, pb, pb_grpc, grpc)
+    print()
+    print("| model | TTFT, shared prefix, cache on (ms) | off (ms) | off / on | first session on "
+          "(ms) | distinct prompts on / off (ms) | on / off |")
+    print("|---|---|---|---|---|---|---|")
+    for model in models:
+        s_on, d_on = on[model]
+        s_off, d_off = off[model]
+        m_on, m_off = statistics.median(s_on[1:]), statistics.median(s_off[1:])
+        dm_on, dm_off = statistics.median(d_on), statistics.median(d_off)
+        print("| %s | %.1f | %.1f | %.1fx | %.1f | %.1f / %.1f | %.3f |" %
+              (model, 1e3 * m_on, 1e3 * m_off, m_off / m_on, 1e3 * s_on[0], 1e3 * dm_on,
+               1e3 * dm_off, dm_on / dm_off))
+
+
+if __name__ == "__main__":
+    main()
