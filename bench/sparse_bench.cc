@@ -3,7 +3,8 @@
 // and stride (--stride, default 128; fixed with --summary columns, default 8):
 //   prefill of L tokens (whole sequence, tokens/s) for L in --lengths, with two baselines from
 //   the same run: the standard mixer (full causal attention, the tiled kernel of
-//   flash_attention_cpu.h) and a naive masked implementation (MaskedSparseAttention: the full
+//   flash_attention_cpu.h), the sliding_window mixer of the default model (W = 1024, 4 sinks:
+//   the policy's middle range) and a naive masked implementation (MaskedSparseAttention: the full
 //   L x L score matrix with the pattern's mask; skipped where it would need more than
 //   --naive_max_gib);
 //   the decode step after 1K and after 32K tokens of context, both patterns and standard (a
@@ -73,24 +74,32 @@ int main(int argc, char** argv) {
   MixerConfig fixed = strided;
   fixed.sparse_pattern = "fixed";
   fixed.sparse_summary = summary;
+  MixerConfig window = standard;
+  window.kind = MixerKind::kSlidingWindow;
+  window.window = 1024;
+  window.sinks = 4;
   const WeightMap weights = RandomWeights(standard, 1);
   const std::unique_ptr<Mixer> strided_mixer = Build(strided, weights);
   const std::unique_ptr<Mixer> fixed_mixer = Build(fixed, weights);
   const std::unique_ptr<Mixer> standard_mixer = Build(standard, weights);
+  const std::unique_ptr<Mixer> window_mixer = Build(window, weights);
   std::printf("d_model 256, 4 heads, stride %lld, fixed's c %lld, %d threads, median of %d\n",
               static_cast<long long>(stride), static_cast<long long>(summary), threads, reps);
-  std::printf("%8s %14s %14s %16s %16s %14s %14s\n", "L", "strided tok/s", "fixed tok/s",
-              "standard tok/s", "naive mask tok/s", "strided/std", "strided/naive");
+  std::printf("%8s %14s %14s %16s %14s %16s %12s %14s\n", "L", "strided tok/s", "fixed tok/s",
+              "standard tok/s", "swa1024 tok/s", "naive mask tok/s", "strided/std",
+              "strided/naive");
   for (const int64_t l : lengths) {
     const at::Tensor x = at::randn({1, l, 256});
     const int r = l >= 32768 ? 1 : reps;
     const at::Tensor warm = x.narrow(1, 0, std::min<int64_t>(l, 2048));
-    for (const Mixer* m : {strided_mixer.get(), fixed_mixer.get(), standard_mixer.get()}) {
+    for (const Mixer* m :
+         {strided_mixer.get(), fixed_mixer.get(), standard_mixer.get(), window_mixer.get()}) {
       (void)m->Prefill(warm, nullptr);
     }
     const double strided_ms = MedianMs(r, [&] { (void)strided_mixer->Prefill(x, nullptr); });
     const double fixed_ms = MedianMs(r, [&] { (void)fixed_mixer->Prefill(x, nullptr); });
     const double std_ms = MedianMs(r, [&] { (void)standard_mixer->Prefill(x, nullptr); });
+    const double window_ms = MedianMs(r, [&] { (void)window_mixer->Prefill(x, nullptr); });
     // The naive masked attention on q, k, v of the same shapes (the projections cost the same
     // in all three): float scores, mask, softmax, and the mask's int64 index arithmetic.
     const double naive_gib = (4.0 * 3 * 4 + 3 * 8) * l * l / (1 << 30);
@@ -107,9 +116,9 @@ int main(int argc, char** argv) {
       std::snprintf(naive, sizeof(naive), "%.0f", l * 1000.0 / naive_ms);
       std::snprintf(ratio, sizeof(ratio), "%.2fx", naive_ms / strided_ms);
     }
-    std::printf("%8lld %14.0f %14.0f %16.0f %16s %13.2fx %14s\n", static_cast<long long>(l),
-                l * 1000.0 / strided_ms, l * 1000.0 / fixed_ms, l * 1000.0 / std_ms, naive,
-                std_ms / strided_ms, ratio);
+    std::printf("%8lld %14.0f %14.0f %16.0f %14.0f %16s %11.2fx %14s\n", static_cast<long long>(l),
+                l * 1000.0 / strided_ms, l * 1000.0 / fixed_ms, l * 1000.0 / std_ms,
+                l * 1000.0 / window_ms, naive, std_ms / strided_ms, ratio);
   }
   // Decode steps after 1K and 32K tokens of context.
   std::printf("\n%-18s %14s %14s %8s\n", "decode step", "1K ctx ms", "32K ctx ms", "ratio");

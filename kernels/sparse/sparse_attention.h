@@ -12,6 +12,8 @@
 // hops, heads stay interchangeable (one kernel call covers them all), and l >= L is standard
 // attention exactly, whatever the number of heads.
 //
+// The projections, the cache, Prefill, Step and StepBatch are kernels/standard/
+// kv_cache_mixer.h's (standard's); this mixer brings the pattern's prefill and decode.
 // config.causal = true: causal (and j <= i), streams with a KV cache (kv_cache.h):
 //   MixerState.tensors = {k_cache, v_cache}, each (B, H, capacity, d) float32, the first
 //   `position` valid. StateBytesPerSequence(position) = 2·H·position·d·4 bytes, as standard's:

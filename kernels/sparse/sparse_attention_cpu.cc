@@ -104,8 +104,10 @@ at::Tensor ToClasses(const at::Tensor& x, int64_t l, int64_t pad, int64_t blocks
   const int64_t groups = x.size(0), d = x.size(2);
   at::Tensor grid = at::zeros({groups, blocks * l, d}, x.options());
   grid.narrow(1, pad, x.size(1)).copy_(x);
-  return grid.view({groups, blocks, l, d}).transpose(1, 2).contiguous().view(
-      {groups * l, blocks, d});
+  return grid.view({groups, blocks, l, d})
+      .transpose(1, 2)
+      .contiguous()
+      .view({groups * l, blocks, d});
 }
 
 // The inverse: (G·l, blocks, e) back to the n natural rows from `pad`, (G, n, e) contiguous.
@@ -120,8 +122,8 @@ at::Tensor FromClasses(const at::Tensor& x, int64_t l, int64_t pad, int64_t n) {
 
 // Square tiles of at most 512 that keep a groups x tile x tile score tile near 4 MiB.
 int64_t LongTile(int64_t groups) {
-  const auto side = static_cast<int64_t>(std::sqrt(static_cast<double>(int64_t{1} << 20) /
-                                                   static_cast<double>(groups)));
+  const auto side = static_cast<int64_t>(
+      std::sqrt(static_cast<double>(int64_t{1} << 20) / static_cast<double>(groups)));
   return std::clamp<int64_t>(side, 16, 512);
 }
 
@@ -162,8 +164,8 @@ at::Tensor SparseAttentionImpl(const at::Tensor& q, const at::Tensor& k, const a
       const at::Tensor index = at::tensor(positions, at::kLong).to(q.device());
       const int64_t tq = tiles.long_query > 0 ? tiles.long_query : LongTile(bh);
       const int64_t tk = tiles.long_key > 0 ? tiles.long_key : LongTile(bh);
-      AttendPart(g, sparse::kLong, qf, kf.index_select(1, index), vf.index_select(1, index), tq,
-                 tk, scale, /*classes=*/0, run);
+      AttendPart(g, sparse::kLong, qf, kf.index_select(1, index), vf.index_select(1, index), tq, tk,
+                 scale, /*classes=*/0, run);
     }
   }
   // The local band (or block), l x l tiles by default, at least 32 and at most standard's.
@@ -206,10 +208,12 @@ absl::StatusOr<at::Tensor> SparseAttentionCpu(const at::Tensor& q, const at::Ten
     }
   }
   if (causal ? lk < lq : lk != lq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sparse attention needs ", causal ? "Lk >= Lq (causal: the queries are the last Lq "
-                                            "positions)" : "Lk = Lq (bidirectional)",
-        ", got Lq = ", lq, ", Lk = ", lk));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse attention needs ",
+                     causal ? "Lk >= Lq (causal: the queries are the last Lq "
+                              "positions)"
+                            : "Lk = Lq (bidirectional)",
+                     ", got Lq = ", lq, ", Lk = ", lk));
   }
   if (lq > 0 && lk == 0) {
     return absl::InvalidArgumentError("attention over no keys is undefined");

@@ -117,8 +117,8 @@ ATTNSERVE_SPARSE_HD inline KeyRange PlanSparseKeys(const SparseGeometry& g, int3
 // Whether query row `row` must not see column `col` of `part` (a column past the part's keys
 // included). For strided kLong the class's own key count is not known here (it depends on the
 // batch row's residue, ClassKeyHidden below): only the pattern within the class is.
-ATTNSERVE_SPARSE_HD inline bool SparseKeyHidden(const SparseGeometry& g, int32_t part,
-                                                int64_t row, int64_t col) {
+ATTNSERVE_SPARSE_HD inline bool SparseKeyHidden(const SparseGeometry& g, int32_t part, int64_t row,
+                                                int64_t col) {
   const int64_t l = g.stride;
   if (part == kLocal) {
     const int64_t p = g.offset() + row;

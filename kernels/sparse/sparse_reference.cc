@@ -13,8 +13,7 @@
 namespace attnserve::kernels {
 
 absl::StatusOr<at::Tensor> SparseVisibilityReference(const std::string& pattern, int64_t length,
-                                                     int64_t stride, int64_t summary,
-                                                     bool causal) {
+                                                     int64_t stride, int64_t summary, bool causal) {
   if (stride < 1) return absl::InvalidArgumentError(absl::StrCat("stride ", stride, " < 1"));
   if (pattern != "strided" && pattern != "fixed") {
     return absl::InvalidArgumentError(absl::StrCat("unknown pattern '", pattern, "'"));
@@ -51,8 +50,7 @@ absl::StatusOr<at::Tensor> MaskedSparseAttention(const at::Tensor& q, const at::
 
 absl::StatusOr<at::Tensor> SparseAttentionReference(const WeightMap& weights, const at::Tensor& x,
                                                     int64_t num_heads, const std::string& pattern,
-                                                    int64_t stride, int64_t summary,
-                                                    bool causal) {
+                                                    int64_t stride, int64_t summary, bool causal) {
   ASSIGN_OR_RETURN(auto qkv, ReferenceProjectQkv(weights, x, num_heads));
   auto [q, k, v] = qkv;
   ASSIGN_OR_RETURN(at::Tensor heads,

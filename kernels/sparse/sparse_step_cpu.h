@@ -14,22 +14,17 @@
 #include <vector>
 
 #include "kernels/sparse/sparse_attention_cpu.h"
+#include "kernels/standard/kv_cache.h"
 
 namespace attnserve::kernels {
 
 // The positions query p (causal) sees under `pattern`, in increasing order.
 std::vector<int64_t> SparseStepPositions(const SparsePatternConfig& pattern, int64_t p);
 
-// Batch row `row` of caches (B, H, capacity, d), its first `length` positions valid.
-struct SparseCacheRow {
-  at::Tensor k_cache;
-  at::Tensor v_cache;
-  int64_t row = 0;
-  int64_t length = 0;  // >= 1: the query is the token at length - 1
-};
-
-// q (B, H, 1, d) float32 on the CPU, rows[B]: a new (B, H, 1, d) tensor of the heads' outputs.
-at::Tensor SparseDecodeHeads(const at::Tensor& q, const std::vector<SparseCacheRow>& rows,
+// q (B, H, 1, d) float32, rows[B] (each query the token at its row's length - 1): a new
+// (B, H, 1, d) tensor of the heads' outputs. On the CPU the decode kernel runs over the
+// gathered keys; on another device the same keys are attended with ATen.
+at::Tensor SparseDecodeHeads(const at::Tensor& q, const std::vector<KvCacheRow>& rows,
                              const SparsePatternConfig& pattern);
 
 }  // namespace attnserve::kernels

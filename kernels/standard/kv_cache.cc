@@ -35,9 +35,8 @@ absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t h, int
                                    {-1, h, -1, d}, device));
   const at::Tensor& k_cache = state.tensors[0];
   if (k_cache.size(0) != batch) {
-    return absl::InvalidArgumentError(absl::StrCat(mixer, " state holds a batch of ",
-                                                   k_cache.size(0), " sequences, but x has ",
-                                                   batch));
+    return absl::InvalidArgumentError(absl::StrCat(
+        mixer, " state holds a batch of ", k_cache.size(0), " sequences, but x has ", batch));
   }
   RETURN_IF_ERROR(CheckFloatTensor(state.tensors[1], absl::StrCat(mixer, " state v_cache").c_str(),
                                    {batch, h, k_cache.size(2), d}, device));
@@ -68,11 +67,10 @@ std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const
   return {std::move(k_cache), std::move(v_cache)};
 }
 
-DecodeAttentionRow KvCacheRow(const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t b,
-                              int64_t length) {
-  const int64_t stride = k_cache.size(1) * k_cache.size(2) * k_cache.size(3);
-  return {k_cache.data_ptr<float>() + b * stride, v_cache.data_ptr<float>() + b * stride, length,
-          k_cache.size(2)};
+DecodeAttentionRow DecodeRowOf(const KvCacheRow& r) {
+  const int64_t stride = r.k_cache.size(1) * r.k_cache.size(2) * r.k_cache.size(3);
+  return {r.k_cache.data_ptr<float>() + r.row * stride,
+          r.v_cache.data_ptr<float>() + r.row * stride, r.length, r.k_cache.size(2)};
 }
 
 }  // namespace attnserve::kernels

@@ -31,8 +31,16 @@ absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t heads,
 std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const at::Tensor& k,
                                                   const at::Tensor& v);
 
-// Row `b` of caches (B, H, capacity, d), its first `length` positions, for the decode kernel.
-DecodeAttentionRow KvCacheRow(const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t b,
-                              int64_t length);
+// Batch row `row` of caches (B, H, capacity, d), its first `length` positions valid (>= 1: a
+// decode step's query is the token at length - 1).
+struct KvCacheRow {
+  at::Tensor k_cache;
+  at::Tensor v_cache;
+  int64_t row = 0;
+  int64_t length = 0;
+};
+
+// The same row for the CPU decode kernel (pointers into the caches).
+DecodeAttentionRow DecodeRowOf(const KvCacheRow& row);
 
 }  // namespace attnserve::kernels

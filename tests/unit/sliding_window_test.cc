@@ -83,24 +83,13 @@ TEST(SlidingWindowMixerTest, WholeChunkedAndSteppedMatchTheFloat64Reference) {
     EXPECT_LE(testing::MaxRelativeError(*whole, *want), 1e-5)
         << "W " << window << " sinks " << sinks << " L " << len;
     // Chunks of random sizes (some longer than the window), then single steps.
-    auto state = (*mixer)->InitialState(2);
-    std::vector<at::Tensor> parts;
-    int64_t pos = 0;
-    while (pos < len - 10) {
-      const int64_t n = std::min<int64_t>(1 + rng() % (2 * window + 3), len - 10 - pos);
-      auto y = (*mixer)->Prefill(x.narrow(1, pos, n), &*state);
-      ASSERT_TRUE(y.ok()) << y.status();
-      parts.push_back(*y);
-      pos += n;
-    }
-    for (; pos < len; ++pos) {
-      auto y = (*mixer)->Step(x.select(1, pos), &*state);
-      ASSERT_TRUE(y.ok()) << y.status();
-      parts.push_back(y->unsqueeze(1));
-    }
-    EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), *want), 1e-5)
+    int64_t position = 0;
+    const at::Tensor streamed =
+        testing::StreamInChunksThenSteps(**mixer, x, rng, 2 * window + 3, 10, &position);
+    ASSERT_TRUE(streamed.defined());
+    EXPECT_LE(testing::MaxRelativeError(streamed, *want), 1e-5)
         << "W " << window << " sinks " << sinks;
-    EXPECT_EQ(state->position, len);
+    EXPECT_EQ(position, len);
   }
 }
 

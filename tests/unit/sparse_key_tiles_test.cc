@@ -28,19 +28,26 @@ int64_t LongRow(const SparseGeometry& g, int64_t p) {
   return g.pattern == kStrided ? p / g.stride - g.query_block0() : p - g.offset();
 }
 
+// Case c of a sweep: both patterns, causal (chunks after a prefix) and not, strides below
+// max_stride, up to max_keys keys.
+SparseGeometry RandomGeometry(int c, std::mt19937_64& rng, int64_t max_stride, int64_t max_keys) {
+  SparseGeometry g;
+  g.pattern = c % 2 ? kFixed : kStrided;
+  g.causal = c % 3 != 0;
+  g.stride = 1 + static_cast<int64_t>(rng() % max_stride);
+  g.summary = 1 + static_cast<int64_t>(rng() % g.stride);
+  g.seqlen_k = 1 + static_cast<int64_t>(rng() % max_keys);
+  g.seqlen_q = g.causal ? 1 + static_cast<int64_t>(rng() % g.seqlen_k) : g.seqlen_k;
+  return g;
+}
+
 TEST(SparseKeyTilesTest, ThePartsAreDisjointAndTheirUnionIsThePattern) {
   std::mt19937_64 rng(3);
   for (int c = 0; c < 300; ++c) {
-    SparseGeometry g;
-    g.pattern = c % 2 ? kFixed : kStrided;
-    g.causal = c % 3 != 0;
-    g.stride = 1 + static_cast<int64_t>(rng() % 20);
-    g.summary = 1 + static_cast<int64_t>(rng() % g.stride);
-    g.seqlen_k = 1 + static_cast<int64_t>(rng() % 90);
-    g.seqlen_q = g.causal ? 1 + static_cast<int64_t>(rng() % g.seqlen_k) : g.seqlen_k;
-    SCOPED_TRACE(::testing::Message() << "pattern " << g.pattern << " causal " << g.causal
-                                      << " l " << g.stride << " c " << g.summary << " Lq "
-                                      << g.seqlen_q << " Lk " << g.seqlen_k);
+    const SparseGeometry g = RandomGeometry(c, rng, 20, 90);
+    SCOPED_TRACE(::testing::Message()
+                 << "pattern " << g.pattern << " causal " << g.causal << " l " << g.stride << " c "
+                 << g.summary << " Lq " << g.seqlen_q << " Lk " << g.seqlen_k);
     for (int64_t i = 0; i < g.seqlen_q; ++i) {
       const int64_t p = g.offset() + i;
       // Every position the query sees through each part.
@@ -61,8 +68,8 @@ TEST(SparseKeyTilesTest, ThePartsAreDisjointAndTheirUnionIsThePattern) {
         seen.insert(j);
       }
       for (int64_t j = 0; j < g.seqlen_k; ++j) {
-        EXPECT_EQ(seen.count(j), SparseSees(g.pattern, g.stride, g.summary, g.causal, p, j) ? 1u
-                                                                                           : 0u)
+        EXPECT_EQ(seen.count(j),
+                  SparseSees(g.pattern, g.stride, g.summary, g.causal, p, j) ? 1u : 0u)
             << "query " << p << " key " << j;
       }
       for (int64_t j : seen) EXPECT_LT(j, g.seqlen_k) << "query " << p;
@@ -73,21 +80,15 @@ TEST(SparseKeyTilesTest, ThePartsAreDisjointAndTheirUnionIsThePattern) {
 TEST(SparseKeyTilesTest, EveryBlockPlanHoldsEveryKeyItsQueriesSee) {
   std::mt19937_64 rng(11);
   for (int c = 0; c < 300; ++c) {
-    SparseGeometry g;
-    g.pattern = c % 2 ? kFixed : kStrided;
-    g.causal = c % 3 != 0;
-    g.stride = 1 + static_cast<int64_t>(rng() % 24);
-    g.summary = 1 + static_cast<int64_t>(rng() % g.stride);
-    g.seqlen_k = 1 + static_cast<int64_t>(rng() % 200);
-    g.seqlen_q = g.causal ? 1 + static_cast<int64_t>(rng() % g.seqlen_k) : g.seqlen_k;
+    const SparseGeometry g = RandomGeometry(c, rng, 24, 200);
     const int64_t rows = 1 + static_cast<int64_t>(rng() % 17);
-    SCOPED_TRACE(::testing::Message() << "pattern " << g.pattern << " causal " << g.causal
-                                      << " l " << g.stride << " Lq " << g.seqlen_q << " Lk "
-                                      << g.seqlen_k << " rows " << rows);
+    SCOPED_TRACE(::testing::Message()
+                 << "pattern " << g.pattern << " causal " << g.causal << " l " << g.stride << " Lq "
+                 << g.seqlen_q << " Lk " << g.seqlen_k << " rows " << rows);
     for (int32_t part : {kLocal, kLong}) {
       const int64_t query_rows =
           part == kLong && g.pattern == kStrided ? g.query_blocks() : g.seqlen_q;
-      const int64_t cols = part == kLocal     ? g.seqlen_k
+      const int64_t cols = part == kLocal          ? g.seqlen_k
                            : g.pattern == kStrided ? g.key_blocks()
                                                    : g.summary_keys();
       for (int64_t q0 = 0; q0 < query_rows; q0 += rows) {

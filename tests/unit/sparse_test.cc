@@ -58,8 +58,8 @@ TEST(SparseAttentionCpuTest, MatchesTheMaskedFloat64ReferenceOnRandomShapesAndTi
                                       Name(pattern), stride, summary, causal);
     ASSERT_TRUE(want.ok()) << want.status();
     EXPECT_LE(testing::MaxRelativeError(*got, want->narrow(2, lk - lq, lq)), 1e-5)
-        << Name(pattern) << " causal " << causal << " Lq " << lq << " Lk " << lk << " l "
-        << stride << " c " << summary << " tiles " << tiles.query << "x" << tiles.key << ", "
+        << Name(pattern) << " causal " << causal << " Lq " << lq << " Lk " << lk << " l " << stride
+        << " c " << summary << " tiles " << tiles.query << "x" << tiles.key << ", "
         << tiles.long_query << "x" << tiles.long_key;
   }
 }
@@ -92,24 +92,13 @@ TEST(SparseMixerTest, WholeChunkedAndSteppedMatchTheFloat64Reference) {
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_LE(testing::MaxRelativeError(*whole, *want), 1e-5) << pattern << " l " << stride;
     // Chunks of random sizes crossing strides, then single steps.
-    auto state = (*mixer)->InitialState(2);
-    std::vector<at::Tensor> parts;
-    int64_t pos = 0;
-    while (pos < len - 10) {
-      const int64_t n = std::min<int64_t>(1 + rng() % (2 * stride + 3), len - 10 - pos);
-      auto y = (*mixer)->Prefill(x.narrow(1, pos, n), &*state);
-      ASSERT_TRUE(y.ok()) << y.status();
-      parts.push_back(*y);
-      pos += n;
-    }
-    for (; pos < len; ++pos) {
-      auto y = (*mixer)->Step(x.select(1, pos), &*state);
-      ASSERT_TRUE(y.ok()) << y.status();
-      parts.push_back(y->unsqueeze(1));
-    }
-    EXPECT_LE(testing::MaxRelativeError(at::cat(parts, 1), *want), 1e-5)
+    int64_t position = 0;
+    const at::Tensor streamed =
+        testing::StreamInChunksThenSteps(**mixer, x, rng, 2 * stride + 3, 10, &position);
+    ASSERT_TRUE(streamed.defined());
+    EXPECT_LE(testing::MaxRelativeError(streamed, *want), 1e-5)
         << pattern << " l " << stride << " c " << summary;
-    EXPECT_EQ(state->position, len);
+    EXPECT_EQ(position, len);
   }
 }
 

@@ -1,0 +1,61 @@
+// An attention mixer that streams with a KV cache (kv_cache.h): the standard and sparse
+// mixers. It owns the q/k/v/o projections, the cache and the checks; a subclass says how a
+// chunk's queries attend to keys (Attend) and how one decode step per row reads its cache
+// (AttendCaches).
+//
+// config.causal = true: Prefill continues a state (the chunk's keys appended to the cache, its
+//   queries the last of the cache's positions), Step and StepBatch append one token per row;
+//   StateBytesPerSequence(position) = 2·H·position·d·4 bytes, the cache's valid part.
+// config.causal = false: bidirectional; only Prefill with a null state works, InitialState,
+//   Step and Prefill with a state return FailedPrecondition.
+// StepBatch on the CPU: the projections once over B rows, each row appending to its own cache
+// and AttendCaches over every row at its own length; other devices take Mixer::StepBatch.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/attention_projections.h"
+#include "kernels/common/mixer.h"
+#include "kernels/standard/kv_cache.h"
+
+namespace attnserve::kernels {
+
+class KvCacheAttentionMixer : public Mixer {
+ public:
+  // `name` starts messages ("standard": "standard state: ...", "standard attention is ...").
+  KvCacheAttentionMixer(const MixerConfig& config, AttentionProjections projections,
+                        const char* name);
+
+  const MixerConfig& config() const final { return config_; }
+  bool can_stream() const final { return config_.causal; }
+  absl::StatusOr<MixerState> InitialState(int64_t batch) const final;
+  absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const final;
+  absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const final;
+  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                       const std::vector<MixerState*>& states) const final;
+  int64_t StateBytesPerSequence(int64_t position) const final;
+
+ protected:
+  // q (B, H, Lq, d), k, v (B, H, Lk, d) -> (B, H, Lq, d). causal: the queries are the last Lq
+  // of the Lk positions.
+  virtual absl::StatusOr<at::Tensor> Attend(const at::Tensor& q, const at::Tensor& k,
+                                            const at::Tensor& v, bool causal) const = 0;
+  // q (B, H, 1, d), row b's query over rows[b] -> (B, H, 1, d). Step passes B rows of one
+  // batch cache at one length; StepBatch (CPU) one row of each state.
+  virtual absl::StatusOr<at::Tensor> AttendCaches(const at::Tensor& q,
+                                                  const std::vector<KvCacheRow>& rows) const = 0;
+
+ private:
+  at::Device device() const { return projections_.device(); }
+  absl::Status CheckCanStream(const char* operation) const;
+  absl::Status CheckState(const MixerState& state, int64_t batch) const;
+
+  const MixerConfig config_;
+  const AttentionProjections projections_;
+  const char* const name_;
+};
+
+}  // namespace attnserve::kernels
