@@ -74,7 +74,7 @@ def infer_seconds(build, port, model, tokens):
          "--timeout=600"], capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise RuntimeError(out.stderr)
-    return float(json.loads(out.stdout.splitlines()[-1])["timings"]["totalSeconds"])
+    return float(json.loads(out.stdout.splitlines()[-1])["timings"]["total_seconds"])
 
 
 def busy_processes(n):
@@ -89,7 +89,9 @@ def main():
           (cpu_name(), os.cpu_count(), args.model, args.tokens, args.reps))
     results = {}
     for adapt in (True, False):
-        server = Server(build, "--adapt_threads_to_load=%s" % ("true" if adapt else "false"))
+        # The prefix cache off: the same prompt again must be computed again.
+        server = Server(build, "--adapt_threads_to_load=%s" % ("true" if adapt else "false"),
+                        "--prefix_cache_bytes=0")
         try:
             infer_seconds(build, server.port, args.model, 256)  # warm-up
             for busy in busy_counts:

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The prefix state cache, on against off, in one run (issue #24).
 
-attnserve-server with its default models, twice: --prefix_cache_bytes at its default (on) and
-0 (off, the named baseline). For each --models model:
+attnserve-server with its default models, twice at once: --prefix_cache_bytes at its default
+(on) and 0 (off, the named baseline), each prompt sent to one then the other. For each
+--models model:
 
   shared   --sessions sessions, one after another, each a new session whose first append is
            a common --prefix-token prefix plus --suffix tokens of its own, generating one token;
@@ -40,6 +41,7 @@ def parse_args():
     p.add_argument("--prefix", type=int, default=4000)
     p.add_argument("--suffix", type=int, default=96)
     p.add_argument("--intra-op-threads", type=int, default=2)
+    p.add_argument("--on-flags", default="", help="more flags for the server with the cache")
     return p.parse_args()
 
 
@@ -91,27 +93,35 @@ def time_to_first_token(stub, pb, model, prompt):
     return first
 
 
-def run(build, flags, models, args, pb, pb_grpc, grpc):
-    server = Server(build, "--intra_op_threads=%d" % args.intra_op_threads, *flags)
+def run(build, models, args, pb, pb_grpc, grpc):
+    """Both servers at once, the same prompts sent to each in turn (on, off, on, off, ...), so
+    that a machine whose speed drifts slows both alike."""
+    servers = {"on": Server(build, "--intra_op_threads=%d" % args.intra_op_threads,
+                            *args.on_flags.split()),
+               "off": Server(build, "--intra_op_threads=%d" % args.intra_op_threads,
+                             "--prefix_cache_bytes=0")}
     out = {}
     try:
-        channel = grpc.insecure_channel(server.target)
-        stub = pb_grpc.AttnServeStub(channel)
+        channels = {k: grpc.insecure_channel(s.target) for k, s in servers.items()}
+        stubs = {k: pb_grpc.AttnServeStub(c) for k, c in channels.items()}
         for model in models:
             rng = random.Random(7)
             prefix = [rng.randrange(1, 4000) for _ in range(args.prefix)]
-            shared = [time_to_first_token(stub, pb, model,
-                                          prefix + [rng.randrange(1, 4000)
-                                                    for _ in range(args.suffix)])
+            shared = [prefix + [rng.randrange(1, 4000) for _ in range(args.suffix)]
                       for _ in range(args.sessions)]
-            distinct = [time_to_first_token(stub, pb, model,
-                                            [rng.randrange(1, 4000)
-                                             for _ in range(args.prefix + args.suffix)])
-                        for _ in range(max(4, args.sessions // 4))]
-            out[model] = (shared, distinct)
-        channel.close()
+            distinct = [[rng.randrange(1, 4000) for _ in range(args.prefix + args.suffix)]
+                        for _ in range(max(8, args.sessions // 2))]
+            times = {(k, kind): [] for k in servers for kind in ("shared", "distinct")}
+            for kind, prompts in (("shared", shared), ("distinct", distinct)):
+                for prompt in prompts:
+                    for k in ("on", "off"):
+                        times[(k, kind)].append(time_to_first_token(stubs[k], pb, model, prompt))
+            out[model] = times
+        for c in channels.values():
+            c.close()
     finally:
-        server.stop()
+        for s in servers.values():
+            s.stop()
     return out
 
 
@@ -126,20 +136,20 @@ def main():
     print("cpu: %s; %d sessions, prefix %d + %d tokens each, one token generated; "
           "--intra_op_threads=%d" % (cpu_name(), args.sessions, args.prefix, args.suffix,
                                      args.intra_op_threads))
-    on = run(build, [], models, args, pb, pb_grpc, grpc)
-    off = run(build, ["--prefix_cache_bytes=0"], models, args, pb, pb_grpc, grpc)
+    results = run(build, models, args, pb, pb_grpc, grpc)
     print()
     print("| model | TTFT, shared prefix, cache on (ms) | off (ms) | off / on | first session on "
           "(ms) | distinct prompts on / off (ms) | on / off |")
     print("|---|---|---|---|---|---|---|")
     for model in models:
-        s_on, d_on = on[model]
-        s_off, d_off = off[model]
-        m_on, m_off = statistics.median(s_on[1:]), statistics.median(s_off[1:])
-        dm_on, dm_off = statistics.median(d_on), statistics.median(d_off)
+        t = results[model]
+        m_on, m_off = statistics.median(t[("on", "shared")][1:]), statistics.median(
+            t[("off", "shared")][1:])
+        dm_on, dm_off = statistics.median(t[("on", "distinct")]), statistics.median(
+            t[("off", "distinct")])
         print("| %s | %.1f | %.1f | %.1fx | %.1f | %.1f / %.1f | %.3f |" %
-              (model, 1e3 * m_on, 1e3 * m_off, m_off / m_on, 1e3 * s_on[0], 1e3 * dm_on,
-               1e3 * dm_off, dm_on / dm_off))
+              (model, 1e3 * m_on, 1e3 * m_off, m_off / m_on, 1e3 * t[("on", "shared")][0],
+               1e3 * dm_on, 1e3 * dm_off, dm_on / dm_off))
 
 
 if __name__ == "__main__":
