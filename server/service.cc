@@ -268,6 +268,10 @@ v1::ModelInfo AttnServeService::Describe(const model::Model& m) const {
   const int64_t empty = m.StateBytesPerSequence(0);
   info.set_state_bytes_per_session(empty);
   info.set_state_bytes_per_token(m.StateBytesPerSequence(1) - empty);
+  if (m.can_stream()) {
+    info.set_step_keys_read_at_1k(m.StepKeysRead(1023));
+    info.set_step_keys_read_at_32k(m.StepKeysRead(32767));
+  }
   return info;
 }
 

@@ -155,6 +155,11 @@ class Mixer {
   // Bytes of state that one sequence holds after `position` tokens (a KV cache grows, a
   // recurrent state does not; 0 for a mixer that cannot stream).
   virtual int64_t StateBytesPerSequence(int64_t position) const = 0;
+
+  // Keys (per head) that the decode step of the token at `position` reads: a step's cost that
+  // grows with the context (standard: all position + 1; sliding_window: the window and sinks;
+  // sparse: the pattern's). 0 for a fixed-size recurrent state, whose step reads no keys.
+  virtual int64_t StepKeysRead(int64_t /*position*/) const { return 0; }
 };
 
 // StepBatch's shared argument check: x_t (B, d_model) and B non-null states.

@@ -105,6 +105,12 @@ class SlidingWindowAttentionMixer final : public Mixer {
     });
   }
 
+  int64_t StepKeysRead(int64_t position) const override {
+    MixerState after;  // the valid slots once the token at `position` is written
+    after.position = position + 1;
+    return ValidSlots(after);
+  }
+
   int64_t StateBytesPerSequence(int64_t) const override {
     return 2 * config_.num_heads * Slots() * config_.head_dim() *
            static_cast<int64_t>(sizeof(float));

@@ -39,6 +39,11 @@ class SparseAttentionMixer final : public KvCacheAttentionMixer {
     return SparseDecodeHeads(q, rows, pattern_);
   }
 
+  int64_t StepKeysRead(int64_t position) const override {
+    return config().causal ? static_cast<int64_t>(SparseStepPositions(pattern_, position).size())
+                           : 0;
+  }
+
   const SparsePatternConfig pattern_;
 };
 

@@ -37,6 +37,9 @@ class KvCacheAttentionMixer : public Mixer {
   absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
                                        const std::vector<MixerState*>& states) const final;
   int64_t StateBytesPerSequence(int64_t position) const final;
+  int64_t StepKeysRead(int64_t position) const override {
+    return config_.causal ? position + 1 : 0;
+  }
 
  protected:
   // q (B, H, Lq, d), k, v (B, H, Lk, d) -> (B, H, Lq, d). causal: the queries are the last Lq

@@ -297,6 +297,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   return m;
 }
 
+int64_t Model::StepKeysRead(int64_t position) const {
+  int64_t keys = 0;
+  for (const Layer& layer : layers_) keys += layer.mixer->StepKeysRead(position);
+  return keys;
+}
+
 int64_t Model::StateBytesPerSequence(int64_t position) const {
   int64_t bytes = 0;
   for (const Layer& layer : layers_) bytes += layer.mixer->StateBytesPerSequence(position);

@@ -87,6 +87,8 @@ class Model {
   bool can_stream() const { return can_stream_; }
   // Bytes of state one sequence holds after `position` tokens.
   int64_t StateBytesPerSequence(int64_t position) const;
+  // Keys the decode step of the token at `position` reads, over all layers (Mixer::StepKeysRead).
+  int64_t StepKeysRead(int64_t position) const;
   // Identifies config and weights; a serialized state carries it and is refused by another model.
   uint64_t fingerprint() const { return fingerprint_; }
 

@@ -329,6 +329,18 @@ TEST(RpcTest, ListModelsAndGetModel) {
   // sparse: a KV cache like standard's (a step reads fewer of its keys, it keeps them all).
   EXPECT_EQ(models[7].state_bytes_per_session(), 0);
   EXPECT_EQ(models[7].state_bytes_per_token(), kStandardBytesPerToken);
+  // The keys a step reads (4 layers): standard every earlier one; sparse (l = 128) the last 128
+  // and every 128th before them; sliding_window its 1024 and 4 sinks; recurrent states none.
+  EXPECT_EQ(models[8].step_keys_read_at_1k(), 4 * 1024);
+  EXPECT_EQ(models[8].step_keys_read_at_32k(), 4 * 32768);
+  EXPECT_EQ(models[7].step_keys_read_at_1k(), 4 * (128 + 7));
+  EXPECT_EQ(models[7].step_keys_read_at_32k(), 4 * (128 + 255));
+  EXPECT_EQ(models[6].step_keys_read_at_32k(), 4 * (1024 + 4));
+  EXPECT_EQ(models[0].step_keys_read_at_32k(), 32768);  // hybrid: one standard layer
+  for (int recurrent : {1, 3, 4, 5}) {                  // linear, mamba, performer, rwkv
+    EXPECT_EQ(models[recurrent].step_keys_read_at_32k(), 0) << models[recurrent].name();
+  }
+  EXPECT_EQ(models[2].step_keys_read_at_32k(), 0);  // linformer cannot step
   for (int fixed : {4, 5, 6}) {  // performer, rwkv, sliding_window: fixed-size states
     EXPECT_GT(models[fixed].state_bytes_per_session(), 0) << models[fixed].name();
     EXPECT_EQ(models[fixed].state_bytes_per_token(), 0) << models[fixed].name();

@@ -162,6 +162,8 @@ TEST(SparseMixerTest, ItsStateIsAKvCacheAndItsConfigIsChecked) {
   auto mixer = CreateMixer(config, RandomWeights(config, 1));
   ASSERT_TRUE(mixer.ok());
   EXPECT_EQ((*mixer)->StateBytesPerSequence(100), 2 * 4 * 100 * 16 * 4);
+  // The step of token 100 reads its block (96 .. 100) and 4 summary columns of 6 blocks.
+  EXPECT_EQ((*mixer)->StepKeysRead(100), 5 + 4 * 6);
   for (auto bad : {Config(64, 4, "dilated", 16, 4), Config(64, 4, "strided", 0, 1),
                    Config(64, 4, "fixed", 16, 17), Config(64, 4, "fixed", 16, 0),
                    Config(64, 3, "strided", 16, 1)}) {
