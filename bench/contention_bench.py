@@ -15,8 +15,6 @@ busy processes on 2 cores.
 import argparse
 import json
 import os
-import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -24,6 +22,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from bench_server import Server, cpu_name  # noqa: E402
 
 
 def parse_args():
@@ -34,37 +34,6 @@ def parse_args():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--busy", default="0,1,2", help="competing busy processes to try")
     return p.parse_args()
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-class Server:
-    def __init__(self, build, *flags):
-        self.proc = subprocess.Popen(
-            [os.path.join(build, "server", "attnserve-server"), "--host=127.0.0.1", "--port=0",
-             "--metrics_port=-1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
-        self.lines = []
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-            m = re.search(r"listening on [0-9.]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                return
-        raise RuntimeError("the server did not start:\n" + "\n".join(self.lines))
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def infer_seconds(build, port, model, tokens):

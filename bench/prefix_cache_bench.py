@@ -20,15 +20,15 @@ Prints a table per model: median time to first token on and off, their ratio; th
 import argparse
 import os
 import random
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from bench_server import Server, cpu_name  # noqa: E402
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 import python_client_test as pct  # noqa: E402  (generate_stubs)
 
@@ -43,32 +43,6 @@ def parse_args():
     p.add_argument("--intra-op-threads", type=int, default=2)
     p.add_argument("--on-flags", default="", help="more flags for the server with the cache")
     return p.parse_args()
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
-class Server:
-    def __init__(self, build, *flags):
-        self.proc = subprocess.Popen(
-            [os.path.join(build, "server", "attnserve-server"), "--host=127.0.0.1", "--port=0",
-             "--metrics_port=-1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True)
-        for line in self.proc.stdout:
-            m = re.search(r"listening on [0-9.]+:(\d+)", line)
-            if m:
-                self.target = "127.0.0.1:" + m.group(1)
-                return
-        raise RuntimeError("the server did not start")
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
 
 
 def time_to_first_token(stub, pb, model, prompt):

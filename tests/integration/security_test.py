@@ -111,6 +111,18 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
         server.health_port = int(health.group(1)) if health else None
         return server
 
+    def start_with_live_tls_files(self, folder):
+        """A server on copies of its TLS files (tls.crt, tls.key in tmp/`folder`) that the test
+        rotates, re-read every second, with tokens; returns the folder and the server."""
+        live = os.path.join(self.tmp, folder)
+        os.makedirs(live, exist_ok=True)
+        for ext in ("crt", "key"):
+            shutil.copy(os.path.join(self.certs, "server." + ext), os.path.join(live, "tls." + ext))
+        server = self.start("--tls_cert=" + os.path.join(live, "tls.crt"),
+                            "--tls_key=" + os.path.join(live, "tls.key"),
+                            "--tls_reload_interval_s=1", "--auth_tokens_file=" + self.tokens_file)
+        return live, server
+
     def channel(self, server, ca="ca", cert=None, token=None, plaintext=False):
         grpc = self.grpc
         target = "localhost:%d" % server.port
@@ -171,14 +183,7 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
     def test_tls_refuses_plaintext_and_strangers_and_reloads_its_certificate(self):
         grpc = self.grpc
         d = self.certs
-        # A copy of the server's files that the test rotates.
-        live = os.path.join(self.tmp, "live")
-        os.makedirs(live, exist_ok=True)
-        for ext in ("crt", "key"):
-            shutil.copy(os.path.join(d, "server." + ext), os.path.join(live, "tls." + ext))
-        server = self.start("--tls_cert=" + os.path.join(live, "tls.crt"),
-                            "--tls_key=" + os.path.join(live, "tls.key"),
-                            "--tls_reload_interval_s=1", "--auth_tokens_file=" + self.tokens_file)
+        live, server = self.start_with_live_tls_files("live")
         self.assertIn("transport TLS", server.output())
         token = self.tokens["alice"]
         self.assertEqual(self.list_models(self.channel(server, token=token))[0], grpc.StatusCode.OK)
@@ -346,13 +351,7 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
             self.assertIn("--tls_key=" + path, run.stderr)
             self.assertIn(why, run.stderr)
             self.assertNotIn("listening on", run.stdout)
-        live = os.path.join(self.tmp, "reload")
-        os.makedirs(live, exist_ok=True)
-        for ext in ("crt", "key"):
-            shutil.copy(os.path.join(d, "server." + ext), os.path.join(live, "tls." + ext))
-        server = self.start("--tls_cert=" + os.path.join(live, "tls.crt"),
-                            "--tls_key=" + os.path.join(live, "tls.key"),
-                            "--tls_reload_interval_s=1", "--auth_tokens_file=" + self.tokens_file)
+        live, server = self.start_with_live_tls_files("reload")
         token = self.tokens["alice"]
         serial = self.server_serial(server)
         # A mismatched key (the rotated certificate's) next to the old certificate, then garbage.
