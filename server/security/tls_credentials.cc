@@ -17,7 +17,7 @@ absl::StatusOr<ServerCredentials> MakeServerCredentials(const TlsFiles& files) {
     if (!files.client_ca.empty()) {
       return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
     }
-    return ServerCredentials{grpc::InsecureServerCredentials(), "plaintext", false};
+    return ServerCredentials{grpc::InsecureServerCredentials(), "plaintext", false, nullptr};
   }
   const unsigned interval =
       static_cast<unsigned>(std::max<int64_t>(1, absl::ToInt64Seconds(files.reload_interval)));
