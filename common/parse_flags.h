@@ -28,8 +28,7 @@ namespace attnserve {
 // compiler saw ("../server/...", "/work/main/server/..."); other paths unchanged.
 inline std::string RepositoryPath(absl::string_view file) {
   for (absl::string_view root : {"server/", "client/", "bench/", "common/", "kernels/", "tests/"}) {
-    for (size_t at = file.find(root); at != absl::string_view::npos;
-         at = file.find(root, at + 1)) {
+    for (size_t at = file.find(root); at != absl::string_view::npos; at = file.find(root, at + 1)) {
       if (at == 0 || file[at - 1] == '/') return std::string(file.substr(at));
     }
   }

@@ -87,10 +87,9 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                            {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
     }
     if (const PrefixCache* cache = sources_.prefix_cache; cache != nullptr) {
-      out.push_back(Family("attnserve_prefix_cache_bytes",
-                           "Bytes of model states the prefix cache holds.",
-                           prometheus::MetricType::Gauge,
-                           {GaugeValue(static_cast<double>(cache->bytes()))}));
+      out.push_back(
+          Family("attnserve_prefix_cache_bytes", "Bytes of model states the prefix cache holds.",
+                 prometheus::MetricType::Gauge, {GaugeValue(static_cast<double>(cache->bytes()))}));
       out.push_back(Family("attnserve_prefix_cache_entries", "Prefixes the prefix cache holds.",
                            prometheus::MetricType::Gauge,
                            {GaugeValue(static_cast<double>(cache->entries()))}));

@@ -56,9 +56,9 @@ absl::StatusOr<Caller> AttnServeService::Authenticate(
       bytes += static_cast<int64_t>(key.size() + value.size()) + 32;  // as HPACK counts it
     }
     if (bytes > options_.max_metadata_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the call's metadata is ", bytes, " bytes, above --max_metadata_bytes ",
-                       options_.max_metadata_bytes));
+      return absl::ResourceExhaustedError(absl::StrCat("the call's metadata is ", bytes,
+                                                       " bytes, above --max_metadata_bytes ",
+                                                       options_.max_metadata_bytes));
     }
   }
   absl::StatusOr<Caller> caller =

@@ -226,8 +226,7 @@ class AttnServeService::StreamReactor final
       }
       session_.emplace(std::move(*pending_fork_));
       pending_fork_.reset();
-      SendOpened(absl::StrCat("forked from session ", from->id(), " at position ",
-                              to->position()));
+      SendOpened(absl::StrCat("forked from session ", from->id(), " at position ", to->position()));
       Done("StreamFork", absl::OkStatus(), arrival);
     };
     return service_->scheduler_.Submit(std::move(job));
@@ -482,7 +481,7 @@ class AttnServeService::StreamReactor final
   grpc::ByteBuffer read_buffer_;  // the message being read, raw
   v1::StreamRequest request_;     // the last message read, parsed
   bool replayed_ = false;         // the append being served was answered from the stored results
-  std::optional<SessionUse> session_;  // touched only by the one step running at a time
+  std::optional<SessionUse> session_;       // touched only by the one step running at a time
   std::optional<SessionUse> pending_fork_;  // a fork whose state is being copied
   bool closed_ = false;
 

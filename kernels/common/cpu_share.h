@@ -22,9 +22,9 @@
 namespace attnserve::kernels {
 
 struct CoreCount {
-  int cores = 1;            // what the process may use: min(affinity, ceil(quota)), >= 1
-  int affinity = 1;         // CPUs in the affinity mask
-  double quota = 0;         // CPUs' worth of quota (0: none)
+  int cores = 1;                 // what the process may use: min(affinity, ceil(quota)), >= 1
+  int affinity = 1;              // CPUs in the affinity mask
+  double quota = 0;              // CPUs' worth of quota (0: none)
   std::string Describe() const;  // "2 cores (affinity 2, no CPU quota)"
 };
 CoreCount UsableCores();

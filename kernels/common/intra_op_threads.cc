@@ -1,11 +1,11 @@
 #include "kernels/common/intra_op_threads.h"
 
-#include "kernels/common/cpu_share.h"
-
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <thread>
+
+#include "kernels/common/cpu_share.h"
 
 #if defined(_OPENMP)
 #include <omp.h>

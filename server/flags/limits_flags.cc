@@ -3,7 +3,6 @@
 // Declared for main.cc in server/flags/server_flags.h; `attnserve-server --help` lists
 // them under this file's name.
 #include "server/flags/server_flags.h"
-
 #include "server/sessions/session_table.h"
 
 ABSL_FLAG(int, max_concurrent_streams, 100, "Most concurrent calls on one connection.");

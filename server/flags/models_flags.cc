@@ -1,16 +1,14 @@
 // The server's flags: models
-// What is served and where: the models, the sequence-length policy, the device, the weights' precision.
-// Declared for main.cc in server/flags/server_flags.h; `attnserve-server --help` lists
+// What is served and where: the models, the sequence-length policy, the device, the weights'
+// precision. Declared for main.cc in server/flags/server_flags.h; `attnserve-server --help` lists
 // them under this file's name.
 #include "server/flags/server_flags.h"
-
 #include "server/policy.h"
 
-ABSL_FLAG(
-    std::string, model_repository, "",
-    "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
-    "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer, "
-    "rwkv and sparse.");
+ABSL_FLAG(std::string, model_repository, "",
+          "Folder of model folders (config.json + model.safetensors each). Empty: the built-in "
+          "default models standard, linformer, linear, mamba, hybrid, sliding_window, performer, "
+          "rwkv and sparse.");
 ABSL_FLAG(std::string, policy, attnserve::server::Policy::kDefaultSpec,
           "Sequence-length policy for model \"auto\": comma-separated rules "
           "variant[:max_tokens] checked in order (max_tokens inclusive, none: no bound) and "

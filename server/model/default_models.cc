@@ -14,8 +14,8 @@ constexpr uint64_t kSeed = 20261129;
 }  // namespace
 
 std::vector<std::string> DefaultModelNames() {
-  return {"standard",  "linformer", "linear", "mamba", "hybrid", "sliding_window",
-          "performer", "rwkv",      "sparse"};
+  return {"standard",       "linformer", "linear", "mamba", "hybrid",
+          "sliding_window", "performer", "rwkv",   "sparse"};
 }
 
 absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name) {

@@ -31,8 +31,7 @@ uint64_t PrefixCache::Step(uint64_t h, int64_t token) const {
 }
 
 PrefixCache::Entry* PrefixCache::Find(uint64_t key, const std::string& scope,
-                                      const model::Model& model, const int64_t* tokens,
-                                      int64_t n) {
+                                      const model::Model& model, const int64_t* tokens, int64_t n) {
   auto [begin, end] = index_.equal_range(key);
   for (auto it = begin; it != end; ++it) {
     Entry& e = *it->second;
@@ -73,8 +72,8 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
   return std::nullopt;
 }
 
-void PrefixCache::Insert(const std::string& scope, const model::Model& model,
-                         const int64_t* tokens, int64_t n, const model::ModelState& state) {
+void PrefixCache::Insert(const std::string& scope, const model::Model& model, const int64_t* tokens,
+                         int64_t n, const model::ModelState& state) {
   if (!enabled() || n < 1) return;
   uint64_t key = Seed(scope, model);
   for (int64_t k = 0; k < n; ++k) key = Step(key, tokens[k]);

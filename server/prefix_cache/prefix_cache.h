@@ -39,7 +39,7 @@ namespace attnserve::server {
 
 struct PrefixCacheOptions {
   int64_t max_bytes = int64_t{1} << 30;  // --prefix_cache_bytes; 0: the cache is off
-  int64_t interval = 256;                 // --prefix_cache_interval (tokens)
+  int64_t interval = 256;                // --prefix_cache_interval (tokens)
   // Only for tests: replaces the hash chain's step (to force collisions).
   uint64_t (*hash_step)(uint64_t h, int64_t token) = nullptr;
 };
@@ -61,8 +61,8 @@ class PrefixCache {
                             const int64_t* tokens, int64_t n, int64_t max_length);
   // Caches a copy of `state`, the state after `tokens[0, n)` (n >= 1). A prefix already cached
   // only has its priority raised.
-  void Insert(const std::string& scope, const model::Model& model, const int64_t* tokens,
-              int64_t n, const model::ModelState& state);
+  void Insert(const std::string& scope, const model::Model& model, const int64_t* tokens, int64_t n,
+              const model::ModelState& state);
 
   int64_t bytes() const { return bytes_.load(); }
   int64_t entries() const { return entries_.load(); }
@@ -95,8 +95,7 @@ class PrefixCache {
   std::unordered_multimap<uint64_t, Entry*> index_;
   std::multimap<double, Entry*> order_;  // by priority, lowest first
   double clock_ = 0;
-  std::atomic<int64_t> bytes_{0}, entries_{0}, lookups_{0}, hits_{0}, hit_tokens_{0},
-      evictions_{0};
+  std::atomic<int64_t> bytes_{0}, entries_{0}, lookups_{0}, hits_{0}, hit_tokens_{0}, evictions_{0};
 };
 
 }  // namespace attnserve::server

@@ -24,12 +24,12 @@ struct BatchScheduler::Active {
   QueueKey key = nullptr;
   bool started = false;
   bool done = false;
-  bool reserved = false;  // the session's state budget was raised for this job
-  int64_t consumed = 0;   // prompt tokens computed
-  int generated = 0;      // tokens sampled
-  bool pending = false;   // the last sampled token has not been fed back yet
-  bool cacheable = false;    // its prompt starts at 0: the prefix cache serves and keeps it
-  int64_t last_cached = 0;   // prompt tokens whose state was last cached (or came from it)
+  bool reserved = false;    // the session's state budget was raised for this job
+  int64_t consumed = 0;     // prompt tokens computed
+  int generated = 0;        // tokens sampled
+  bool pending = false;     // the last sampled token has not been fed back yet
+  bool cacheable = false;   // its prompt starts at 0: the prefix cache serves and keeps it
+  int64_t last_cached = 0;  // prompt tokens whose state was last cached (or came from it)
   int64_t pending_token = 0;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk

@@ -18,9 +18,9 @@ absl::Status QueueShares::Admit(const std::string& client) const {
   const int64_t mine = held_by(client);
   if (total_ < capacity_) {
     if (mine < per_client_) return absl::OkStatus();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this client already has ", mine,
-        " requests waiting (--max_queue_per_client); wait for them to finish"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this client already has ", mine,
+                     " requests waiting (--max_queue_per_client); wait for them to finish"));
   }
   const int64_t holders = clients() + (mine == 0 ? 1 : 0);
   const int64_t share = std::max<int64_t>(1, capacity_ / holders);

@@ -52,8 +52,8 @@ struct Caller {
 };
 
 struct AuthOptions {
-  std::string tokens_file;           // empty: no tokens
-  bool client_certificates = false;  // mutual TLS: the certificate subject is a principal
+  std::string tokens_file;                    // empty: no tokens
+  bool client_certificates = false;           // mutual TLS: the certificate subject is a principal
   std::vector<std::string> admin_principals;  // whole principals, compared exactly
 };
 

@@ -18,7 +18,8 @@ namespace {
 
 absl::Status WriteFile(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", path, ": ", strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot create ", path, ": ", strerror(errno)));
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -49,8 +50,8 @@ absl::StatusOr<std::unique_ptr<TlsFileWatcher>> TlsFileWatcher::Start(
   absl::StatusOr<TlsMaterial> material = ReadTlsMaterial(cert_path, key_path, client_ca_path);
   if (!material.ok()) return material.status();
   const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                                     "/attnserve-tls-XXXXXX");
+  std::string pattern =
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/attnserve-tls-XXXXXX");
   if (::mkdtemp(pattern.data()) == nullptr) {  // mode 0700
     return absl::InternalError(
         absl::StrCat("cannot make the TLS staging folder ", pattern, ": ", strerror(errno)));
@@ -90,8 +91,8 @@ absl::Status TlsFileWatcher::Stage(const TlsMaterial& m) {
   ::unlink(link.c_str());
   if (::symlink(name.c_str(), link.c_str()) != 0 ||
       ::rename(link.c_str(), (dir_ + "/current").c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot point ", dir_, "/current at ", name, ": ",
-                                            strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot point ", dir_, "/current at ", name, ": ", strerror(errno)));
   }
   // The generation before the previous one: no reader can still be in it.
   if (next > 2) std::filesystem::remove_all(absl::StrCat(dir_, "/gen-", next - 2), ignored);

@@ -32,9 +32,9 @@ class TlsFileWatcher {
   // INVALID_ARGUMENT (naming the flag and the file) when the files fail the check now;
   // INTERNAL when the staging folder cannot be written.
   static absl::StatusOr<std::unique_ptr<TlsFileWatcher>> Start(const std::string& cert_path,
-                                                                const std::string& key_path,
-                                                                const std::string& client_ca_path,
-                                                                absl::Duration reload_interval);
+                                                               const std::string& key_path,
+                                                               const std::string& client_ca_path,
+                                                               absl::Duration reload_interval);
   ~TlsFileWatcher();
   TlsFileWatcher(const TlsFileWatcher&) = delete;
   TlsFileWatcher& operator=(const TlsFileWatcher&) = delete;
@@ -58,8 +58,8 @@ class TlsFileWatcher {
   const std::string cert_path_, key_path_, client_ca_path_;
   const absl::Duration interval_;
   const std::string dir_;
-  TlsMaterial staged_;      // watcher thread only (after Start)
-  std::string rejected_;    // the last refused reason, logged once
+  TlsMaterial staged_;    // watcher thread only (after Start)
+  std::string rejected_;  // the last refused reason, logged once
   std::atomic<int> generation_{0};
   absl::Notification stop_;
   std::thread thread_;

@@ -1,6 +1,8 @@
 // The prefix state cache over gRPC on loopback (server/prefix_cache/; issue #24): a new
 // session's first prompt, or a sessionless Infer, that begins with a cached prefix starts from
 // a copy of its state, and its outputs do not depend on the cache.
+#include "server/prefix_cache/prefix_cache.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "server/prefix_cache/prefix_cache.h"
 #include "tests/integration/test_server.h"
 
 namespace attnserve::server::testing {
@@ -27,8 +28,8 @@ std::unique_ptr<TestServer> ServerWith(PrefixCache* cache) {
 }
 
 struct Outcome {
-  std::vector<float> logits;     // the prompt's last logits
-  std::vector<int64_t> greedy;   // then 6 greedy tokens
+  std::vector<float> logits;    // the prompt's last logits
+  std::vector<int64_t> greedy;  // then 6 greedy tokens
 };
 
 Outcome SessionPrompt(TestServer& server, const std::string& model,
@@ -57,12 +58,12 @@ TEST(PrefixCacheTest, OutputsDoNotDependOnTheCache) {
   auto plain = ServerWith(nullptr);
   const std::vector<int64_t> prefix = RandomTokens(600, 11);
   const std::vector<std::vector<int64_t>> prompts = {
-      prefix,                                                  // fills the cache
-      std::vector<int64_t>(prefix.begin(), prefix.end() - 1),  // one before its end: hit 512
-      Concat(prefix, {5}),                                     // just past its end: hit 600
-      Concat(prefix, RandomTokens(130, 12)),                   // inside the next chunk
+      prefix,                                                      // fills the cache
+      std::vector<int64_t>(prefix.begin(), prefix.end() - 1),      // one before its end: hit 512
+      Concat(prefix, {5}),                                         // just past its end: hit 600
+      Concat(prefix, RandomTokens(130, 12)),                       // inside the next chunk
       std::vector<int64_t>(prefix.begin(), prefix.begin() + 257),  // a chunk edge + 1: hit 256
-      Concat(RandomTokens(3, 13), prefix),                     // no common prefix: a miss
+      Concat(RandomTokens(3, 13), prefix),                         // no common prefix: a miss
   };
   for (const std::string& model : StreamingModels()) {
     SCOPED_TRACE(model);
@@ -111,7 +112,8 @@ TEST(PrefixCacheTest, TheCacheStaysWithinItsBound) {
   auto cached = ServerWith(&cache);
   for (int i = 0; i < 12; ++i) {
     v1::InferResponse response;
-    ASSERT_TRUE(cached->client().Infer(MakeInfer("standard", RandomTokens(300, 100 + i)), &response).ok());
+    ASSERT_TRUE(
+        cached->client().Infer(MakeInfer("standard", RandomTokens(300, 100 + i)), &response).ok());
     EXPECT_LE(cache.bytes(), bound);
   }
   EXPECT_GT(cache.evictions(), 0);
