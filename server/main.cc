@@ -43,7 +43,7 @@
 #include "server/security/authenticator.h"
 #include "server/security/tls_credentials.h"
 #include "server/server_identity.h"
-#include "server/service.h"
+#include "server/rpc/attnserve/service.h"
 #include "server/sessions/session_persistence.h"
 #include "server/sessions/session_store.h"
 #include "server/sessions/session_table.h"

@@ -37,7 +37,7 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/scheduler/batch_scheduler.h"
-#include "server/service.h"
+#include "server/rpc/attnserve/service.h"
 #include "server/sessions/session_table.h"
 
 namespace attnserve::server::testing {

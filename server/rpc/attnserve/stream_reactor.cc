@@ -25,7 +25,7 @@
 #include "server/grpc_status.h"
 #include "server/inference.h"
 #include "server/scheduler/job.h"
-#include "server/service.h"
+#include "server/rpc/attnserve/service.h"
 
 namespace attnserve::server {
 

@@ -15,7 +15,7 @@
 #include "kernels/common/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/scheduler/job.h"
-#include "server/service.h"
+#include "server/rpc/attnserve/service.h"
 #include "server/sessions/session_snapshot.h"
 
 namespace attnserve::server {

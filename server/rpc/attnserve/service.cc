@@ -1,4 +1,4 @@
-#include "server/service.h"
+#include "server/rpc/attnserve/service.h"
 
 #include <ATen/ATen.h>
 
