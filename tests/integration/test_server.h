@@ -36,8 +36,8 @@
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
-#include "server/scheduler/batch_scheduler.h"
 #include "server/rpc/attnserve/service.h"
+#include "server/scheduler/batch_scheduler.h"
 #include "server/sessions/session_table.h"
 
 namespace attnserve::server::testing {

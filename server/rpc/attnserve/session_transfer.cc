@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "server/grpc_status.h"
-#include "server/scheduler/job.h"
 #include "server/rpc/attnserve/service.h"
+#include "server/scheduler/job.h"
 #include "server/sessions/session_snapshot.h"
 
 namespace attnserve::server {

@@ -24,8 +24,8 @@
 #include "server/client_text.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
-#include "server/scheduler/job.h"
 #include "server/rpc/attnserve/service.h"
+#include "server/scheduler/job.h"
 
 namespace attnserve::server {
 
