@@ -12,6 +12,11 @@ pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 # checksums (server/sessions/).
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+# PCRE2 (libpcre2-dev): tokenizer.json's Split patterns use lookahead, which RE2 and
+# std::regex lack; utf8proc (libutf8proc-dev): Unicode normalization (NFC, NFKC) for the
+# tokenizer (server/text/).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 # OpenSSL (libssl-dev, which gRPC already needs): SHA-256 and constant-time comparison of
 # bearer tokens (server/security/).
 find_package(OpenSSL REQUIRED)
