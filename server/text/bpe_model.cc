@@ -1,6 +1,7 @@
 #include "server/text/bpe_model.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,7 +13,9 @@ namespace attnserve::server::text {
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Build(
     const std::vector<std::pair<std::string, int32_t>>& vocab,
     const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options) {
+  static std::atomic<uint64_t> next_serial{1};
   std::unique_ptr<BpeModel> m(new BpeModel());
+  m->serial_ = next_serial.fetch_add(1);
   m->options_ = options;
   m->ids_.reserve(vocab.size());
   int32_t max_id = -1;
@@ -111,6 +114,30 @@ void BpeModel::Encode(absl::string_view piece, std::vector<int32_t>* ids) const 
       return;
     }
   }
+  if (piece.size() > kCachedPieceBytes) {
+    MergePiece(piece, ids);
+    return;
+  }
+  struct Cache {
+    uint64_t serial = 0;
+    absl::flat_hash_map<std::string, std::vector<int32_t>> pieces;
+  };
+  thread_local Cache cache;
+  if (cache.serial != serial_) {
+    cache.pieces.clear();
+    cache.serial = serial_;
+  }
+  if (const auto it = cache.pieces.find(piece); it != cache.pieces.end()) {
+    ids->insert(ids->end(), it->second.begin(), it->second.end());
+    return;
+  }
+  const size_t before = ids->size();
+  MergePiece(piece, ids);
+  if (cache.pieces.size() >= kCachedPieces) cache.pieces.clear();
+  cache.pieces.emplace(std::string(piece), std::vector<int32_t>(ids->begin() + before, ids->end()));
+}
+
+void BpeModel::MergePiece(absl::string_view piece, std::vector<int32_t>* ids) const {
   struct Symbol {
     int32_t id;     // -1: a character not in the vocabulary
     int32_t prev;   // index of the previous live symbol, -1 at the start

@@ -66,6 +66,7 @@ class BpeModel {
     return static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32 | static_cast<uint32_t>(right);
   }
   void EmitUnknown(absl::string_view bytes, std::vector<int32_t>* ids, bool* last_unk) const;
+  void MergePiece(absl::string_view piece, std::vector<int32_t>* ids) const;
 
   BpeOptions options_;
   absl::flat_hash_map<std::string, int32_t> ids_;
@@ -74,6 +75,14 @@ class BpeModel {
   int32_t byte_ids_[256];      // byte-level: the id of each single byte (-1: none)
   int32_t fallback_ids_[256];  // byte_fallback: the id of <0xXX> (-1: none)
   int32_t unk_id_ = -1;
+  // Tells the per-thread caches of pieces apart (never reused, unlike an address).
+  uint64_t serial_ = 0;
 };
+
+// Pieces up to kCachedPieceBytes long are cached per thread and model, at most
+// kCachedPieces of them (the cache is emptied when full): words repeat, merges do not need
+// to run again. Memory: about kCachedPieces x 64 bytes per thread that encodes.
+inline constexpr size_t kCachedPieceBytes = 64;
+inline constexpr size_t kCachedPieces = 32768;
 
 }  // namespace attnserve::server::text

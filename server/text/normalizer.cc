@@ -8,13 +8,6 @@
 namespace attnserve::server::text {
 namespace {
 
-bool IsAscii(absl::string_view text) {
-  for (const char c : text) {
-    if (static_cast<unsigned char>(c) >= 0x80) return false;
-  }
-  return true;
-}
-
 class UnicodeNormalizer final : public Normalizer {
  public:
   explicit UnicodeNormalizer(UnicodeForm form) {
@@ -34,23 +27,47 @@ class UnicodeNormalizer final : public Normalizer {
     }
   }
   std::string Normalize(absl::string_view text) const override {
-    // ASCII is invariant under every form; most prompts are mostly ASCII.
-    if (IsAscii(text)) return std::string(text);
-    utf8proc_uint8_t* out = nullptr;
-    const utf8proc_ssize_t n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                     static_cast<utf8proc_ssize_t>(text.size()), &out,
-                     static_cast<utf8proc_option_t>(options_));
-    if (n < 0) {
-      // Only on invalid UTF-8 (callers validate first) or out of memory: leave it.
-      return std::string(text);
+    // ASCII is invariant under every form, and no character composes with an ASCII one that
+    // follows it (only marks and Hangul vowels and trailing consonants compose with what
+    // precedes them): a text is normalized stretch by stretch, each non-ASCII run with the one
+    // ASCII character before it, and mostly-ASCII prompts skip utf8proc almost entirely.
+    std::string out;
+    out.reserve(text.size());
+    size_t i = 0;
+    while (i < text.size()) {
+      size_t j = i;
+      while (j < text.size() && static_cast<unsigned char>(text[j]) < 0x80) ++j;
+      if (j == text.size()) {
+        out.append(text.data() + i, j - i);
+        break;
+      }
+      // text[j] starts a non-ASCII run; the ASCII character before it goes with it.
+      const size_t run_begin = j > i ? j - 1 : j;
+      out.append(text.data() + i, run_begin - i);
+      size_t k = j;
+      while (k < text.size() && static_cast<unsigned char>(text[k]) >= 0x80) ++k;
+      AppendNormalized(text.substr(run_begin, k - run_begin), &out);
+      i = k;
     }
-    std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
-    std::free(out);
-    return result;
+    return out;
   }
 
  private:
+  void AppendNormalized(absl::string_view run, std::string* out) const {
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t n =
+        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
+                     static_cast<utf8proc_ssize_t>(run.size()), &mapped,
+                     static_cast<utf8proc_option_t>(options_));
+    if (n < 0) {
+      // Only on invalid UTF-8 (callers validate first) or out of memory: leave it.
+      out->append(run.data(), run.size());
+      return;
+    }
+    out->append(reinterpret_cast<const char*>(mapped), static_cast<size_t>(n));
+    std::free(mapped);
+  }
+
   int options_ = 0;
 };
 
