@@ -53,17 +53,17 @@ absl::Status FillOutputs(const at::Tensor& result, const v1::OutputSpec& spec, v
   }
 }
 
-int64_t SampleToken(const at::Tensor& logits, const v1::GenerateSpec& spec, std::mt19937_64& rng,
+int64_t SampleToken(const at::Tensor& logits, float temperature, int top_k, std::mt19937_64& rng,
                     float* logprob) {
   at::Tensor row = logits.reshape({-1}).to(at::kDouble).contiguous();
   at::Tensor logprobs = at::log_softmax(row, 0);
   const double* lp = logprobs.data_ptr<double>();
   const int64_t vocab = row.numel();
   int64_t token = 0;
-  if (spec.temperature() == 0) {
+  if (temperature == 0) {
     token = std::max_element(lp, lp + vocab) - lp;
   } else {
-    const int64_t k = spec.top_k() > 0 ? std::min<int64_t>(spec.top_k(), vocab) : vocab;
+    const int64_t k = top_k > 0 ? std::min<int64_t>(top_k, vocab) : vocab;
     std::vector<int64_t> order(vocab);
     for (int64_t i = 0; i < vocab; ++i) order[i] = i;
     std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
@@ -72,10 +72,10 @@ int64_t SampleToken(const at::Tensor& logits, const v1::GenerateSpec& spec, std:
     // Probabilities of the k candidates at this temperature, computed in float64 so the
     // draw is the same on every machine.
     std::vector<double> weights(k);
-    const double top = lp[order[0]] / spec.temperature();
+    const double top = lp[order[0]] / temperature;
     double total = 0;
     for (int64_t i = 0; i < k; ++i) {
-      weights[i] = std::exp(lp[order[i]] / spec.temperature() - top);
+      weights[i] = std::exp(lp[order[i]] / temperature - top);
       total += weights[i];
     }
     const double u = std::uniform_real_distribution<double>(0.0, total)(rng);

@@ -25,10 +25,10 @@ model::OutputKind ModelOutputKind(const v1::OutputSpec& spec);
 // Fills `out` from the model's `result` for `spec`: batch 1 is dropped from the tensor.
 absl::Status FillOutputs(const at::Tensor& result, const v1::OutputSpec& spec, v1::Outputs* out);
 
-// Samples the next token from last-position `logits` (1, vocab): greedy at temperature 0,
-// else from softmax(logits / temperature) over the top_k most likely (0: all), drawing from
+// Samples the next token from last-position `logits` (1, vocab): greedy at `temperature` 0,
+// else from softmax(logits / temperature) over the `top_k` most likely (0: all), drawing from
 // `rng`. `logprob` gets the token's log-probability under the unscaled logits.
-int64_t SampleToken(const at::Tensor& logits, const v1::GenerateSpec& spec, std::mt19937_64& rng,
+int64_t SampleToken(const at::Tensor& logits, float temperature, int top_k, std::mt19937_64& rng,
                     float* logprob);
 
 }  // namespace attnserve::server

@@ -40,6 +40,7 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/rpc/attnserve/service.h"
+#include "server/rpc/oip/oip_service.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
 #include "server/security/tls_credentials.h"
@@ -293,6 +294,18 @@ int main(int argc, char** argv) {
   if (!identity.ok()) return Fail(std::string(identity.status().message()));
   options.identity = *identity;
   server::AttnServeService service(**repository, *policy, sessions, scheduler, options);
+  // The Open Inference Protocol on the same port, over the same sessions and scheduler.
+  server::oip::OipOptions oip_options;
+  oip_options.limits.max_tokens_per_request = options.max_tokens_per_request;
+  oip_options.limits.max_new_tokens = options.max_new_tokens;
+  oip_options.max_message_bytes = options.max_message_bytes;
+  oip_options.max_metadata_bytes = options.max_metadata_bytes;
+  oip_options.prefix_cache_global = options.prefix_cache_global;
+  oip_options.server_version = ATTNSERVE_VERSION;
+  oip_options.metrics = &metrics;
+  oip_options.authenticator = options.authenticator;
+  server::oip::OipService oip_service(**repository, *policy, sessions, scheduler, oip_options);
+  auto inflight = [&service, &oip_service] { return service.inflight() + oip_service.inflight(); };
   server::MemoryTrimOptions trim_options;
   trim_options.idle_after = absl::Seconds(absl::GetFlag(FLAGS_idle_memory_trim_s));
   trim_options.max_free_bytes = absl::GetFlag(FLAGS_max_free_heap_bytes);
@@ -310,7 +323,7 @@ int main(int argc, char** argv) {
   sources.sessions = &sessions;
   for (const model::Model* m : (*repository)->models()) sources.variants.push_back(m->name());
   metrics.InitializeRequestSeries(sources.variants);
-  sources.inflight = [&service] { return service.inflight(); };
+  sources.inflight = inflight;
   sources.queue_depth = [&scheduler] { return scheduler.waiting_jobs(); };
   sources.prefix_cache = &prefix_cache;
   metrics.SetSources(std::move(sources));
@@ -354,6 +367,7 @@ int main(int argc, char** argv) {
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
                              server::TransportMetadataLimit(options.max_metadata_bytes));
   builder.RegisterService(&service);
+  builder.RegisterService(&oip_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) return Fail("cannot listen on " + address);
   std::cout << "attnserve-server listening on " << absl::GetFlag(FLAGS_host) << ":" << bound_port
@@ -367,22 +381,22 @@ int main(int argc, char** argv) {
 
   while (!g_stop.load()) absl::SleepFor(absl::Milliseconds(100));
 
-  std::cout << "attnserve-server: draining (" << service.inflight() << " calls in flight)"
-            << std::endl;
+  std::cout << "attnserve-server: draining (" << inflight() << " calls in flight)" << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
   if (health_server != nullptr) health_server->GetHealthCheckService()->SetServingStatus(false);
   service.StartDraining();
+  oip_service.StartDraining();
   const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_deadline_s));
-  while (service.inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
-  if (service.inflight() > 0) {
+  while (inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  if (inflight() > 0) {
     // The deadline passed: what remains ends with UNAVAILABLE at the scheduler's next
     // iteration (one step), and its calls finish; gRPC cancels whatever is left after 1 s.
-    std::cout << "attnserve-server: drain deadline passed; cancelling " << service.inflight()
-              << " calls" << std::endl;
+    std::cout << "attnserve-server: drain deadline passed; cancelling " << inflight() << " calls"
+              << std::endl;
     scheduler.Abort(absl::UnavailableError(
         "the server is shutting down and the drain deadline passed; retry on another replica"));
     const absl::Time grace = absl::Now() + absl::Seconds(1);
-    while (service.inflight() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
+    while (inflight() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
   }
   server->Shutdown(absl::ToChronoTime(absl::Now()));
   if (health_server != nullptr) health_server->Shutdown(absl::ToChronoTime(absl::Now()));

@@ -126,15 +126,16 @@ prometheus::Histogram::BucketBoundaries ServerMetrics::DurationBuckets() {
 ServerMetrics::ServerMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       collector_(std::make_shared<Collector>()),
-      requests_(prometheus::BuildCounter()
-                    .Name("attnserve_requests_total")
-                    .Help("Requests served, by rpc, variant and gRPC status code. A stream's "
-                          "open, appends and close count one each.")
-                    .Register(*registry_)),
+      requests_(
+          prometheus::BuildCounter()
+              .Name("attnserve_requests_total")
+              .Help("Requests served, by protocol, rpc, variant and gRPC status code. A stream's "
+                    "open, appends and close count one each.")
+              .Register(*registry_)),
       request_duration_(prometheus::BuildHistogram()
                             .Name("attnserve_request_duration_seconds")
-                            .Help("Time from a request's arrival to its response, by rpc and "
-                                  "variant.")
+                            .Help("Time from a request's arrival to its response, by "
+                                  "protocol, rpc and variant.")
                             .Register(*registry_)),
       queue_duration_(prometheus::BuildHistogram()
                           .Name("attnserve_queue_duration_seconds")
@@ -218,11 +219,13 @@ void ServerMetrics::SetSources(Sources sources) { collector_->Set(std::move(sour
 
 std::shared_ptr<prometheus::Collectable> ServerMetrics::collector() const { return collector_; }
 
-void ServerMetrics::RecordRequest(const std::string& rpc, const std::string& variant,
-                                  const std::string& code, double seconds) {
+void ServerMetrics::RecordRequest(const std::string& protocol, const std::string& rpc,
+                                  const std::string& variant, const std::string& code,
+                                  double seconds) {
   const std::string v = variant.empty() ? "none" : variant;
-  requests_.Add({{"rpc", rpc}, {"variant", v}, {"code", code}}).Increment();
-  request_duration_.Add({{"rpc", rpc}, {"variant", v}}, DurationBuckets()).Observe(seconds);
+  requests_.Add({{"protocol", protocol}, {"rpc", rpc}, {"variant", v}, {"code", code}}).Increment();
+  request_duration_.Add({{"protocol", protocol}, {"rpc", rpc}, {"variant", v}}, DurationBuckets())
+      .Observe(seconds);
 }
 
 void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& variants) {
@@ -236,15 +239,25 @@ void ServerMetrics::InitializeRequestSeries(const std::vector<std::string>& vari
       "NOT_FOUND",   "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
       "UNAVAILABLE", "UNAUTHENTICATED",    "ALREADY_EXISTS",      "DATA_LOSS",
       "INTERNAL"};
+  // The Open Inference Protocol's (server/rpc/oip/).
+  static const char* const kOipModelRpcs[] = {"ModelInfer", "ModelStreamInfer"};
+  static const char* const kOipOtherRpcs[] = {"ServerLive",     "ServerReady",   "ModelReady",
+                                              "ServerMetadata", "ModelMetadata", "ModelConfig",
+                                              "ModelStatistics"};
   std::vector<std::string> with_none = variants;
   with_none.push_back("none");
+  auto add = [this](const char* protocol, const char* rpc, const std::string& v, const char* code) {
+    requests_.Add({{"protocol", protocol}, {"rpc", rpc}, {"variant", v}, {"code", code}});
+  };
   for (const char* code : kCodes) {
     for (const char* rpc : kModelRpcs) {
-      for (const std::string& v : with_none)
-        requests_.Add({{"rpc", rpc}, {"variant", v}, {"code", code}});
+      for (const std::string& v : with_none) add("attnserve", rpc, v, code);
     }
-    for (const char* rpc : kTableRpcs)
-      requests_.Add({{"rpc", rpc}, {"variant", "none"}, {"code", code}});
+    for (const char* rpc : kTableRpcs) add("attnserve", rpc, "none", code);
+    for (const char* rpc : kOipModelRpcs) {
+      for (const std::string& v : with_none) add("oip", rpc, v, code);
+    }
+    for (const char* rpc : kOipOtherRpcs) add("oip", rpc, "none", code);
   }
 }
 

@@ -1,9 +1,11 @@
 // The server's Prometheus metrics: one registry that every stage records into, served by
 // prometheus-cpp's Exposer on --metrics_port at /metrics. Labels never carry a session or
-// client id (cardinality): only rpc, variant (model name), code, phase, rule and reason.
+// client id (cardinality): only protocol, rpc, variant (model name), code, phase, rule and
+// reason.
 //
-//   attnserve_requests_total{rpc, variant, code}            counter
-//   attnserve_request_duration_seconds{rpc, variant}        histogram, 100 µs to 60 s
+//   attnserve_requests_total{protocol, rpc, variant, code}  counter (protocol: attnserve, the
+//       attnserve.v1.AttnServe API; oip, the Open Inference Protocol)
+//   attnserve_request_duration_seconds{protocol, rpc, variant}  histogram, 100 µs to 60 s
 //   attnserve_queue_duration_seconds{variant}               histogram: from a request's arrival
 //       at the scheduler to its first computation (waiting for its session and for a batch)
 //   attnserve_batch_sessions{variant}                       histogram: jobs in an iteration's batch
@@ -68,8 +70,9 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Collectable> collector() const;
   void SetSources(Sources sources);
 
-  void RecordRequest(const std::string& rpc, const std::string& variant, const std::string& code,
-                     double seconds);
+  // `protocol`: the door the request came through ("attnserve", "oip").
+  void RecordRequest(const std::string& protocol, const std::string& rpc,
+                     const std::string& variant, const std::string& code, double seconds);
   // Creates at 0 every attnserve_requests_total series known at start-up (each rpc with each
   // served variant, or "none" for the session and listing rpcs, and each code the server
   // answers), so that rate() and ratios work before the first error (Prometheus' guidance on

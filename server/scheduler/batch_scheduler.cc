@@ -28,6 +28,7 @@ struct BatchScheduler::Active {
   int64_t consumed = 0;     // prompt tokens computed
   int generated = 0;        // tokens sampled
   bool pending = false;     // the last sampled token has not been fed back yet
+  bool stopped = false;     // the last sampled token is a stop token: no more after it
   bool cacheable = false;   // its prompt starts at 0: the prefix cache serves and keeps it
   int64_t last_cached = 0;  // prompt tokens whose state was last cached (or came from it)
   int64_t pending_token = 0;
@@ -40,6 +41,11 @@ struct BatchScheduler::Active {
   int64_t prompt_length() const { return job->tokens.defined() ? job->tokens.size(1) : 0; }
   int64_t remaining() const { return prompt_length() - consumed; }
   Session* session() const { return job->session ? &**job->session : nullptr; }
+  // The state the job computes on: its session's, or its own (null: a whole sequence at once).
+  model::ModelState* state() {
+    if (Session* s = session(); s != nullptr) return &s->state;
+    return own_state.has_value() ? &*own_state : nullptr;
+  }
   // Whether a prompt can be cut into chunks: it continues a state (a session's, or one of its
   // own when the model can stream).
   bool chunkable() const { return session() != nullptr || job->model->can_stream(); }
@@ -267,7 +273,7 @@ bool BatchScheduler::Begin(Active& a) {
     return false;
   }
   a.started = true;
-  a.rng.seed(a.job->generate.seed());
+  a.rng.seed(a.job->sampling.seed);
   if (a.job->on_start) {
     absl::StatusOr<bool> run = a.job->on_start();
     if (!run.ok() || !*run || !a.job->tokens.defined()) {
@@ -396,7 +402,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
   for (Active* a : rows) {
     tokens.push_back(a->pending ? a->pending_token
                                 : a->job->tokens.data_ptr<int64_t>()[a->consumed]);
-    states.push_back(&a->session()->state);
+    states.push_back(a->state());  // a session's, or a sessionless generation's own
   }
   absl::StatusOr<at::Tensor> logits = m.StepBatch(tokens, states);
   if (!logits.ok()) {
@@ -414,7 +420,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
     }
     // The last token of a prompt (or the only one).
     a.consumed += 1;
-    MaybeCache(a, a.session()->state);
+    MaybeCache(a, *a.state());
     a.result.prompt_applied = a.session() != nullptr;
     if (options_.metrics != nullptr) {
       options_.metrics->AddTokens(m.name(), a.prompt_length() == 1 ? "decode" : "prefill", 1);
@@ -434,8 +440,9 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
   model::ModelState* state = nullptr;
   if (Session* s = a.session(); s != nullptr) {
     state = &s->state;
-  } else if (chunk < a.prompt_length() || a.cacheable) {
-    // A request without a session, cut into chunks or kept in the prefix cache.
+  } else if (chunk < a.prompt_length() || a.cacheable || a.job->max_new_tokens > 0) {
+    // A request without a session, cut into chunks, kept in the prefix cache or generating
+    // (its steps continue the prompt's state).
     if (!a.own_state.has_value()) {
       absl::StatusOr<model::ModelState> fresh = m.NewState(1);
       if (!fresh.ok()) {
@@ -481,7 +488,7 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
 
 void BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
   if (a.remaining() > 0) return;
-  if (a.generated >= a.job->max_new_tokens) {
+  if (a.generated >= a.job->max_new_tokens || a.stopped) {
     Finish(a, absl::OkStatus());
     return;
   }
@@ -490,11 +497,14 @@ void BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
     return;
   }
   float logprob = 0;
-  const int64_t token = SampleToken(logits, a.job->generate, a.rng, &logprob);
+  const Sampling& sampling = a.job->sampling;
+  const int64_t token = SampleToken(logits, sampling.temperature, sampling.top_k, a.rng, &logprob);
   a.result.generated.push_back(token);
   if (a.job->on_token) a.job->on_token(token, logprob, a.generated);
   if (options_.metrics != nullptr) options_.metrics->AddTokens(a.job->model->name(), "generate", 1);
   ++a.generated;
+  a.stopped = std::find(sampling.stop_tokens.begin(), sampling.stop_tokens.end(), token) !=
+              sampling.stop_tokens.end();
   a.pending = true;
   a.pending_token = token;
 }

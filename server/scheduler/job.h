@@ -20,7 +20,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "attnserve/v1/inference.pb.h"
 #include "server/model/model.h"
 #include "server/sessions/session_table.h"
 
@@ -38,6 +37,16 @@ struct JobResult {
   bool prompt_applied = false;
   double queue_seconds = 0;    // from Submit to its first computation
   double compute_seconds = 0;  // from its first computation to its end
+};
+
+// How generated tokens are drawn; protocol-neutral (each door fills it from its own request).
+struct Sampling {
+  float temperature = 0;  // 0: greedy; otherwise softmax(logits / temperature)
+  int top_k = 0;          // sample among the k most likely (0: all)
+  uint64_t seed = 0;      // the same seed gives the same tokens
+  // Generation ends after one of these tokens is generated (it is returned and fed back, as
+  // every generated token is), before max_new_tokens.
+  std::vector<int64_t> stop_tokens;
 };
 
 struct Job {
@@ -60,9 +69,9 @@ struct Job {
   at::Tensor tokens;
   model::OutputKind output = model::OutputKind::kLastLogits;
   // Tokens to sample after the prompt (0: none); each is fed back, so a session continues
-  // after the generated text. `generate` holds temperature, top_k and seed.
+  // after the generated text. `sampling` says how they are drawn.
   int max_new_tokens = 0;
-  v1::GenerateSpec generate;
+  Sampling sampling;
   // Checked before every iteration the job would take part in: past it, the job ends with
   // DEADLINE_EXCEEDED without computing further.
   absl::Time deadline = absl::InfiniteFuture();

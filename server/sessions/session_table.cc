@@ -100,7 +100,10 @@ std::string SessionTable::NewId() {
 }
 
 absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl::Duration ttl,
-                                                const std::string& owner) {
+                                                const std::string& owner, const std::string& id) {
+  if (!id.empty()) {
+    if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  }
   if (ttl == absl::ZeroDuration()) ttl = limits_.default_ttl;
   if (ttl < absl::ZeroDuration() || ttl > limits_.max_ttl) {
     return absl::InvalidArgumentError(absl::StrCat("session ttl must be in (0, ",
@@ -110,9 +113,18 @@ absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl:
   absl::StatusOr<model::ModelState> state = model->NewState();
   if (!state.ok()) return state.status();
   const int64_t bytes = model->StateBytesPerSequence(0);
-  auto session = std::make_shared<Session>(NewId(), model, ttl, *std::move(state), owner);
+  auto session =
+      std::make_shared<Session>(id.empty() ? NewId() : id, model, ttl, *std::move(state), owner);
   SessionUse use(session);
   absl::MutexLock admission(&admission_mu_);
+  if (!id.empty()) {
+    // Every insertion holds admission_mu_, so the id cannot appear between this and the insert.
+    Shard& shard = ShardFor(id);
+    absl::MutexLock lock(&shard.mu);
+    if (shard.sessions.contains(id)) {
+      return absl::AlreadyExistsError(absl::StrCat("session '", id, "' is open"));
+    }
+  }
   if (absl::Status admitted = InsertLocked(session, bytes); !admitted.ok()) return admitted;
   return use;
 }

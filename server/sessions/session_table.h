@@ -180,11 +180,14 @@ class SessionTable {
                         SessionPersistence* persistence = nullptr);
   ~SessionTable();  // stops the reaper
 
-  // A new session of `model` with a fresh state and an id of 128 random bits. `ttl` zero
-  // means the default; above max_ttl is INVALID_ARGUMENT. RESOURCE_EXHAUSTED when the count
-  // or the memory budget is full (after evicting idle sessions, when configured).
+  // A new session of `model` with a fresh state and an id of 128 random bits, or `id` when
+  // given (of the table's format, ValidateSessionId: an Open Inference Protocol sequence's id,
+  // derived from its principal and sequence_id; ALREADY_EXISTS while the table holds that id
+  // in memory). `ttl` zero means the default; above max_ttl is INVALID_ARGUMENT.
+  // RESOURCE_EXHAUSTED when the count or the memory budget is full (after evicting idle
+  // sessions, when configured).
   absl::StatusOr<SessionUse> Create(const model::Model* model, absl::Duration ttl,
-                                    const std::string& owner = "");
+                                    const std::string& owner = "", const std::string& id = "");
 
   // NOT_FOUND for an unknown, expired or closed session (the message says which it may be);
   // INVALID_ARGUMENT for an id not of the table's format (ValidateSessionId), here and in Peek

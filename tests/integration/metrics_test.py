@@ -141,12 +141,14 @@ class MetricsTest(unittest.TestCase):
         def value(name, **labels):
             return m.get((name, frozenset(labels.items())), 0.0)
 
+        def requests(**labels):  # through the AttnServe door
+            return value("attnserve_requests_total", protocol="attnserve", **labels)
+
         for variant in VARIANTS:
             expected = 2 + (1 if variant == "standard" else 0)
-            self.assertEqual(value("attnserve_requests_total", rpc="Infer", variant=variant,
-                                   code="OK"), expected, variant)
-            self.assertEqual(value("attnserve_request_duration_seconds_count", rpc="Infer",
-                                   variant=variant), expected, variant)
+            self.assertEqual(requests(rpc="Infer", variant=variant, code="OK"), expected, variant)
+            self.assertEqual(value("attnserve_request_duration_seconds_count", protocol="attnserve",
+                                   rpc="Infer", variant=variant), expected, variant)
             # Infers of 5 and 9 tokens, the policy's 3 on standard, 4 per stream on mamba. The
             # 9 tokens begin with the 5: a variant that streams takes their state from the
             # prefix cache and computes 4.
@@ -165,18 +167,18 @@ class MetricsTest(unittest.TestCase):
             self.assertEqual(value("attnserve_sessions", variant=variant), 0, variant)
             self.assertEqual(value("attnserve_session_state_bytes", variant=variant), 0, variant)
             self.assertGreater(value("attnserve_model_load_seconds", model=variant), 0, variant)
-        self.assertEqual(value("attnserve_requests_total", rpc="Infer", variant="none",
-                               code="NOT_FOUND"), 1)
-        self.assertEqual(value("attnserve_requests_total", rpc="StreamOpen", variant="mamba",
-                               code="OK"), 3)
-        self.assertEqual(value("attnserve_requests_total", rpc="StreamAppend", variant="mamba",
-                               code="OK"), 6)
-        self.assertEqual(value("attnserve_requests_total", rpc="StreamClose", variant="mamba",
-                               code="OK"), 2)
+        self.assertEqual(requests(rpc="Infer", variant="none", code="NOT_FOUND"), 1)
+        self.assertEqual(requests(rpc="StreamOpen", variant="mamba", code="OK"), 3)
+        self.assertEqual(requests(rpc="StreamAppend", variant="mamba", code="OK"), 6)
+        self.assertEqual(requests(rpc="StreamClose", variant="mamba", code="OK"), 2)
         # Series known at start-up exist at 0 before their first event (rate() works).
         for labels in (dict(rpc="Infer", variant="mamba", code="DEADLINE_EXCEEDED"),
                        dict(rpc="StreamAppend", variant="linear", code="CANCELLED"),
-                       dict(rpc="GetSession", variant="none", code="INVALID_ARGUMENT")):
+                       dict(rpc="GetSession", variant="none", code="INVALID_ARGUMENT"),
+                       dict(protocol="oip", rpc="ModelInfer", variant="mamba",
+                            code="INVALID_ARGUMENT"),
+                       dict(protocol="oip", rpc="ModelConfig", variant="none", code="NOT_FOUND")):
+            labels.setdefault("protocol", "attnserve")
             self.assertIn(("attnserve_requests_total", frozenset(labels.items())), m, labels)
             self.assertEqual(value("attnserve_requests_total", **labels), 0, labels)
         # The scheduler's histograms: every Infer above ran in some iteration of its variant.

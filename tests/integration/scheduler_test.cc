@@ -134,7 +134,10 @@ TEST(SchedulerRpcTest, CancelledGenerationStopsAndItsSessionStays) {
   EXPECT_EQ(after.position(), before.position());
   EXPECT_LT(generated, 1000) << "the cancelled generation ran to its end";
   EXPECT_EQ(MetricValue(metrics, "attnserve_requests_total",
-                        {{"rpc", "StreamAppend"}, {"variant", "mamba"}, {"code", "CANCELLED"}}),
+                        {{"protocol", "attnserve"},
+                         {"rpc", "StreamAppend"},
+                         {"variant", "mamba"},
+                         {"code", "CANCELLED"}}),
             1);
   EXPECT_TRUE(server.client().CloseSession(id).ok());
 }
@@ -164,8 +167,10 @@ TEST(SchedulerRpcTest, RequestsPastTheirDeadlineAreNotComputed) {
   // The server ends each one at its next iteration without computing it.
   ASSERT_TRUE(WaitFor([&] {
     return MetricValue(metrics, "attnserve_requests_total",
-                       {{"rpc", "Infer"}, {"variant", "mamba"}, {"code", "DEADLINE_EXCEEDED"}}) ==
-           16;
+                       {{"protocol", "attnserve"},
+                        {"rpc", "Infer"},
+                        {"variant", "mamba"},
+                        {"code", "DEADLINE_EXCEEDED"}}) == 16;
   }));
   v1::SessionInfo info;
   ASSERT_TRUE(server.client().GetSession(a.id(), &info).ok());

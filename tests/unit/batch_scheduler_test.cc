@@ -63,7 +63,8 @@ std::vector<Outcome> RunAlone(const model::Model& m, const std::vector<Request>&
     std::mt19937_64 rng(r.generate.seed());
     for (int i = 0; i < r.max_new_tokens; ++i) {
       float logprob;
-      const int64_t token = SampleToken(logits, r.generate, rng, &logprob);
+      const int64_t token =
+          SampleToken(logits, r.generate.temperature(), r.generate.top_k(), rng, &logprob);
       o.generated.push_back(token);
       logits =
           *m.Forward(at::full({1, 1}, token, at::kLong), &state, model::OutputKind::kLastLogits);
@@ -82,7 +83,9 @@ std::unique_ptr<Job> MakeJob(const model::Model* m, std::optional<SessionUse> se
   job->tokens = r.tokens;
   job->output = r.output;
   job->max_new_tokens = r.max_new_tokens;
-  job->generate = r.generate;
+  job->sampling.temperature = r.generate.temperature();
+  job->sampling.top_k = r.generate.top_k();
+  job->sampling.seed = r.generate.seed();
   job->on_token = [outcome](int64_t token, float, int) { outcome->streamed.push_back(token); };
   job->on_done = [outcome, order, remaining](const absl::Status& status, JobResult result) {
     outcome->status = status;

@@ -1,5 +1,3 @@
-#include "server/rpc/attnserve/service.h"
-
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -12,6 +10,8 @@
 #include "server/client_text.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
+#include "server/rpc/attnserve/service.h"
+#include "server/rpc/call_gate.h"
 
 namespace attnserve::server {
 namespace {
@@ -48,26 +48,7 @@ absl::Status AttnServeService::CheckServing() const {
 
 absl::StatusOr<Caller> AttnServeService::Authenticate(
     const grpc::ServerContextBase& context) const {
-  // The per-call metadata limit, before anything reads the metadata: only this call fails
-  // (gRPC's own limit, above ours, would fail the connection's other calls too).
-  if (options_.max_metadata_bytes > 0) {
-    int64_t bytes = 0;
-    for (const auto& [key, value] : context.client_metadata()) {
-      bytes += static_cast<int64_t>(key.size() + value.size()) + 32;  // as HPACK counts it
-    }
-    if (bytes > options_.max_metadata_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("the call's metadata is ", bytes,
-                                                       " bytes, above --max_metadata_bytes ",
-                                                       options_.max_metadata_bytes));
-    }
-  }
-  absl::StatusOr<Caller> caller =
-      options_.authenticator == nullptr ? Caller{} : options_.authenticator->Authenticate(context);
-  if (caller.ok()) {
-    caller->client = caller->principal.empty() ? absl::StrCat("peer:", context.peer())
-                                               : absl::StrCat("principal:", caller->principal);
-  }
-  return caller;
+  return AuthenticateCall(context, options_.authenticator, options_.max_metadata_bytes);
 }
 
 absl::Status AttnServeService::CheckResponseSize(const google::protobuf::Message& message) const {
@@ -100,8 +81,8 @@ void AttnServeService::Record(const char* rpc, const std::string& variant,
   if (options_.metrics == nullptr) return;
   // Only served variants become label values: a client's made-up model name must not.
   const std::string label = repository_.Find(variant) != nullptr ? variant : "none";
-  options_.metrics->RecordRequest(rpc, label, GrpcCodeName(ToGrpcStatus(status).error_code()),
-                                  seconds);
+  options_.metrics->RecordRequest("attnserve", rpc, label,
+                                  GrpcCodeName(ToGrpcStatus(status).error_code()), seconds);
 }
 
 void AttnServeService::CountDecision(const PolicyDecision& decision) const {

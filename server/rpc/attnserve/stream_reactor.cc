@@ -304,7 +304,9 @@ class AttnServeService::StreamReactor final
                       : ModelOutputKind(append.output());
     if (generate) {
       job->max_new_tokens = append.generate().max_new_tokens();
-      job->generate = append.generate();
+      job->sampling.temperature = append.generate().temperature();
+      job->sampling.top_k = append.generate().top_k();
+      job->sampling.seed = append.generate().seed();
     }
     job->deadline = CallDeadline(*context_);
     job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };

@@ -1,0 +1,168 @@
+// OipService::Submit: one inference of either RPC (ModelInfer, ModelStreamInfer) as a
+// scheduler job, with its sequence as a session (sequences.h).
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "server/client_text.h"
+#include "server/rpc/call_job.h"
+#include "server/rpc/oip/infer_response.h"
+#include "server/rpc/oip/oip_service.h"
+#include "server/rpc/oip/sequences.h"
+
+namespace attnserve::server::oip {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string SequenceName(const std::string& key) {
+  // "u:5" -> 5, "s:abc" -> 'abc' (escaped, short)
+  return key.rfind("u:", 0) == 0 ? key.substr(2) : ClientText(key.substr(2));
+}
+
+}  // namespace
+
+absl::Status OipService::Submit(Call call) {
+  const inference::ModelInferRequest& request = *call.request;
+  absl::StatusOr<ParsedInfer> parsed_or = ParseInferRequest(request, options_.limits);
+  if (!parsed_or.ok()) return parsed_or.status();
+  auto parsed = std::make_shared<const ParsedInfer>(*std::move(parsed_or));
+  const std::string& name = request.model_name();
+  if (name != "auto" && !name.empty()) {
+    absl::StatusOr<const model::Model*> found = FindModel(name, request.model_version());
+    if (!found.ok()) return found.status();
+  }
+  bool wants_text = parsed->has_text;
+  for (OutputName o : parsed->outputs) wants_text = wants_text || o == OutputName::kTextOutput;
+  if (wants_text) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", ClientText(name),
+                     " has no tokenizer: send input_ids (INT64 or INT32, [1, L]) "
+                     "and ask for output_ids instead of text_input / text_output"));
+  }
+  const int64_t length = static_cast<int64_t>(parsed->input_ids.size());
+  at::Tensor tokens = at::empty({1, length}, at::kLong);
+  std::memcpy(tokens.data_ptr<int64_t>(), parsed->input_ids.data(), length * sizeof(int64_t));
+
+  std::unique_ptr<scheduler::Job> job =
+      NewCallJob(call.context, call.caller, options_.prefix_cache_global, call.cancelled);
+  std::optional<PolicyDecision> decision;
+  std::string reason;
+  bool created = false;
+  if (parsed->sequence_key.empty()) {
+    // Generation steps a state: it needs a variant that streams, as a sequence does.
+    absl::StatusOr<PolicyDecision> d =
+        policy_.Resolve(name, length, /*stream=*/parsed->max_tokens > 0);
+    if (!d.ok()) return d.status();
+    decision = *std::move(d);
+    job->model = decision->model;
+    reason = decision->reason;
+  } else {
+    const std::string id = SequenceSessionId(call.caller.principal, parsed->sequence_key);
+    if (parsed->sequence_start) {
+      absl::StatusOr<PolicyDecision> d = policy_.Resolve(name, length, /*stream=*/true);
+      if (!d.ok()) return d.status();
+      decision = *std::move(d);
+      // A new start of a sequence ends its previous one, as Triton's sequence batcher does.
+      if (absl::Status closed = sessions_.Close(id, call.caller);
+          !closed.ok() && closed.code() != absl::StatusCode::kNotFound) {
+        return closed;
+      }
+      absl::StatusOr<SessionUse> use =
+          sessions_.Create(decision->model, absl::ZeroDuration(), call.caller.principal, id);
+      if (!use.ok()) return use.status();
+      created = true;
+      reason = absl::StrCat(decision->reason, "; sequence ", SequenceName(parsed->sequence_key),
+                            " starts session ", id);
+      job->session.emplace(*std::move(use));
+    } else {
+      absl::StatusOr<SessionUse> use = sessions_.Get(id, call.caller);
+      if (!use.ok() && use.status().code() == absl::StatusCode::kNotFound) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "inference request for sequence ", SequenceName(parsed->sequence_key), " to model ",
+            ClientText(name),
+            " must specify the sequence_start flag on the first request of the sequence (no "
+            "open sequence has that id: never started, ended, or expired)"));
+      }
+      if (!use.ok()) return use.status();
+      const std::string& model_name = (*use)->model()->name();
+      if (!name.empty() && name != "auto" && name != model_name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", SequenceName(parsed->sequence_key), " belongs to model '",
+                         model_name, "', not ", ClientText(name)));
+      }
+      reason = absl::StrCat("sequence ", SequenceName(parsed->sequence_key), ": session ", id,
+                            " of model ", model_name);
+      job->session.emplace(*std::move(use));
+    }
+    job->model = (*job->session)->model();
+  }
+  std::shared_ptr<Session> session = job->session ? job->session->get() : nullptr;
+  job->tokens = std::move(tokens);
+  job->output = parsed->logits == LogitsOutput::kAll ? model::OutputKind::kAllLogits
+                                                     : model::OutputKind::kLastLogits;
+  job->max_new_tokens = parsed->max_tokens;
+  job->sampling.temperature = parsed->temperature;
+  job->sampling.top_k = parsed->top_k;
+  job->sampling.seed = parsed->seed;
+  job->sampling.stop_tokens = parsed->stop;
+  if (call.on_token) {
+    job->on_token = [on_token = call.on_token](int64_t token, float, int index) {
+      on_token(token, index);
+    };
+  }
+  const std::string model_name = job->model->name();
+  const std::string request_id = request.id();
+  job->on_done = [this, parsed, session, decision, reason, model_name, request_id,
+                  caller = call.caller, arrival = call.arrival, streamed = call.tokens_streamed,
+                  done = std::move(call.done)](const absl::Status& finished,
+                                               scheduler::JobResult result) {
+    absl::Status status = finished;
+    inference::ModelInferResponse response;
+    response.set_model_name(model_name);
+    response.set_model_version("1");
+    response.set_id(request_id);
+    if (session != nullptr && result.prompt_applied) sessions_.Applied(*session);
+    for (OutputName o : parsed->outputs) {
+      if (!status.ok()) break;
+      if (o == OutputName::kLogits) {
+        status = AddLogits(result.output, parsed->raw, &response);
+      } else if (o == OutputName::kOutputIds && !streamed) {
+        AddOutputIds(result.generated, parsed->raw, &response);
+      }
+    }
+    SetStringParameter("attnserve_policy_reason", reason, &response);
+    if (session != nullptr) {
+      SetIntParameter("attnserve_sequence_position", session->position(), &response);
+    }
+    if (status.ok() && options_.max_message_bytes > 0 &&
+        response.ByteSizeLong() > static_cast<size_t>(options_.max_message_bytes)) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "the response would be ", response.ByteSizeLong(), " bytes, above --max_message_bytes=",
+          options_.max_message_bytes, "; ask for less (last logits instead of all)"));
+    }
+    if (session != nullptr && parsed->sequence_end) {
+      sessions_.Close(session->id(), caller).IgnoreError();  // the sequence ends, whatever came
+    }
+    if (status.ok() && options_.metrics != nullptr) {
+      const std::string rule = !decision.has_value() ? "session"
+                               : decision->rule > 0  ? std::to_string(decision->rule)
+                                                     : "named";
+      options_.metrics->RecordPolicyDecision(model_name, rule);
+    }
+    statistics_.Record(model_name, status.ok(), SecondsSince(arrival), result.queue_seconds,
+                       result.compute_seconds);
+    done(status, std::move(response));
+  };
+  const std::string session_id = session != nullptr ? session->id() : "";
+  absl::Status submitted = scheduler_.Submit(std::move(job));
+  if (!submitted.ok() && created) sessions_.Close(session_id, call.caller).IgnoreError();
+  return submitted;
+}
+
+}  // namespace attnserve::server::oip
