@@ -31,14 +31,6 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// Text in or out needs a tokenizer, which attnserve's models do not have yet.
-absl::Status NoTokenizer(const std::string& model) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("model ", ClientText(model),
-                   " has no tokenizer: send input_ids (INT64 or INT32, [1, L]) "
-                   "and ask for output_ids instead of text_input / text_output"));
-}
-
 }  // namespace
 
 OipService::OipService(const model::ModelRepository& repository, const Policy& policy,
@@ -94,29 +86,21 @@ absl::StatusOr<const model::Model*> OipService::FindModel(const std::string& nam
 grpc::ServerUnaryReactor* OipService::ServerLive(grpc::CallbackServerContext* context,
                                                  const inference::ServerLiveRequest*,
                                                  inference::ServerLiveResponse* response) {
+  // No credentials needed, as for gRPC health checking: probes carry none.
   const auto arrival = std::chrono::steady_clock::now();
-  Caller caller;
-  absl::Status s = Gate(context, &caller);
-  if (s.ok() || s.code() == absl::StatusCode::kUnavailable) {
-    s = absl::OkStatus();  // a draining server is still live
-    response->set_live(true);
-  }
-  Record("ServerLive", "", s, arrival);
-  return FinishNow(context, s);
+  response->set_live(true);  // a draining server is still live
+  Record("ServerLive", "", absl::OkStatus(), arrival);
+  return FinishNow(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ServerReady(grpc::CallbackServerContext* context,
                                                   const inference::ServerReadyRequest*,
                                                   inference::ServerReadyResponse* response) {
+  // No credentials needed, as for gRPC health checking: probes carry none.
   const auto arrival = std::chrono::steady_clock::now();
-  Caller caller;
-  absl::Status s = Gate(context, &caller);
-  if (s.ok() || s.code() == absl::StatusCode::kUnavailable) {
-    response->set_ready(s.ok());
-    s = absl::OkStatus();
-  }
-  Record("ServerReady", "", s, arrival);
-  return FinishNow(context, s);
+  response->set_ready(!draining_.load());
+  Record("ServerReady", "", absl::OkStatus(), arrival);
+  return FinishNow(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* OipService::ModelReady(grpc::CallbackServerContext* context,
