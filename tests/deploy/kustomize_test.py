@@ -249,7 +249,9 @@ class RendererTest(unittest.TestCase):
             os.path.join(root, "overlays", n) for n in sorted(os.listdir(os.path.join(root, "overlays")))]
         for folder in folders:
             resources = {(r["kind"], r["metadata"]["name"]): r for r in kustomize.build(folder)}
-            self.assertGreaterEqual(len(resources), 7, folder)
+            # The kserve overlay is KServe's two resources; every other folder the base's.
+            least = 2 if os.path.basename(folder) == "kserve" else 7
+            self.assertGreaterEqual(len(resources), least, folder)
             theirs = kubectl_kustomize(folder)
             if theirs is None:
                 print(f"note: no kubectl here; {folder} rendered by kustomize.py only")

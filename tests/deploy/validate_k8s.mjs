@@ -7,6 +7,11 @@
 //   2. strict fields: each resource as a TypeScript object literal typed with the model's
 //      interface, compiled by tsc, so that an unknown or misspelt field is an error (as
 //      `kubectl apply --validate=strict` makes it; validate() alone lets it through).
+// KServe's ServingRuntime and InferenceService (overlays/kserve) are checked against the
+// schemas of KServe's published CRDs (tests/deploy/schemas/kserve.json, vendored by
+// vendor_kserve_schemas.py, its origin recorded in the file) with Ajv, every object schema
+// closed to fields it does not name (unless it preserves unknown fields), which is both steps
+// at once for them.
 // It first shows that both steps reject known-bad resources, so it cannot pass vacuously.
 //
 // Usage: node validate_k8s.mjs --node-modules DIR --source-dir SOURCE (run by CTest; DIR
@@ -36,7 +41,47 @@ function modelPath(resource) {
   throw new Error(`no schema for ${resource.apiVersion} ${resource.kind}`);
 }
 
+// KServe's CRD schemas, compiled once: an object schema with properties and no
+// additionalProperties (or x-kubernetes-preserve-unknown-fields) is closed, as strict field
+// validation treats it.
+const kserve = JSON.parse(fs.readFileSync(path.join(here, "schemas", "kserve.json"), "utf8"));
+const Ajv = (await import(pathToFileURL(path.join(nodeModules, "ajv/dist/ajv.js")))).default;
+const ajv = new Ajv({ strict: false, allErrors: true });
+// The only formats KServe's schemas use: Kubernetes' integer widths.
+ajv.addFormat("int32", { type: "number", validate: (x) => Number.isInteger(x) && x >= -(2 ** 31) && x < 2 ** 31 });
+ajv.addFormat("int64", { type: "number", validate: (x) => Number.isInteger(x) });
+function closed(schema) {
+  if (Array.isArray(schema)) return schema.map(closed);
+  if (schema === null || typeof schema !== "object") return schema;
+  const out = Object.fromEntries(Object.entries(schema).map(([k, v]) =>
+    [k, k === "properties" ? Object.fromEntries(Object.entries(v).map(([p, s]) => [p, closed(s)]))
+      : closed(v)]));
+  if (out.properties && out.additionalProperties === undefined &&
+      !out["x-kubernetes-preserve-unknown-fields"]) {
+    out.additionalProperties = false;
+  }
+  return out;
+}
+const kserveValidators = Object.fromEntries(Object.entries(kserve.schemas).map(([key, schema]) => {
+  // metadata is ObjectMeta, checked by the API server: the CRD only says "object".
+  const s = closed(schema);
+  s.properties.metadata = { type: "object" };
+  s.required = [...new Set([...(s.required ?? []), "apiVersion", "kind", "metadata", "spec"])];
+  return [key, ajv.compile(s)];
+}));
+function kserveKey(resource) {
+  return resource.apiVersion?.startsWith("serving.kserve.io/")
+    ? `${resource.apiVersion}/${resource.kind}` : null;
+}
+
 async function validateSchema(resource) {
+  const key = kserveKey(resource);
+  if (key !== null) {
+    const validate = kserveValidators[key];
+    if (!validate) throw new Error(`no KServe schema for ${key}`);
+    if (!validate(resource)) throw new Error(ajv.errorsText(validate.errors));
+    return;
+  }
   const module = await import(pathToFileURL(path.join(nodeModules, `${modelPath(resource)}.js`)));
   new module[resource.kind](resource).validate();
 }
@@ -91,7 +136,14 @@ const bad = [
   { label: "bad interval", resource: { apiVersion: "monitoring.coreos.com/v1", kind: "ServiceMonitor",
     metadata: { name: "x" }, spec: { selector: {}, endpoints: [{ port: "m", interval: "15 seconds" }] } } },
 ];
-for (const { label, resource } of [bad[0], bad[2]]) {
+bad.push(
+  { label: "KServe field misspelt", resource: { apiVersion: "serving.kserve.io/v1beta1", kind: "InferenceService",
+    metadata: { name: "x" }, spec: { predictor: { model: { modelFormat: { name: "attnserve" }, runtme: "attnserve" } } } } },
+  { label: "KServe wrong type", resource: { apiVersion: "serving.kserve.io/v1alpha1", kind: "ServingRuntime",
+    metadata: { name: "x" }, spec: { protocolVersions: "grpc-v2", containers: [{ name: "c" }] } } },
+  { label: "KServe missing required", resource: { apiVersion: "serving.kserve.io/v1alpha1", kind: "ServingRuntime",
+    metadata: { name: "x" }, spec: { supportedModelFormats: [{ name: "attnserve" }] } } });
+for (const { label, resource } of [bad[0], bad[2], bad[3], bad[4], bad[5]]) {
   let rejected = false;
   try { await validateSchema(resource); } catch { rejected = true; }
   check(rejected, `self-check: validate() accepted a resource with a ${label}`);
@@ -127,13 +179,15 @@ for (const { label, resource } of resources) {
     failures.push(`${label}: ${e.message}`);
   }
 }
-failures.push(...strictFields(resources));
+failures.push(...strictFields(resources.filter(({ resource }) => kserveKey(resource) === null)));
 // Every folder renders the base's kinds; the redis overlay adds its Redis.
 const baseKinds = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
   "Service", "Service", "ServiceMonitor"];
 const added = { "overlays/redis": ["Deployment", "NetworkPolicy", "Service"] };
+// The kserve overlay is KServe's resources alone: KServe makes the pods.
+const only = { "overlays/kserve": ["InferenceService", "ServingRuntime"] };
 for (const folder of folders) {
-  const expected = [...baseKinds, ...(added[folder] ?? [])].sort();
+  const expected = (only[folder] ?? [...baseKinds, ...(added[folder] ?? [])]).sort();
   check(JSON.stringify(kinds[folder]) === JSON.stringify(expected),
     `${folder}: renders ${kinds[folder]}, expected ${expected}`);
 }
