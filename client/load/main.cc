@@ -38,6 +38,10 @@ ABSL_FLAG(std::string, variants, "all",
           "Comma list of models, or 'all' (every model ListModels returns; in stream and "
           "generate modes, those that can stream). 'auto' lets the server's policy choose.");
 ABSL_FLAG(std::string, mode, "unary", "Comma list of modes: unary, stream, generate.");
+ABSL_FLAG(std::string, protocol, "attnserve",
+          "Comma list of doors: attnserve (attnserve.v1.AttnServe: Infer, Stream) and oip (the "
+          "Open Inference Protocol: ModelInfer, ModelStreamInfer with sequences); each runs "
+          "every phase, so both compare in one run (oip's modes are reported as oip:MODE).");
 ABSL_FLAG(std::string, lengths, "256,1024,4096", "Comma list of sequence lengths (tokens).");
 ABSL_FLAG(int64_t, chunk, 64, "Stream mode: tokens per append.");
 ABSL_FLAG(std::string, concurrency, "1",
@@ -184,6 +188,15 @@ int main(int argc, char** argv) {
   cfg.metrics_url = absl::GetFlag(FLAGS_metrics_url);
   const v1::OutputKind output = ParseOutput(cfg.output);
   if (cfg.modes.empty()) Die("--mode: no mode given", kUsageError);
+  const std::vector<std::string> protocols = SplitList(absl::GetFlag(FLAGS_protocol));
+  bool uses_oip = false;
+  for (const std::string& p : protocols) {
+    if (p != "attnserve" && p != "oip") {
+      Die(absl::StrCat("--protocol: unknown protocol '", p, "' (attnserve, oip)"), kUsageError);
+    }
+    uses_oip = uses_oip || p == "oip";
+  }
+  if (protocols.empty()) Die("--protocol: no protocol given", kUsageError);
   for (const std::string& m : cfg.modes) ParseMode(m);
   if (cfg.lengths.empty()) Die("--lengths: no length given", kUsageError);
   if (cfg.chunk < 1) Die("--chunk must be >= 1", kUsageError);
@@ -217,7 +230,12 @@ int main(int argc, char** argv) {
   std::unique_ptr<attnserve::client::SessionRouter> router;
   load::StubPicker pick;
   v1::AttnServe::Stub* stub = nullptr;
+  std::shared_ptr<load::OipStubs> oip_stubs;
   if (absl::GetFlag(FLAGS_route_sessions) || attnserve::client::SessionRouter::IsList(cfg.target)) {
+    if (uses_oip) {
+      Die("--protocol=oip goes to one --target (the router finds AttnServe sessions only)",
+          kUsageError);
+    }
     attnserve::client::SessionRouter::Options options;
     options.channels_per_endpoint = std::max(1, absl::GetFlag(FLAGS_channels));
     options.lookup_timeout_s = cfg.timeout_s;
@@ -237,6 +255,14 @@ int main(int argc, char** argv) {
     }
     stub = stubs[0].get();
     pick = [&stubs](uint64_t i) { return stubs[i % stubs.size()].get(); };
+    if (uses_oip) {
+      std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> oip;
+      for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_channels)); ++i) {
+        oip.push_back(inference::GRPCInferenceService::NewStub(
+            attnserve::client::MakeChannel(cfg.target, i)));
+      }
+      oip_stubs = std::make_shared<load::OipStubs>(std::move(oip));
+    }
   }
 
   // The models, for --variants=all, vocabulary sizes and streaming capability.
@@ -293,22 +319,30 @@ int main(int argc, char** argv) {
   struct Phase {
     load::Mode mode;
     load::PhaseKey key;
+    load::Protocol protocol = load::Protocol::kAttnServe;
   };
   std::vector<Phase> phases;
-  for (const std::string& mode_name : cfg.modes) {
-    const load::Mode mode = ParseMode(mode_name);
-    for (const std::string& v : cfg.variants) {
-      if (mode != load::Mode::kUnary && all && !infos[v].can_stream) {
-        report.skipped.push_back({mode_name, v, "cannot stream (not causal)"});
-      }
-    }
-    for (const load::LoadPoint& lp : cfg.loads) {
+  for (const std::string& protocol_name : protocols)
+    for (const std::string& base_mode : cfg.modes) {
+      const load::Mode mode = ParseMode(base_mode);
+      const load::Protocol protocol =
+          protocol_name == "oip" ? load::Protocol::kOip : load::Protocol::kAttnServe;
+      const std::string mode_name =
+          protocol == load::Protocol::kOip ? absl::StrCat("oip:", base_mode) : base_mode;
       for (const std::string& v : cfg.variants) {
-        if (mode != load::Mode::kUnary && all && !infos[v].can_stream) continue;
-        for (int64_t length : cfg.lengths) phases.push_back({mode, {mode_name, lp, v, length}});
+        if (mode != load::Mode::kUnary && all && !infos[v].can_stream) {
+          report.skipped.push_back({mode_name, v, "cannot stream (not causal)"});
+        }
+      }
+      for (const load::LoadPoint& lp : cfg.loads) {
+        for (const std::string& v : cfg.variants) {
+          if (mode != load::Mode::kUnary && all && !infos[v].can_stream) continue;
+          for (int64_t length : cfg.lengths) {
+            phases.push_back({mode, {mode_name, lp, v, length}, protocol});
+          }
+        }
       }
     }
-  }
   if (cfg.duration_s > 0) {
     std::cerr << absl::StrFormat(
         "attnserve-load: %d phases of %gs warmup + %gs; about %.0f s in all\n", phases.size(),
@@ -349,6 +383,8 @@ int main(int argc, char** argv) {
       plan.output = output;
       plan.max_new_tokens = cfg.max_new_tokens;
       plan.timeout_s = cfg.timeout_s;
+      plan.protocol = phase.protocol;
+      plan.oip = oip_stubs;
       plans.push_back(std::move(plan));
     }
     load::PhaseSettings settings;

@@ -182,7 +182,9 @@ class StreamCall : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamR
 
 void StartRequest(v1::AttnServe::Stub* stub, const RequestPlan& plan, Clock::time_point intended,
                   std::function<void(RequestOutcome)> done) {
-  if (plan.mode == Mode::kUnary) {
+  if (plan.protocol == Protocol::kOip) {
+    StartOipRequest(plan.oip->Next(), plan, intended, std::move(done));
+  } else if (plan.mode == Mode::kUnary) {
     UnaryCall::Start(stub, plan, intended, std::move(done));
   } else {
     StreamCall::Start(stub, plan, intended, std::move(done));

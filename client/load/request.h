@@ -18,11 +18,15 @@
 #include <vector>
 
 #include "attnserve/v1/inference.grpc.pb.h"
+#include "client/load/oip_request.h"
 #include "client/load/phase_stats.h"
 
 namespace attnserve::load {
 
 enum class Mode { kUnary, kStream, kGenerate };
+// Which door: attnserve.v1.AttnServe (this file's calls) or the Open Inference Protocol
+// (oip_request.h: ModelInfer, ModelStreamInfer).
+enum class Protocol { kAttnServe, kOip };
 
 struct RequestPlan {
   Mode mode = Mode::kUnary;
@@ -32,11 +36,14 @@ struct RequestPlan {
   attnserve::v1::OutputKind output = attnserve::v1::OUTPUT_KIND_LAST_LOGITS;
   int max_new_tokens = 16;
   double timeout_s = 60;  // deadline of the whole call, from its actual start
+  Protocol protocol = Protocol::kAttnServe;
+  std::shared_ptr<OipStubs> oip;  // with Protocol::kOip: the stubs it goes through
 };
 
 // Starts one request now. `done` runs exactly once, on a gRPC thread, with the outcome; the
 // latencies in it are measured from `intended` (the send time the schedule wanted, which is
-// now or earlier), with std::chrono::steady_clock. `stub` must outlive the request.
+// now or earlier), with std::chrono::steady_clock. `stub` must outlive the request. With
+// Protocol::kOip the request goes through plan.oip's next stub instead of `stub`.
 void StartRequest(attnserve::v1::AttnServe::Stub* stub, const RequestPlan& plan,
                   std::chrono::steady_clock::time_point intended,
                   std::function<void(RequestOutcome)> done);

@@ -477,10 +477,30 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(r["sent"], 30)
             self.assertEqual(r["sent"], r["succeeded"] + r["failed"])
 
+    def test_load_through_both_protocols(self):
+        # The same phases through AttnServe and the Open Inference Protocol, in one run.
+        with tempfile.TemporaryDirectory() as tmp:
+            js = os.path.join(tmp, "p.json")
+            p = load("--protocol=attnserve,oip", "--variants=mamba", "--lengths=70",
+                     "--mode=unary,stream,generate", "--chunk=32", "--max_new_tokens=3",
+                     "--requests=3", "--duration=10", "--warmup=0", "--timeout=20",
+                     "--json=" + js)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            report = self.check_report(js)
+            for mode in ("unary", "stream", "generate"):
+                for name in (mode, "oip:" + mode):
+                    [r] = self.result(report, name, "mamba")
+                    self.assertEqual((r["sent"], r["succeeded"]), (3, 3), r)
+                    self.assertEqual(r["tokens_in"], 3 * 70, r)
+                    self.assertEqual(r["tokens_out"], 3 * 3 if mode == "generate" else 0, r)
+                    self.assertEqual(r["served_by"], {"mamba": 3}, r)
+
     def test_load_usage_errors(self):
         p = load("--duration=0", "--requests=0")
         self.assertEqual(p.returncode, 2)
         p = load("--mode=sideways")
+        self.assertEqual(p.returncode, 2)
+        p = load("--protocol=rest")
         self.assertEqual(p.returncode, 2)
 
 
