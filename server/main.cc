@@ -286,6 +286,13 @@ int main(int argc, char** argv) {
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.max_metadata_bytes = absl::GetFlag(FLAGS_max_metadata_bytes);
   if (options.retry_window < 1) return Fail("--retry_window must be >= 1");
+  options.text_limits.max_text_bytes = absl::GetFlag(FLAGS_max_text_bytes);
+  options.text_limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  options.text_limits.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  if (options.text_limits.max_text_bytes < 1 || options.text_limits.max_stop_strings < 0 ||
+      options.text_limits.max_stop_string_bytes < 1) {
+    return Fail("--max_text_bytes and --max_stop_string_bytes must be >= 1, --max_stop_strings >= 0");
+  }
   options.metrics = &metrics;
   options.prefix_cache_global = cache_scope == "global";
   options.authenticator = authenticator->get();

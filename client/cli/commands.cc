@@ -16,11 +16,13 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "client/cli/flags.h"
+#include "client/cli/text_input.h"
 #include "client/cli/token_reader.h"
 #include "client/common/channel.h"
 #include "client/common/grpc_status.h"
@@ -253,10 +255,18 @@ std::string FormatStreamResponse(const v1::StreamResponse& r) {
     }
     case v1::StreamResponse::kResult: {
       const v1::AppendResult& a = r.result();
-      return absl::StrFormat("append %d%s: position %d, state %d bytes, %s; %s",
+      std::string finish;
+      if (a.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        finish = absl::StrCat("; ", a.generated_tokens_size(), " generated, finished by ",
+                              v1::FinishReason_Name(a.finish_reason()).substr(14));
+        if (!a.stop_string().empty()) {
+          absl::StrAppend(&finish, " '", absl::CEscape(a.stop_string()), "'");
+        }
+      }
+      return absl::StrFormat("append %d%s: position %d, state %d bytes, %s; %s%s",
                              a.sequence_number(), a.replayed() ? " (replayed)" : "", a.position(),
                              a.state_bytes(), FormatTimings(a.timings()),
-                             FormatOutputs(a.outputs()));
+                             FormatOutputs(a.outputs()), finish);
     }
     case v1::StreamResponse::kGenerated: {
       const v1::GeneratedToken& g = r.generated();
@@ -589,10 +599,15 @@ int RunInfer(Printer& out) {
   } else if (!calls.ForSession(out, "infer", session, &route)) {
     return kExitCallFailed;
   }
-  TokenSource source;
   std::vector<int64_t> tokens;
-  if (!source.Open(out, "infer", *route.stub) || !source.ReadAll(out, "infer", &tokens)) {
-    return kExitUsage;
+  if (TextGiven()) {
+    if (!ReadText(out, "infer", req.mutable_text())) return kExitUsage;
+    req.set_no_special_tokens(absl::GetFlag(FLAGS_no_special_tokens));
+  } else {
+    TokenSource source;
+    if (!source.Open(out, "infer", *route.stub) || !source.ReadAll(out, "infer", &tokens)) {
+      return kExitUsage;
+    }
   }
   req.set_model(absl::GetFlag(FLAGS_model));
   req.set_session_id(session);
@@ -613,9 +628,10 @@ int RunInfer(Printer& out) {
     out.Error("infer", status);
     return kExitCallFailed;
   }
-  std::string text =
-      absl::StrFormat("model: %s (%s)%s\ntokens: %d", resp.model(), resp.policy_reason(),
-                      FormatServer(resp.server()), tokens.size());
+  std::string text = absl::StrFormat(
+      "model: %s (%s)%s\n%s", resp.model(), resp.policy_reason(), FormatServer(resp.server()),
+      req.text().empty() ? absl::StrCat("tokens: ", tokens.size())
+                         : absl::StrCat("text: ", req.text().size(), " bytes"));
   if (!req.session_id().empty()) {
     absl::StrAppend(&text, "\nsession position: ", resp.session_position());
   }
@@ -641,7 +657,11 @@ int RunStream(Printer& out) {
   }
   // The token source after the open: --random_tokens asks the instance for its vocabulary.
   TokenSource source;
-  if (!source.Open(out, "stream", *s.route.stub)) return kExitUsage;
+  TextLines lines;
+  const bool text = TextGiven();
+  if (text ? !lines.Open(out, "stream") : !source.Open(out, "stream", *s.route.stub)) {
+    return kExitUsage;
+  }
   const v1::StreamResponse& opened = s.opened;
   auto& stream = s.stream;
   out.Message(opened, FormatStreamResponse(opened));
@@ -655,18 +675,24 @@ int RunStream(Printer& out) {
   int64_t seq = opened.opened().last_sequence_number();
   bool input_ok = true;
   for (;;) {
-    std::vector<int64_t> ids;
-    absl::StatusOr<int64_t> n = source.reader().Next(chunk, ids);
-    if (!n.ok()) {
-      out.Problem("stream", std::string(n.status().message()));
-      input_ok = false;
-      break;
-    }
-    if (*n == 0) break;
     v1::StreamRequest req;
     v1::StreamAppend* append = req.mutable_append();
+    if (text) {
+      // One append a line of text.
+      if (!lines.Next(append->mutable_text())) break;
+      append->set_no_special_tokens(absl::GetFlag(FLAGS_no_special_tokens));
+    } else {
+      std::vector<int64_t> ids;
+      absl::StatusOr<int64_t> n = source.reader().Next(chunk, ids);
+      if (!n.ok()) {
+        out.Problem("stream", std::string(n.status().message()));
+        input_ok = false;
+        break;
+      }
+      if (*n == 0) break;
+      append->mutable_tokens()->Add(ids.begin(), ids.end());
+    }
     append->set_sequence_number(++seq);
-    append->mutable_tokens()->Add(ids.begin(), ids.end());
     *append->mutable_output() = output;
     if (!stream->Write(req)) break;  // the server ended the stream; Finish says why
   }
@@ -691,14 +717,25 @@ int RunGenerate(Printer& out) {
   if (!calls.Init(out, "generate")) return kExitCallFailed;
   // The prompt first (its length is the open's expected length); --random_tokens asks an
   // instance for the vocabulary: every instance serves the same models.
-  TokenSource source;
   std::vector<int64_t> prompt;
-  if (!source.Open(out, "generate", *calls.AnyInstance().stub) ||
-      !source.ReadAll(out, "generate", &prompt)) {
-    return kExitUsage;
+  std::string prompt_text;
+  const bool text = TextGiven();
+  if (text) {
+    if (!ReadText(out, "generate", &prompt_text)) return kExitUsage;
+  } else {
+    TokenSource source;
+    if (!source.Open(out, "generate", *calls.AnyInstance().stub) ||
+        !source.ReadAll(out, "generate", &prompt)) {
+      return kExitUsage;
+    }
   }
+  v1::GenerateSpec spec;
+  if (!StopsFromFlags(out, "generate", &spec)) return kExitUsage;
+  // A text's bytes bound its tokens, for the policy's choice.
+  const int64_t prompt_length = text ? static_cast<int64_t>(prompt_text.size())
+                                     : static_cast<int64_t>(prompt.size());
   OpenedStream s;
-  if (!OpenStream(out, "generate", calls, static_cast<int64_t>(prompt.size()) + max_new, &s)) {
+  if (!OpenStream(out, "generate", calls, prompt_length + max_new, &s)) {
     return kExitCallFailed;
   }
   const v1::StreamResponse& opened = s.opened;
@@ -713,8 +750,13 @@ int RunGenerate(Printer& out) {
   v1::StreamAppend* append = req.mutable_append();
   append->set_sequence_number(opened.opened().last_sequence_number() + 1);
   append->mutable_tokens()->Add(prompt.begin(), prompt.end());
+  if (text) {
+    append->set_text(prompt_text);
+    append->set_no_special_tokens(absl::GetFlag(FLAGS_no_special_tokens));
+  }
   append->mutable_output()->set_kind(v1::OUTPUT_KIND_NONE);
   v1::GenerateSpec* gen = append->mutable_generate();
+  *gen = spec;
   gen->set_max_new_tokens(max_new);
   gen->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   gen->set_top_k(absl::GetFlag(FLAGS_sample_top_k));
@@ -727,13 +769,16 @@ int RunGenerate(Printer& out) {
   }
   stream->WritesDone();
 
-  // Text mode: the generated ids on stdout as they come, space-separated, on one line; the
-  // other responses on stderr.
+  // Text mode: the generated text (a text prompt) or ids (space-separated, on one line) on
+  // stdout as they come; the other responses on stderr.
   v1::StreamResponse resp;
   bool line_open = false;
   while (stream->Read(&resp)) {
     if (out.json()) {
       out.Message(resp, "");
+    } else if (resp.has_generated() && text) {
+      std::cout << resp.generated().text() << std::flush;
+      line_open = true;
     } else if (resp.has_generated()) {
       std::cout << (line_open ? " " : "") << resp.generated().token() << std::flush;
       line_open = true;

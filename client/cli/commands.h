@@ -18,6 +18,9 @@ int RunStream(Printer& out);
 int RunGenerate(Printer& out);
 int RunSessions(Printer& out);
 int RunHealth(Printer& out);
+// text_commands.cc
+int RunTokenize(Printer& out);
+int RunDetokenize(Printer& out);
 
 }  // namespace attnserve::cli
 

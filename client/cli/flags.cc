@@ -21,6 +21,14 @@ ABSL_FLAG(std::string, tokens, "",
 ABSL_FLAG(std::string, tokens_file, "-",
           "File of token ids separated by whitespace or commas; '-' is stdin.");
 ABSL_FLAG(int64_t, random_tokens, 0, "Send this many random token ids (below the model's vocab).");
+ABSL_FLAG(std::string, text, "",
+          "A prompt as UTF-8 text instead of token ids (the model's tokenizer turns it into ids).");
+ABSL_FLAG(std::string, text_file, "",
+          "A prompt as UTF-8 text read from this file (- for stdin); stream appends it line by "
+          "line.");
+ABSL_FLAG(bool, no_special_tokens, false,
+          "With text: do not add the tokenizer's template tokens (e.g. a BOS); tokenize: the same.");
+ABSL_FLAG(bool, skip_special_tokens, false, "detokenize: leave special tokens out of the text.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --random_tokens, and of sampling in generate.");
 ABSL_FLAG(std::string, session, "",
           "Session id: continue it (infer) or resume it (stream, generate).");
@@ -43,6 +51,12 @@ ABSL_FLAG(bool, close_session, false,
           "otherwise).");
 
 ABSL_FLAG(int32_t, max_new_tokens, 16, "Tokens to generate.");
+ABSL_FLAG(std::vector<std::string>, stop, {},
+          "Stop strings, comma-separated, C escapes allowed (--stop='\\n\\n,###'): generation "
+          "ends where its text first holds one (it is not printed).");
+ABSL_FLAG(std::string, stop_token_ids, "",
+          "Token ids that end generation, comma-separated (default: the model's end-of-text).");
+ABSL_FLAG(bool, ignore_eos, false, "Generate past the model's end-of-text.");
 ABSL_FLAG(double, temperature, 0, "0: greedy; otherwise sample from softmax(logits/T).");
 ABSL_FLAG(int32_t, sample_top_k, 0, "Sample among the k most likely tokens (0: all).");
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 
@@ -19,6 +20,10 @@ ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, tokens);
 ABSL_DECLARE_FLAG(std::string, tokens_file);
 ABSL_DECLARE_FLAG(int64_t, random_tokens);
+ABSL_DECLARE_FLAG(std::string, text);
+ABSL_DECLARE_FLAG(std::string, text_file);
+ABSL_DECLARE_FLAG(bool, no_special_tokens);
+ABSL_DECLARE_FLAG(bool, skip_special_tokens);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, session);
 ABSL_DECLARE_FLAG(std::string, output);
@@ -34,6 +39,9 @@ ABSL_DECLARE_FLAG(std::string, fork_from);
 ABSL_DECLARE_FLAG(int32_t, max_new_tokens);
 ABSL_DECLARE_FLAG(double, temperature);
 ABSL_DECLARE_FLAG(int32_t, sample_top_k);
+ABSL_DECLARE_FLAG(std::vector<std::string>, stop);
+ABSL_DECLARE_FLAG(std::string, stop_token_ids);
+ABSL_DECLARE_FLAG(bool, ignore_eos);
 // models, sessions, health.
 ABSL_DECLARE_FLAG(std::string, name);
 ABSL_DECLARE_FLAG(std::string, id);

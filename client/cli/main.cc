@@ -1,5 +1,5 @@
 // attnserve-cli: one call at a time against an attnserve server, for people and scripts.
-//   attnserve-cli SUBCOMMAND [flags]     (models, infer, stream, generate, sessions, health)
+//   attnserve-cli SUBCOMMAND [flags]     (models, infer, stream, generate, tokenize, detokenize, sessions, health)
 // The subcommand comes first; Abseil then parses the flags after it, and each subcommand
 // accepts only its own flags and the common ones (--target, --timeout, --json).
 #include <iostream>
@@ -72,5 +72,7 @@ int main(int argc, char** argv) {
   if (sub->name == "stream") return cli::RunStream(out);
   if (sub->name == "generate") return cli::RunGenerate(out);
   if (sub->name == "sessions") return cli::RunSessions(out);
+  if (sub->name == "tokenize") return cli::RunTokenize(out);
+  if (sub->name == "detokenize") return cli::RunDetokenize(out);
   return cli::RunHealth(out);
 }

@@ -19,26 +19,39 @@ const std::vector<Subcommand>& Subcommands() {
        "List the models (ListModels), or show one (GetModel).",
        {"name"}},
       {"infer",
-       "[--model=M] (--tokens=1,2,3 | --random_tokens=N | --tokens_file=F|-)",
+       "[--model=M] (--tokens=1,2,3 | --random_tokens=N | --tokens_file=F|- | --text=T | "
+       "--text_file=F|-)",
        "Run one Infer call on a whole sequence, or on a chunk continuing --session.",
-       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k",
-        "route_sessions"}},
+       {"model", "tokens", "tokens_file", "random_tokens", "text", "text_file",
+        "no_special_tokens", "seed", "session", "output", "top_k", "route_sessions"}},
       {"stream",
-       "[--model=M] [--chunk=64] [--tokens_file=F|-]",
+       "[--model=M] [--chunk=64] [--tokens_file=F|- | --text_file=F|-]",
        "Open a Stream and append the token ids in chunks of --chunk as they are read (stdin by "
-       "default), printing each response as it arrives; then close a new session (or keep it "
-       "with --keep_session); a resumed one (--session) stays open (or --close_session).",
-       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "output", "top_k",
+       "default), or the text line by line, printing each response as it arrives; then close "
+       "a new session (or keep it with --keep_session); a resumed one (--session) stays open "
+       "(or --close_session).",
+       {"model", "tokens", "tokens_file", "random_tokens", "text", "text_file",
+        "no_special_tokens", "seed", "session", "output", "top_k",
         "chunk", "expected_length", "ttl", "keep_session", "close_session", "fork_from",
         "route_sessions"}},
       {"generate",
-       "[--model=M] (--tokens=... | --random_tokens=N | --tokens_file=F|-)",
-       "Open a Stream, append the prompt with a GenerateSpec and print the generated token ids "
-       "as they stream; then close a new session (or keep it with --keep_session); a resumed "
-       "one (--session) stays open (or --close_session).",
-       {"model", "tokens", "tokens_file", "random_tokens", "seed", "session", "max_new_tokens",
-        "temperature", "sample_top_k", "ttl", "keep_session", "close_session", "fork_from",
+       "[--model=M] (--tokens=... | --random_tokens=N | --tokens_file=F|- | --text=T | "
+       "--text_file=F|-) [--stop=S,...]",
+       "Open a Stream, append the prompt with a GenerateSpec and print the generated text (a "
+       "text prompt) or token ids as they stream; then close a new session (or keep it with "
+       "--keep_session); a resumed one (--session) stays open (or --close_session).",
+       {"model", "tokens", "tokens_file", "random_tokens", "text", "text_file",
+        "no_special_tokens", "stop", "stop_token_ids", "ignore_eos", "seed", "session",
+        "max_new_tokens", "temperature", "sample_top_k", "ttl", "keep_session", "close_session", "fork_from",
         "route_sessions"}},
+      {"tokenize",
+       "--model=M (--text=T | --text_file=F|-) [--no_special_tokens]",
+       "Turn text into the model's token ids (Tokenize) and count them.",
+       {"model", "text", "text_file", "no_special_tokens"}},
+      {"detokenize",
+       "--model=M --tokens=1,2,3 [--skip_special_tokens]",
+       "Turn token ids into text with the model's tokenizer (Detokenize).",
+       {"model", "tokens", "skip_special_tokens"}},
       {"sessions",
        "[--id=ID [--export=FILE] | --close=ID | --import=FILE] [--model=M] [--limit=N]",
        "List the sessions (ListSessions; of every instance with --route_sessions), show one "

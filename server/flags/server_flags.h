@@ -20,6 +20,11 @@ ABSL_DECLARE_FLAG(std::string, instance_name);
 ABSL_DECLARE_FLAG(std::string, advertise_address);
 ABSL_DECLARE_FLAG(int, drain_deadline_s);
 
+// server/flags/text_flags.cc
+ABSL_DECLARE_FLAG(int64_t, max_text_bytes);
+ABSL_DECLARE_FLAG(int, max_stop_strings);
+ABSL_DECLARE_FLAG(int, max_stop_string_bytes);
+
 // server/flags/security_flags.cc
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);

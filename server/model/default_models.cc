@@ -69,7 +69,10 @@ absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name
   uint64_t seed = kSeed;
   for (char ch : name) seed = seed * 131 + static_cast<unsigned char>(ch);
   // Drawn on the CPU, so the same seed gives the same weights on every device.
-  return Model::Create(name, config, Model::RandomWeights(config, seed), options);
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      Model::Create(name, config, Model::RandomWeights(config, seed), options);
+  if (model.ok()) (*model)->set_text(ByteLevelModelText());
+  return model;
 }
 
 }  // namespace attnserve::model

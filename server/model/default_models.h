@@ -20,7 +20,8 @@ std::vector<std::string> DefaultModelNames();
 
 absl::StatusOr<v1::ModelConfig> DefaultModelConfig(const std::string& name);
 
-// The same weights on every call and every machine.
+// The same weights on every call and every machine; the byte-level tokenizer
+// (ByteLevelModelText).
 absl::StatusOr<std::unique_ptr<Model>> BuildDefaultModel(const std::string& name,
                                                          const ModelOptions& options = {});
 

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +29,7 @@
 #include "attnserve/v1/model_config.pb.h"
 #include "kernels/common/linear.h"
 #include "kernels/common/mixer.h"
+#include "server/model/model_text.h"
 
 namespace attnserve::model {
 
@@ -115,6 +117,11 @@ class Model {
   // All weights under their checkpoint names, in checkpoint order (lm_head omitted when tied).
   std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
 
+  // The tokenizer and end-of-text ids (model_text.h); null for a model of token ids only.
+  // Set once, when the model is loaded, before it is shared.
+  const ModelText* text() const { return text_ ? &*text_ : nullptr; }
+  void set_text(std::optional<ModelText> text) { text_ = std::move(text); }
+
  private:
   // RMSNorm (no bias) or LayerNorm (with one); undefined weight: no norm.
   struct NormWeights {
@@ -146,6 +153,7 @@ class Model {
   bool can_stream_ = true;
   int64_t max_sequence_length_ = 0;
   uint64_t fingerprint_ = 0;
+  std::optional<ModelText> text_;
 };
 
 }  // namespace attnserve::model

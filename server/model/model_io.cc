@@ -115,7 +115,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
                                                      "' of shape ", kernels::ShapeString(shape)));
     }
   }
-  return Model::Create(std::move(name), *std::move(config), std::move(weights), options);
+  ASSIGN_OR_RETURN(std::optional<ModelText> text, LoadModelText(dir, config->vocab_size()));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   Model::Create(std::move(name), *std::move(config), std::move(weights), options));
+  model->set_text(std::move(text));
+  return model;
 }
 
 absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
@@ -131,6 +135,11 @@ absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
     std::ofstream out(fs::path(dir) / "config.json", std::ios::binary | std::ios::trunc);
     out << json;
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
+  }
+  if (const ModelText* text = model.text(); text != nullptr) {
+    std::ofstream out(fs::path(dir) / "tokenizer.json", std::ios::binary | std::ios::trunc);
+    out << text->tokenizer_json;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/tokenizer.json"));
   }
   std::vector<std::pair<std::string, at::Tensor>> weights = model.NamedWeights();
   if (rwkv) {

@@ -498,13 +498,17 @@ void BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
   }
   float logprob = 0;
   const Sampling& sampling = a.job->sampling;
-  const int64_t token = SampleToken(logits, sampling.temperature, sampling.top_k, a.rng, &logprob);
+  const bool limited = sampling.vocab_limit > 0 && sampling.vocab_limit < logits.size(-1);
+  const int64_t token =
+      SampleToken(limited ? logits.narrow(-1, 0, sampling.vocab_limit) : logits,
+                  sampling.temperature, sampling.top_k, a.rng, &logprob);
   a.result.generated.push_back(token);
   if (a.job->on_token) a.job->on_token(token, logprob, a.generated);
   if (options_.metrics != nullptr) options_.metrics->AddTokens(a.job->model->name(), "generate", 1);
   ++a.generated;
   a.stopped = std::find(sampling.stop_tokens.begin(), sampling.stop_tokens.end(), token) !=
-              sampling.stop_tokens.end();
+                  sampling.stop_tokens.end() ||
+              (a.job->stop_requested && a.job->stop_requested());
   a.pending = true;
   a.pending_token = token;
 }

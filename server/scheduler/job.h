@@ -47,6 +47,9 @@ struct Sampling {
   // Generation ends after one of these tokens is generated (it is returned and fed back, as
   // every generated token is), before max_new_tokens.
   std::vector<int64_t> stop_tokens;
+  // Only ids below this are drawn (0: any): a model whose tokenizer has fewer ids than its
+  // vocabulary (the default models' byte tokenizer) generates only ids that have text.
+  int64_t vocab_limit = 0;
 };
 
 struct Job {
@@ -84,6 +87,9 @@ struct Job {
   // A generated token: its index (0-based) within this job and its log-probability under the
   // unscaled logits.
   std::function<void(int64_t token, float logprob, int index)> on_token;
+  // Asked after each on_token (may be empty): true ends generation after that token, as a stop
+  // token does (a stop string found in the generated text, server/text/generation_text.h).
+  std::function<bool()> stop_requested;
   // The end: OK with the result, or the error that ended the job.
   std::function<void(const absl::Status& status, JobResult result)> on_done;
 };

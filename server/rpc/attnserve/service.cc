@@ -98,8 +98,14 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
                                            std::chrono::steady_clock::time_point arrival,
                                            const Caller& caller) {
   RETURN_IF_ERROR(ValidateOutputSpec(request->output()));
-  ASSIGN_OR_RETURN(at::Tensor tokens,
-                   TokensTensor(request->tokens(), options_.max_tokens_per_request));
+  const bool text = !request->text().empty();
+  if (text && !request->tokens().empty()) {
+    return absl::InvalidArgumentError("set tokens or text, not both");
+  }
+  at::Tensor tokens;
+  if (!text) {
+    ASSIGN_OR_RETURN(tokens, TokensTensor(request->tokens(), options_.max_tokens_per_request));
+  }
   auto job = std::make_unique<scheduler::Job>();
   job->client = caller.client;
   job->cache_scope = options_.prefix_cache_global ? "" : caller.principal;
@@ -120,8 +126,24 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
     response->set_model(name);
     response->set_policy_reason(absl::StrCat("session ", (*found)->id(), " of model ", name));
     job->model = (*found)->model();
+    if (text) {
+      ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                       TokenizeForModel(*job->model, request->text(), /*add_special_tokens=*/false,
+                                        options_.max_tokens_per_request, options_.text_limits));
+      job->tokens = IdsTensor(ids);
+    }
     session = found->get();
     job->session.emplace(*std::move(found));
+  } else if (text) {
+    ASSIGN_OR_RETURN(TextDecision chosen,
+                     ResolveText(policy_, request->model(), request->text(),
+                                 !request->no_special_tokens(), /*stream=*/false,
+                                 options_.max_tokens_per_request, options_.text_limits));
+    decision = std::move(chosen.decision);
+    job->tokens = IdsTensor(chosen.ids);
+    response->set_model(decision->model->name());
+    response->set_policy_reason(decision->reason);
+    job->model = decision->model;
   } else {
     ASSIGN_OR_RETURN(decision,
                      policy_.Resolve(request->model(), job->tokens.size(1), /*stream=*/false));
@@ -253,7 +275,22 @@ v1::ModelInfo AttnServeService::Describe(const model::Model& m) const {
     info.set_step_keys_read_at_1k(m.StepKeysRead(1023));
     info.set_step_keys_read_at_32k(m.StepKeysRead(32767));
   }
+  if (const model::ModelText* text = m.text(); text != nullptr) {
+    v1::TokenizerInfo* t = info.mutable_tokenizer();
+    t->set_present(true);
+    t->set_vocab_size(text->tokenizer->vocab_size());
+    for (const int64_t id : text->end_of_text_ids) t->add_end_of_text_ids(id);
+    for (const text::AddedToken& a : text->tokenizer->added_tokens()) {
+      if (a.special) t->add_special_tokens(a.content);
+    }
+  }
   return info;
+}
+
+absl::StatusOr<const model::Model*> AttnServeService::NamedModel(const std::string& name) const {
+  if (const model::Model* m = repository_.Find(name); m != nullptr) return m;
+  RETURN_IF_ERROR(policy_.Resolve(name, 1, false).status());
+  return absl::InvalidArgumentError("name a model, not auto");
 }
 
 grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerContext* context,
@@ -273,13 +310,9 @@ grpc::ServerUnaryReactor* AttnServeService::GetModel(grpc::CallbackServerContext
   if (absl::StatusOr<Caller> caller = Authenticate(*context); !caller.ok()) {
     return FinishNow(context, caller.status());
   }
-  const model::Model* m = repository_.Find(request->name());
-  if (m == nullptr) {
-    return FinishNow(context, policy_.Resolve(request->name(), 1, false).status().ok()
-                                  ? absl::InvalidArgumentError("name a model, not auto")
-                                  : policy_.Resolve(request->name(), 1, false).status());
-  }
-  *response = Describe(*m);
+  absl::StatusOr<const model::Model*> m = NamedModel(request->name());
+  if (!m.ok()) return FinishNow(context, m.status());
+  *response = Describe(**m);
   return FinishNow(context, absl::OkStatus());
 }
 

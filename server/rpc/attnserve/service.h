@@ -14,6 +14,7 @@
 #include "server/metrics.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
+#include "server/rpc/text_requests.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
 #include "server/sessions/session_table.h"
@@ -41,6 +42,8 @@ struct ServiceOptions {
   // Whether every principal shares cached prefixes (--prefix_cache_scope=global); otherwise a
   // job's cache scope is its principal.
   bool prefix_cache_global = false;
+  // Text in requests and generation (--max_text_bytes, --max_stop_strings, ...).
+  TextLimits text_limits;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
   // Who is calling (server/security/authenticator.h); borrowed; null: no authentication, every
   // call is the anonymous principal.
@@ -72,7 +75,9 @@ using AttnServeBase =
                     v1::AttnServe::WithCallbackMethod_GetModel<
                         v1::AttnServe::WithCallbackMethod_ExportSession<
                             v1::AttnServe::WithCallbackMethod_ImportSession<
-                                v1::AttnServe::Service>>>>>>>>>;
+                                v1::AttnServe::WithCallbackMethod_Tokenize<
+                                    v1::AttnServe::WithCallbackMethod_Detokenize<
+                                        v1::AttnServe::Service>>>>>>>>>>>;
 
 class AttnServeService final : public AttnServeBase {
  public:
@@ -112,6 +117,13 @@ class AttnServeService final : public AttnServeBase {
       grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) override;
   grpc::ServerReadReactor<v1::SessionSnapshotChunk>* ImportSession(
       grpc::CallbackServerContext* context, v1::SessionInfo* response) override;
+  // text_rpcs.cc: answered inline (tokenizing is bounded by --max_text_bytes).
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const v1::TokenizeRequest* request,
+                                     v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const v1::DetokenizeRequest* request,
+                                       v1::DetokenizeResponse* response) override;
 
  private:
   class StreamReactor;
@@ -138,6 +150,8 @@ class AttnServeService final : public AttnServeBase {
                            const v1::InferRequest* request, v1::InferResponse* response,
                            std::chrono::steady_clock::time_point arrival, const Caller& caller);
   v1::ModelInfo Describe(const model::Model& model) const;
+  // The model `name` names (not "auto"): NOT_FOUND, or INVALID_ARGUMENT for "auto".
+  absl::StatusOr<const model::Model*> NamedModel(const std::string& name) const;
 
   const model::ModelRepository& repository_;
   const Policy& policy_;

@@ -25,6 +25,7 @@
 #include "server/grpc_status.h"
 #include "server/inference.h"
 #include "server/rpc/attnserve/service.h"
+#include "server/rpc/text_requests.h"
 #include "server/scheduler/job.h"
 
 namespace attnserve::server {
@@ -249,6 +250,7 @@ class AttnServeService::StreamReactor final
       reason = decision.reason;
       service_->CountDecision(decision);
       session_.emplace(std::move(use));
+      created_session_ = true;
     }
     SendOpened(reason);
     return absl::OkStatus();
@@ -291,8 +293,23 @@ class AttnServeService::StreamReactor final
       return absl::InvalidArgumentError(
           absl::StrCat("sequence_number must start at 1 and grow by one, got ", seq));
     }
-    ASSIGN_OR_RETURN(at::Tensor tokens,
-                     TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
+    // Text: tokenized here, on the gRPC thread; a template's tokens (a BOS) only at the start
+    // of a session this stream created.
+    std::vector<int64_t> text_ids;
+    at::Tensor tokens;
+    if (!append.text().empty()) {
+      if (!append.tokens().empty()) {
+        return absl::InvalidArgumentError("set tokens or text in an append, not both");
+      }
+      const bool first = seq == 1 && created_session_ && !append.no_special_tokens();
+      ASSIGN_OR_RETURN(text_ids, TokenizeForModel(*(*session_)->model(), append.text(), first,
+                                                  service_->options_.max_tokens_per_request,
+                                                  service_->options_.text_limits));
+      tokens = IdsTensor(text_ids);
+    } else {
+      ASSIGN_OR_RETURN(tokens,
+                       TokensTensor(append.tokens(), service_->options_.max_tokens_per_request));
+    }
     auto job = std::make_unique<scheduler::Job>();
     job->client = caller_.client;
     job->cache_scope = service_->options_.prefix_cache_global ? "" : caller_.principal;
@@ -302,33 +319,54 @@ class AttnServeService::StreamReactor final
     job->output = generate && append.output().kind() != v1::OUTPUT_KIND_ALL_LOGITS
                       ? model::OutputKind::kLastLogits
                       : ModelOutputKind(append.output());
+    std::shared_ptr<text::GenerationText> generation;
     if (generate) {
-      job->max_new_tokens = append.generate().max_new_tokens();
-      job->sampling.temperature = append.generate().temperature();
-      job->sampling.top_k = append.generate().top_k();
-      job->sampling.seed = append.generate().seed();
+      const v1::GenerateSpec& g = append.generate();
+      job->max_new_tokens = g.max_new_tokens();
+      job->sampling.temperature = g.temperature();
+      job->sampling.top_k = g.top_k();
+      job->sampling.seed = g.seed();
+      ASSIGN_OR_RETURN(generation,
+                       AttachGenerationText(
+                           *job->model,
+                           {{g.stop().begin(), g.stop().end()},
+                            {g.stop_token_ids().begin(), g.stop_token_ids().end()},
+                            g.ignore_eos()},
+                           service_->options_.text_limits, job.get()));
     }
     job->deadline = CallDeadline(*context_);
     job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };
     replayed_ = false;
     const uint64_t request_hash = AppendHash(append);
     job->on_start = [this, seq, request_hash]() { return CheckSequence(seq, request_hash); };
-    job->on_token = [this, seq](int64_t token, float logprob, int index) {
+    const int max_new = job->max_new_tokens;
+    job->on_token = [this, seq, generation, max_new](int64_t token, float logprob, int index) {
       v1::StreamResponse generated;
-      generated.mutable_generated()->set_sequence_number(seq);
-      generated.mutable_generated()->set_token(token);
-      generated.mutable_generated()->set_logprob(logprob);
-      generated.mutable_generated()->set_index(index);
+      v1::GeneratedToken* g = generated.mutable_generated();
+      g->set_sequence_number(seq);
+      g->set_token(token);
+      g->set_logprob(logprob);
+      g->set_index(index);
+      text::GenerationText::Step step = generation->Push(token);
+      // The last token of a generation that ran to its length carries the held-back text.
+      if (step.stop == text::StopReason::kNone && index + 1 == max_new) {
+        step.piece += generation->Finish();
+      }
+      g->set_text(std::move(step.piece));
       Send(std::move(generated));
     };
-    job->on_done = [this, seq, request_hash, arrival](const absl::Status& status,
-                                                      scheduler::JobResult result) {
+    job->on_done = [this, seq, request_hash, arrival, generation, text_ids, max_new](
+                       const absl::Status& status, scheduler::JobResult result) {
       // An append whose prompt ran is applied even when its generation was cut short (the
       // client went away, the deadline or the drain came): its result, with the tokens generated
       // so far, is what a retry of this sequence number gets.
       absl::Status s = status;
       if (!replayed_ && result.prompt_applied) {
-        const absl::Status applied = Applied(seq, request_hash, std::move(result), arrival);
+        v1::AppendResult text_fields;
+        for (const int64_t id : text_ids) text_fields.add_prompt_tokens(id);
+        if (generation != nullptr) FillGenerationFields(*generation, result, max_new, &text_fields);
+        const absl::Status applied =
+            Applied(seq, request_hash, std::move(result), arrival, std::move(text_fields));
         if (s.ok()) s = applied;
       }
       Done("StreamAppend", s, arrival);
@@ -390,12 +428,14 @@ class AttnServeService::StreamReactor final
 
   // Append `seq` was computed: the session moves to it, the result is stored for retries and
   // sent.
+  // `text_fields`: the result's text, finish reason and prompt ids (FillGenerationFields).
   absl::Status Applied(int64_t seq, uint64_t request_hash, scheduler::JobResult computed,
-                       std::chrono::steady_clock::time_point arrival) {
+                       std::chrono::steady_clock::time_point arrival, v1::AppendResult text_fields) {
     const v1::StreamAppend& append = request_.append();
     Session& s = **session_;
     v1::StreamResponse response;
     v1::AppendResult* result = response.mutable_result();
+    *result = std::move(text_fields);
     result->set_sequence_number(seq);
     RETURN_IF_ERROR(FillOutputs(computed.output, append.output(), result->mutable_outputs()));
     for (int64_t token : computed.generated) result->add_generated_tokens(token);
@@ -419,6 +459,22 @@ class AttnServeService::StreamReactor final
     RETURN_IF_ERROR(size);
     Send(std::move(response));
     return absl::OkStatus();
+  }
+
+  // Why generation ended and its whole text (what the pieces held back and did not send, when
+  // it ended otherwise than at its length or a stop, comes here only).
+  static void FillGenerationFields(text::GenerationText& generation,
+                                   const scheduler::JobResult& result, int max_new,
+                                   v1::AppendResult* out) {
+    const text::StopReason why = generation.stop_reason();
+    if (why == text::StopReason::kNone) generation.Finish();
+    out->set_generated_text(generation.text());
+    out->set_stop_string(generation.matched_stop_string());
+    out->set_finish_reason(why == text::StopReason::kStopString ? v1::FINISH_REASON_STOP_STRING
+                           : why == text::StopReason::kStopToken ? v1::FINISH_REASON_STOP_TOKEN
+                           : static_cast<int>(result.generated.size()) >= max_new
+                               ? v1::FINISH_REASON_LENGTH
+                               : v1::FINISH_REASON_UNSPECIFIED);
   }
 
   absl::Status Close() {
@@ -486,6 +542,7 @@ class AttnServeService::StreamReactor final
   std::optional<SessionUse> session_;       // touched only by the one step running at a time
   std::optional<SessionUse> pending_fork_;  // a fork whose state is being copied
   bool closed_ = false;
+  bool created_session_ = false;  // opened as a new session (not resumed, not forked)
 
   absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> writes_ ABSL_GUARDED_BY(mu_);  // serialized responses
