@@ -44,6 +44,10 @@ ABSL_FLAG(std::string, protocol, "attnserve",
           "every phase, so both compare in one run (oip's modes are reported as oip:MODE).");
 ABSL_FLAG(std::string, lengths, "256,1024,4096", "Comma list of sequence lengths (tokens).");
 ABSL_FLAG(int64_t, chunk, 64, "Stream mode: tokens per append.");
+ABSL_FLAG(std::string, text_file, "",
+          "Prompts from this file, one a line, used in turn and sent as text (the model's "
+          "tokenizer turns them into ids); replaces --lengths: the length column then shows the "
+          "prompts' mean length in bytes.");
 ABSL_FLAG(std::string, concurrency, "1",
           "Closed loop: comma list of request counts kept in flight (one phase each).");
 ABSL_FLAG(std::string, rps, "",
@@ -160,7 +164,7 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "attnserve-load [--target=host:port] [--variants=all|a,b] [--mode=unary,stream,generate]\n"
-      "  [--lengths=256,1024] [--concurrency=1,4 | --rps=10,50] [--duration=S | --requests=N]\n"
+      "  [--lengths=256,1024 | --text_file=F] [--concurrency=1,4 | --rps=10,50] [--duration=S | --requests=N]\n"
       "  [--warmup=S] [--json=FILE] [--html=FILE] [--metrics_url=http://host:port/metrics]\n"
       "Runs one phase per mode x load level x variant x length, in that order, and prints a\n"
       "table (times in ms). Exit status: 0 when the run completed (request errors are\n"
@@ -198,6 +202,21 @@ int main(int argc, char** argv) {
   }
   if (protocols.empty()) Die("--protocol: no protocol given", kUsageError);
   for (const std::string& m : cfg.modes) ParseMode(m);
+  // --text_file: real prompts instead of random ids.
+  std::vector<std::shared_ptr<const std::string>> texts;
+  if (const std::string path = absl::GetFlag(FLAGS_text_file); !path.empty()) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) Die(absl::StrCat("--text_file: cannot read ", path), kUsageError);
+    int64_t bytes = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      bytes += static_cast<int64_t>(line.size());
+      texts.push_back(std::make_shared<const std::string>(std::move(line)));
+    }
+    if (texts.empty()) Die(absl::StrCat("--text_file: ", path, " has no lines"), kUsageError);
+    if (uses_oip) Die("--text_file goes through the attnserve protocol only", kUsageError);
+    cfg.lengths = {bytes / static_cast<int64_t>(texts.size())};
+  }
   if (cfg.lengths.empty()) Die("--lengths: no length given", kUsageError);
   if (cfg.chunk < 1) Die("--chunk must be >= 1", kUsageError);
   if (cfg.duration_s <= 0 && cfg.requests <= 0) {
@@ -372,13 +391,15 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(seq);
     std::uniform_int_distribution<int64_t> token(0, info.vocab_size - 1);
     std::vector<load::RequestPlan> plans;
-    for (int i = 0; i < kTokenPool; ++i) {
-      auto tokens = std::make_shared<std::vector<int64_t>>(phase.key.length);
+    const int pool = texts.empty() ? kTokenPool : static_cast<int>(texts.size());
+    for (int i = 0; i < pool; ++i) {
+      auto tokens = std::make_shared<std::vector<int64_t>>(texts.empty() ? phase.key.length : 0);
       for (int64_t& t : *tokens) t = token(rng);
       load::RequestPlan plan;
       plan.mode = phase.mode;
       plan.model = phase.key.variant;
       plan.tokens = std::move(tokens);
+      if (!texts.empty()) plan.text = texts[i];
       plan.chunk = cfg.chunk;
       plan.output = output;
       plan.max_new_tokens = cfg.max_new_tokens;

@@ -24,7 +24,11 @@ class UnaryCall {
                     std::function<void(RequestOutcome)> done) {
     auto* call = new UnaryCall(intended, std::move(done));
     call->request_.set_model(plan.model);
-    call->request_.mutable_tokens()->Add(plan.tokens->begin(), plan.tokens->end());
+    if (plan.text != nullptr) {
+      call->request_.set_text(*plan.text);
+    } else {
+      call->request_.mutable_tokens()->Add(plan.tokens->begin(), plan.tokens->end());
+    }
     call->request_.mutable_output()->set_kind(plan.output);
     call->context_.set_deadline(client::DeadlineAfter(plan.timeout_s));
     stub->async()->Infer(&call->context_, &call->request_, &call->response_,
@@ -131,22 +135,29 @@ class StreamCall : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamR
              std::function<void(RequestOutcome)> done)
       : intended_(intended), done_(std::move(done)) {
     const std::vector<int64_t>& tokens = *plan.tokens;
-    const int64_t n = static_cast<int64_t>(tokens.size());
+    // A text prompt is one append (its bytes bound its tokens, for the policy).
+    const int64_t n = plan.text != nullptr ? static_cast<int64_t>(plan.text->size())
+                                           : static_cast<int64_t>(tokens.size());
     v1::StreamRequest open;
     open.mutable_open()->set_model(plan.model);
     open.mutable_open()->set_expected_length(
         n + (plan.mode == Mode::kGenerate ? plan.max_new_tokens : 0));
     writes_.push_back(std::move(open));
     // Generation sends the prompt as one append; streaming cuts it into chunks.
-    const int64_t chunk =
-        plan.mode == Mode::kGenerate ? std::max<int64_t>(n, 1) : std::max<int64_t>(plan.chunk, 1);
+    const int64_t chunk = plan.mode == Mode::kGenerate || plan.text != nullptr
+                              ? std::max<int64_t>(n, 1)
+                              : std::max<int64_t>(plan.chunk, 1);
     int64_t seq = 0;
     for (int64_t begin = 0; begin < n || (n == 0 && seq == 0); begin += chunk) {
       const int64_t end = std::min(n, begin + chunk);
       v1::StreamRequest req;
       v1::StreamAppend* append = req.mutable_append();
       append->set_sequence_number(++seq);
-      append->mutable_tokens()->Add(tokens.begin() + begin, tokens.begin() + end);
+      if (plan.text != nullptr) {
+        append->set_text(*plan.text);
+      } else {
+        append->mutable_tokens()->Add(tokens.begin() + begin, tokens.begin() + end);
+      }
       append->mutable_output()->set_kind(end == n ? plan.output : v1::OUTPUT_KIND_NONE);
       if (plan.mode == Mode::kGenerate) {
         append->mutable_generate()->set_max_new_tokens(plan.max_new_tokens);

@@ -32,6 +32,9 @@ struct RequestPlan {
   Mode mode = Mode::kUnary;
   std::string model;  // a variant name or "auto"
   std::shared_ptr<const std::vector<int64_t>> tokens;
+  // Non-null: the prompt as text instead of `tokens` (--text_file), sent whole (InferRequest.text,
+  // or one append's text: a text is not cut into chunks).
+  std::shared_ptr<const std::string> text;
   int64_t chunk = 64;
   attnserve::v1::OutputKind output = attnserve::v1::OUTPUT_KIND_LAST_LOGITS;
   int max_new_tokens = 16;
