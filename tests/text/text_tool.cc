@@ -6,7 +6,8 @@
 //       {"error": "..."}; each input line is a JSON string.
 //   attnserve_text_tool bench TOKENIZER_JSON TEXT_FILE REPEATS
 //       encodes the file's bytes REPEATS times on one thread; prints the fastest pass:
-//       {"bytes": N, "tokens": T, "seconds": S, "load_seconds": L, "memory_bytes": M}
+//       {"bytes": N, "tokens": T, "seconds": S, "load_seconds": L, "memory_bytes": M,
+//        "load_rss_bytes": R} (M: the tables' estimate; R: resident memory the load added)
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
@@ -54,7 +55,18 @@ int Encode(const Tokenizer& tokenizer, const char* corpus) {
   return 0;
 }
 
-int Bench(const Tokenizer& tokenizer, const char* file, int repeats, double load_seconds) {
+// Resident memory of this process (VmRSS), bytes.
+int64_t ResidentBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+int Bench(const Tokenizer& tokenizer, const char* file, int repeats, double load_seconds,
+          int64_t load_rss_bytes) {
   std::ifstream in(file, std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
@@ -73,7 +85,8 @@ int Bench(const Tokenizer& tokenizer, const char* file, int repeats, double load
   }
   std::cout << "{\"bytes\": " << text.size() << ", \"tokens\": " << tokens
             << ", \"seconds\": " << seconds << ", \"load_seconds\": " << load_seconds
-            << ", \"memory_bytes\": " << tokenizer.MemoryBytes() << "}\n";
+            << ", \"memory_bytes\": " << tokenizer.MemoryBytes()
+            << ", \"load_rss_bytes\": " << load_rss_bytes << "}\n";
   return 0;
 }
 
@@ -88,8 +101,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1];
+  const int64_t rss_before = ResidentBytes();
   const auto start = std::chrono::steady_clock::now();
   auto tokenizer = LoadTokenizerFile(argv[2]);
+  const int64_t load_rss = ResidentBytes() - rss_before;
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!tokenizer.ok()) {
@@ -97,7 +112,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (mode == "encode") return Encode(**tokenizer, argv[3]);
-  if (mode == "bench" && argc == 5) return Bench(**tokenizer, argv[3], std::stoi(argv[4]), load_seconds);
+  if (mode == "bench" && argc == 5) return Bench(**tokenizer, argv[3], std::stoi(argv[4]), load_seconds, load_rss);
   std::cerr << usage;
   return 2;
 }
