@@ -305,6 +305,8 @@ int main(int argc, char** argv) {
   server::oip::OipOptions oip_options;
   oip_options.limits.max_tokens_per_request = options.max_tokens_per_request;
   oip_options.limits.max_new_tokens = options.max_new_tokens;
+  oip_options.limits.max_text_bytes = options.text_limits.max_text_bytes;
+  oip_options.text_limits = options.text_limits;
   oip_options.max_message_bytes = options.max_message_bytes;
   oip_options.max_metadata_bytes = options.max_metadata_bytes;
   oip_options.prefix_cache_global = options.prefix_cache_global;

@@ -178,7 +178,9 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         mm = self.oip.ModelMetadata(pb.ModelMetadataRequest(name="standard"), metadata=md)
         self.assertEqual((mm.inputs[0].name, mm.inputs[0].datatype, list(mm.inputs[0].shape)),
                          ("input_ids", "INT64", [1, -1]))
-        self.assertEqual([o.name for o in mm.outputs], ["logits", "output_ids"])
+        # The default models have a (byte-level) tokenizer: text in and out too.
+        self.assertEqual([o.name for o in mm.outputs], ["logits", "output_ids", "text_output"])
+        self.assertEqual([i.name for i in mm.inputs], ["input_ids", "text_input"])
         config = self.oip.ModelConfig(pb.ModelConfigRequest(name="mamba"), metadata=md).config
         self.assertTrue(config.HasField("sequence_batching"))
         self.assertTrue(config.model_transaction_policy.decoupled)
@@ -265,7 +267,7 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         greedy = self.output(self.oip.ModelInfer(self.request("mamba", prompt, max_tokens=8),
                                                  metadata=self.md()), "output_ids")[0].tolist()
         stopped = self.output(self.oip.ModelInfer(
-            self.request("mamba", prompt, max_tokens=8, stop="%d" % greedy[2]),
+            self.request("mamba", prompt, max_tokens=8, stop_token_ids="%d" % greedy[2]),
             metadata=self.md()), "output_ids")[0].tolist()
         self.assertEqual(stopped, greedy[:greedy.index(greedy[2]) + 1])
         # A bad request in a stream is an error response; the stream goes on.
@@ -355,8 +357,8 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         self.expect_error(C.INVALID_ARGUMENT, "declares 100 bytes, but only 3 remain", r)
         r.raw_input_contents[0] = b"\x01\x00"
         self.expect_error(C.INVALID_ARGUMENT, "truncated 4-byte length prefix", r)
-        r.raw_input_contents[0] = (5).to_bytes(4, "little") + b"hello"
-        self.expect_error(C.FAILED_PRECONDITION, "has no tokenizer", r)
+        r.raw_input_contents[0] = (4).to_bytes(4, "little") + b"\xff\xfe\xfd\xfc"
+        self.expect_error(C.INVALID_ARGUMENT, "UTF-8", r)
         r = self.request("mamba", ids, raw=True)
         r.inputs[0].contents.int64_contents.extend(ids)
         self.expect_error(C.INVALID_ARGUMENT, "typed contents and raw_input_contents", r)
@@ -377,6 +379,60 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         got = self.oip.ModelInfer(self.request("mamba", ids), metadata=self.md(), timeout=30)
         self.assertEqual(self.output(got, "logits").shape, (1, 4096))
         del np
+
+    def test_text_input_and_output(self):
+        # Through the model's tokenizer (the default models' byte-level one), as AttnServe's.
+        pb, np, md = self.pb, self.np, self.md()
+        text = "Hello, world"
+        ids = list(self.attn.Tokenize(self.apb.TokenizeRequest(model="mamba", text=text.encode()),
+                                      metadata=md).tokens)
+
+        def text_request(raw, **params):
+            r = self.request("mamba", [0], **params)
+            del r.inputs[:]
+            r.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+            if raw:
+                r.raw_input_contents.append(len(text).to_bytes(4, "little") + text.encode())
+            else:
+                r.inputs[0].contents.bytes_contents.append(text.encode())
+            return r
+
+        by_text = self.oip.ModelInfer(text_request(False), metadata=md)
+        by_ids = self.oip.ModelInfer(self.request("mamba", ids), metadata=md)
+        np.testing.assert_allclose(self.output(by_text, "logits"), self.output(by_ids, "logits"),
+                                   atol=1e-5)
+        # Generation: text_output is the text of output_ids (the default outputs of a text
+        # prompt), and a stream's pieces make the same text.
+        r = self.oip.ModelInfer(text_request(True, max_tokens=12), metadata=md)
+        self.assertEqual([o.name for o in r.outputs], ["logits", "output_ids", "text_output"])
+        generated = self.output(r, "output_ids")[0].tolist()
+        i = [o.name for o in r.outputs].index("text_output")
+        whole = r.raw_output_contents[i]
+        self.assertEqual(int.from_bytes(whole[:4], "little"), len(whole) - 4)
+        pieces = []
+        for m in self.oip.ModelStreamInfer(iter([text_request(False, max_tokens=12)]),
+                                           metadata=md, timeout=60):
+            resp = m.infer_response
+            if not resp.parameters["triton_final_response"].bool_param:
+                [t] = [o for o in resp.outputs if o.name == "text_output"]
+                pieces.append(t.contents.bytes_contents[0])
+        self.assertEqual(len(pieces), len(generated))
+        self.assertEqual(b"".join(pieces), whole[4:])
+        detok = self.attn.Detokenize(self.apb.DetokenizeRequest(model="mamba", tokens=[
+            t for t in generated if t < 256]), metadata=md)
+        self.assertEqual(whole[4:].decode(), detok.text)
+        # A stop string ends generation before it.
+        if len(whole) > 8:
+            stop = whole[6:8].decode(errors="ignore")
+            if stop:
+                s = self.oip.ModelInfer(text_request(False, max_tokens=12, stop=stop),
+                                        metadata=md)
+                j = [o.name for o in s.outputs].index("text_output")
+                got = s.outputs[j].contents.bytes_contents[0].decode()
+                self.assertNotIn(stop, got)
+                self.assertTrue(whole[4:].decode().startswith(got))
+        meta = self.oip.ModelMetadata(pb.ModelMetadataRequest(name="mamba"), metadata=md)
+        self.assertIn("text_input", [t.name for t in meta.inputs])
 
     def test_sequences_belong_to_their_principal_and_survive_a_restart(self):
         np, C = self.np, self.grpc.StatusCode

@@ -207,7 +207,7 @@ absl::Status ReadSequenceId(const InferParameter& p, ParsedInfer* out) {
   }
 }
 
-absl::Status ReadStop(const InferParameter& p, ParsedInfer* out) {
+absl::Status ReadStopTokenIds(const InferParameter& p, ParsedInfer* out) {
   if (p.parameter_choice_case() == InferParameter::kInt64Param) {
     out->stop.push_back(p.int64_param());
     return absl::OkStatus();
@@ -219,8 +219,8 @@ absl::Status ReadStop(const InferParameter& p, ParsedInfer* out) {
       int64_t id;
       if (!absl::SimpleAtoi(piece, &id) || out->stop.size() >= 64) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "parameter 'stop' must be token ids (an int64_param, or up to 64 ids separated by "
-            "commas or spaces in a string_param); got ",
+            "parameter 'stop_token_ids' must be token ids (an int64_param, or up to 64 ids "
+            "separated by commas or spaces in a string_param); got ",
             ClientText(p.string_param())));
       }
       out->stop.push_back(id);
@@ -228,8 +228,8 @@ absl::Status ReadStop(const InferParameter& p, ParsedInfer* out) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      "parameter 'stop' must be token ids: an int64_param, or a string_param of ids separated "
-      "by commas or spaces");
+      "parameter 'stop_token_ids' must be token ids: an int64_param, or a string_param of ids "
+      "separated by commas or spaces");
 }
 
 absl::Status ReadParameters(const ModelInferRequest& request, const InferLimits& limits,
@@ -269,7 +269,21 @@ absl::Status ReadParameters(const ModelInferRequest& request, const InferLimits&
       }
       out->temperature = static_cast<float>(t);
     } else if (name == "stop") {
-      if (absl::Status s = ReadStop(p, out); !s.ok()) return s;
+      if (p.parameter_choice_case() == InferParameter::kStringParam) {
+        out->stop_strings.push_back(p.string_param());  // checked with the model's tokenizer
+      } else if (p.parameter_choice_case() == InferParameter::kInt64Param) {
+        out->stop.push_back(p.int64_param());
+      } else {
+        return absl::InvalidArgumentError(
+            "parameter 'stop' must be a stop string (string_param) or a stop token "
+            "(int64_param)");
+      }
+    } else if (name == "stop_token_ids") {
+      if (absl::Status s = ReadStopTokenIds(p, out); !s.ok()) return s;
+    } else if (name == "ignore_eos") {
+      absl::StatusOr<bool> v = BoolParam(name, p);
+      if (!v.ok()) return v.status();
+      out->ignore_eos = *v;
     }
     // Other parameters (Triton's priority, timeout, binary_data_output, ...) are ignored, as
     // a backend ignores those it does not know.

@@ -1,7 +1,8 @@
 // An Open Inference Protocol ModelInferRequest read into what attnserve computes: the prompt's
 // token ids (input_ids, INT64 or INT32, shape [1, L]) or its text (text_input, BYTES, one
 // element), the outputs asked for, generation parameters named as Triton's LLM backends name
-// them (max_tokens, temperature, top_k, seed, stop) and the sequence flags (sequence_id,
+// them (max_tokens, temperature, top_k, seed, stop, stop_token_ids, ignore_eos) and the
+// sequence flags (sequence_id,
 // sequence_start, sequence_end). Typed contents and raw_input_contents both work; shapes,
 // datatypes and sizes are checked before anything is looked up or allocated beyond what the
 // request itself holds. Torch-free: the request-validation fuzzer links it
@@ -48,13 +49,17 @@ struct ParsedInfer {
   LogitsOutput logits = LogitsOutput::kNone;
   // The request sent raw_input_contents: the response answers in raw_output_contents too.
   bool raw = false;
-  // Generation: max_tokens (0: none), temperature (0: greedy), top_k (0: all), seed, stop
-  // (token ids: an int64, or a string of ids separated by commas or spaces).
+  // Generation: max_tokens (0: none), temperature (0: greedy), top_k (0: all), seed; stop: a
+  // stop string (string_param; generation ends at it, it and what follows are not returned)
+  // or a stop token (int64_param); stop_token_ids: ids separated by commas or spaces (or one
+  // int64); without any, the model's end-of-text ends generation unless ignore_eos.
   int max_tokens = 0;
   float temperature = 0;
   int top_k = 0;
   uint64_t seed = 0;
+  std::vector<std::string> stop_strings;
   std::vector<int64_t> stop;
+  bool ignore_eos = false;
   // The sequence: "" for none (sequence_id absent, 0 or ""); else "u:<decimal>" for an
   // integer id, "s:<string>" for a string one (the two never name the same sequence).
   std::string sequence_key;

@@ -12,6 +12,7 @@
 #include "server/rpc/oip/infer_response.h"
 #include "server/rpc/oip/oip_service.h"
 #include "server/rpc/oip/sequences.h"
+#include "server/rpc/text_requests.h"
 
 namespace attnserve::server::oip {
 namespace {
@@ -37,27 +38,29 @@ absl::Status OipService::Submit(Call call) {
     absl::StatusOr<const model::Model*> found = FindModel(name, request.model_version());
     if (!found.ok()) return found.status();
   }
-  bool wants_text = parsed->has_text;
+  bool wants_text = false;
   for (OutputName o : parsed->outputs) wants_text = wants_text || o == OutputName::kTextOutput;
-  if (wants_text) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("model ", ClientText(name),
-                     " has no tokenizer: send input_ids (INT64 or INT32, [1, L]) "
-                     "and ask for output_ids instead of text_input / text_output"));
-  }
-  const int64_t length = static_cast<int64_t>(parsed->input_ids.size());
-  at::Tensor tokens = at::empty({1, length}, at::kLong);
-  std::memcpy(tokens.data_ptr<int64_t>(), parsed->input_ids.data(), length * sizeof(int64_t));
-
+  const int64_t max_ids = options_.limits.max_tokens_per_request;
+  // The prompt's ids: given, or the text's with the model's tokenizer (its template's tokens,
+  // a BOS, only where a sequence starts or there is none).
+  std::vector<int64_t> ids = parsed->input_ids;
   std::unique_ptr<scheduler::Job> job =
       NewCallJob(call.context, call.caller, options_.prefix_cache_global, call.cancelled);
   std::optional<PolicyDecision> decision;
   std::string reason;
   bool created = false;
+  // The policy's choice, for ids or a text (a text's length is its tokenizer's count).
+  auto resolve = [&](bool stream) -> absl::StatusOr<PolicyDecision> {
+    if (!parsed->has_text) return policy_.Resolve(name, static_cast<int64_t>(ids.size()), stream);
+    absl::StatusOr<TextDecision> t =
+        ResolveText(policy_, name, parsed->text_input, true, stream, max_ids, options_.text_limits);
+    if (!t.ok()) return t.status();
+    ids = std::move(t->ids);
+    return std::move(t->decision);
+  };
   if (parsed->sequence_key.empty()) {
     // Generation steps a state: it needs a variant that streams, as a sequence does.
-    absl::StatusOr<PolicyDecision> d =
-        policy_.Resolve(name, length, /*stream=*/parsed->max_tokens > 0);
+    absl::StatusOr<PolicyDecision> d = resolve(/*stream=*/parsed->max_tokens > 0);
     if (!d.ok()) return d.status();
     decision = *std::move(d);
     job->model = decision->model;
@@ -65,7 +68,7 @@ absl::Status OipService::Submit(Call call) {
   } else {
     const std::string id = SequenceSessionId(call.caller.principal, parsed->sequence_key);
     if (parsed->sequence_start) {
-      absl::StatusOr<PolicyDecision> d = policy_.Resolve(name, length, /*stream=*/true);
+      absl::StatusOr<PolicyDecision> d = resolve(/*stream=*/true);
       if (!d.ok()) return d.status();
       decision = *std::move(d);
       // A new start of a sequence ends its previous one, as Triton's sequence batcher does.
@@ -98,27 +101,52 @@ absl::Status OipService::Submit(Call call) {
       }
       reason = absl::StrCat("sequence ", SequenceName(parsed->sequence_key), ": session ", id,
                             " of model ", model_name);
+      if (parsed->has_text) {
+        absl::StatusOr<std::vector<int64_t>> t = TokenizeForModel(
+            *(*use)->model(), parsed->text_input, false, max_ids, options_.text_limits, kTextInput);
+        if (!t.ok()) return t.status();
+        ids = *std::move(t);
+      }
       job->session.emplace(*std::move(use));
     }
     job->model = (*job->session)->model();
   }
   std::shared_ptr<Session> session = job->session ? job->session->get() : nullptr;
-  job->tokens = std::move(tokens);
+  if (wants_text && job->model->text() == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", job->model->name(), "' has no tokenizer: ask for output_ids, not text_output"));
+  }
+  job->tokens = IdsTensor(ids);
   job->output = parsed->logits == LogitsOutput::kAll ? model::OutputKind::kAllLogits
                                                      : model::OutputKind::kLastLogits;
   job->max_new_tokens = parsed->max_tokens;
   job->sampling.temperature = parsed->temperature;
   job->sampling.top_k = parsed->top_k;
   job->sampling.seed = parsed->seed;
-  job->sampling.stop_tokens = parsed->stop;
-  if (call.on_token) {
-    job->on_token = [on_token = call.on_token](int64_t token, float, int index) {
-      on_token(token, index);
+  // Stop strings and tokens, the vocabulary limit and the text pieces, as the AttnServe door.
+  std::shared_ptr<text::GenerationText> generation;
+  if (parsed->max_tokens > 0) {
+    absl::StatusOr<std::shared_ptr<text::GenerationText>> g =
+        AttachGenerationText(*job->model, {parsed->stop_strings, parsed->stop, parsed->ignore_eos},
+                             options_.text_limits, job.get());
+    if (!g.ok()) return g.status();
+    generation = *std::move(g);
+  }
+  if (generation != nullptr) {
+    const int max_new = parsed->max_tokens;
+    job->on_token = [generation, max_new, wants_text, on_token = call.on_token](int64_t token,
+                                                                                float, int index) {
+      text::GenerationText::Step step = generation->Push(token);
+      // The last token of a generation that ran to its length carries the held-back text.
+      if (step.stop == text::StopReason::kNone && index + 1 == max_new) {
+        step.piece += generation->Finish();
+      }
+      if (on_token) on_token(token, index, wants_text ? &step.piece : nullptr);
     };
   }
   const std::string model_name = job->model->name();
   const std::string request_id = request.id();
-  job->on_done = [this, parsed, session, decision, reason, model_name, request_id,
+  job->on_done = [this, parsed, session, decision, reason, model_name, request_id, generation,
                   caller = call.caller, arrival = call.arrival, streamed = call.tokens_streamed,
                   done = std::move(call.done)](const absl::Status& finished,
                                                scheduler::JobResult result) {
@@ -134,6 +162,9 @@ absl::Status OipService::Submit(Call call) {
         status = AddLogits(result.output, parsed->raw, &response);
       } else if (o == OutputName::kOutputIds && !streamed) {
         AddOutputIds(result.generated, parsed->raw, &response);
+      } else if (o == OutputName::kTextOutput && !streamed && generation != nullptr) {
+        if (generation->stop_reason() == text::StopReason::kNone) generation->Finish();
+        AddTextOutput({generation->text()}, parsed->raw, &response);
       }
     }
     SetStringParameter("attnserve_policy_reason", reason, &response);

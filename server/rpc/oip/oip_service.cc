@@ -161,6 +161,16 @@ grpc::ServerUnaryReactor* OipService::ModelMetadata(grpc::CallbackServerContext*
     ids->set_datatype("INT64");
     ids->add_shape(1);
     ids->add_shape(-1);
+    if ((*m)->text() != nullptr) {  // a tokenizer: text in and out
+      auto* text_in = response->add_inputs();
+      text_in->set_name(kTextInput);
+      text_in->set_datatype("BYTES");
+      text_in->add_shape(1);
+      auto* text_out = response->add_outputs();
+      text_out->set_name(kTextOutput);
+      text_out->set_datatype("BYTES");
+      text_out->add_shape(1);
+    }
   }
   Record("ModelMetadata", request->name(), m.status(), arrival);
   return FinishNow(context, m.status());
@@ -196,6 +206,18 @@ grpc::ServerUnaryReactor* OipService::ModelConfig(grpc::CallbackServerContext* c
     ids->set_data_type(inference::TYPE_INT64);
     ids->add_dims(1);
     ids->add_dims(-1);
+    if (model.text() != nullptr) {  // a tokenizer: text in and out
+      auto* text_in = c->add_input();
+      text_in->set_name(kTextInput);
+      text_in->set_data_type(inference::TYPE_STRING);
+      text_in->add_dims(1);
+      text_in->set_optional(true);
+      in->set_optional(true);  // one of the two
+      auto* text_out = c->add_output();
+      text_out->set_name(kTextOutput);
+      text_out->set_data_type(inference::TYPE_STRING);
+      text_out->add_dims(1);
+    }
     if (model.can_stream()) {
       // A sequence is a session: its state stays between requests until sequence_end or the
       // session's TTL.

@@ -5,9 +5,12 @@
 // the session table and the scheduler's jobs (server/scheduler/job.h), with the same limits,
 // deadlines and cancellation; it knows nothing of the other door.
 //
-// Tensors: input input_ids (INT64 or INT32, [1, L]) or text_input (BYTES); outputs logits (FP32,
-// [1, vocab] or with positions "all" [1, L, vocab]), output_ids (INT64, [1, n] generated) and
-// text_output; parameters max_tokens, temperature, top_k, seed, stop (infer_request.h). The
+// Tensors: input input_ids (INT64 or INT32, [1, L]) or text_input (BYTES, tokenized with the
+// model's tokenizer, server/rpc/text_requests.h); outputs logits (FP32, [1, vocab] or with
+// positions "all" [1, L, vocab]), output_ids (INT64, [1, n] generated) and text_output (BYTES,
+// the generated text; on a stream each token's piece); parameters max_tokens, temperature,
+// top_k, seed, stop, stop_token_ids, ignore_eos (infer_request.h), generation ending at the
+// model's end-of-text by default, as through the AttnServe door. The
 // response answers in raw_output_contents when the request sent raw_input_contents, else in
 // typed contents. A sequence (sequence_id with sequence_start, later requests, sequence_end) is
 // one session of the caller (sequences.h); a continuing request of an unknown sequence is
@@ -29,6 +32,7 @@
 #include "server/policy.h"
 #include "server/rpc/oip/infer_request.h"
 #include "server/rpc/oip/model_statistics.h"
+#include "server/rpc/text_requests.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
 #include "server/sessions/session_table.h"
@@ -37,6 +41,7 @@ namespace attnserve::server::oip {
 
 struct OipOptions {
   InferLimits limits;
+  TextLimits text_limits;  // text_input, stop strings (server/rpc/text_requests.h)
   // Largest response (--max_message_bytes): RESOURCE_EXHAUSTED beyond, from the service. 0: none.
   int64_t max_message_bytes = 0;
   // Per-call metadata limit (--max_metadata_bytes; call_gate.h). 0: none.
@@ -106,7 +111,9 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
     // The generated tokens went out one by one (a stream): the last response leaves out
     // output_ids.
     bool tokens_streamed = false;
-    std::function<void(int64_t token, int index)> on_token;
+    // `piece`: the token's text (text_generation.h's pieces), null when text_output is not
+    // asked for.
+    std::function<void(int64_t token, int index, const std::string* piece)> on_token;
     std::function<void(const absl::Status&, inference::ModelInferResponse)> done;
   };
   absl::Status Submit(Call call);
