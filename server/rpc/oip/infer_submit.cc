@@ -37,6 +37,9 @@ absl::Status OipService::Submit(Call call) {
   if (name != "auto" && !name.empty()) {
     absl::StatusOr<const model::Model*> found = FindModel(name, request.model_version());
     if (!found.ok()) return found.status();
+  } else if (!request.model_version().empty() && request.model_version() != "1") {
+    return absl::NotFoundError(absl::StrCat("no version ", ClientText(request.model_version()),
+                                            "; every model is served as version 1"));
   }
   bool wants_text = false;
   for (OutputName o : parsed->outputs) wants_text = wants_text || o == OutputName::kTextOutput;
