@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "server/sessions/session_lease.h"
+
 namespace attnserve::server {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -50,6 +52,14 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
       break;
   }
   return grpc::Status(code, std::string(status.message()));
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContextBase* context) {
+  if (std::optional<std::string> owner = LeaseOwnerOf(status);
+      owner.has_value() && !owner->empty() && context != nullptr) {
+    context->AddTrailingMetadata(kSessionOwnerMetadata, *owner);
+  }
+  return ToGrpcStatus(status);
 }
 
 const char* GrpcCodeName(grpc::StatusCode code) {

@@ -215,6 +215,14 @@ int main(int argc, char** argv) {
     store_options.max_bytes = absl::GetFlag(FLAGS_session_store_max_bytes);
     store_options.timeout = absl::Milliseconds(absl::GetFlag(FLAGS_session_store_timeout_ms));
     store_options.max_snapshot_bytes = absl::GetFlag(FLAGS_max_snapshot_bytes);
+    store_options.lease_duration = absl::Milliseconds(absl::GetFlag(FLAGS_session_lease_ms));
+    // The leases name this replica as clients reach it (else by its instance name).
+    absl::StatusOr<v1::ServerIdentity> lease_identity = server::MakeServerIdentity(
+        absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));
+    if (!lease_identity.ok()) return Fail(std::string(lease_identity.status().message()));
+    store_options.lease_address = lease_identity->advertise_address().empty()
+                                      ? lease_identity->instance_name()
+                                      : lease_identity->advertise_address();
     absl::StatusOr<std::unique_ptr<server::SessionStore>> store =
         server::OpenSessionStore(spec, store_options);
     if (!store.ok()) return Fail(std::string(store.status().message()));
@@ -421,6 +429,7 @@ int main(int argc, char** argv) {
               << absl::ToDoubleSeconds(absl::Now() - save_start) << " s";
     if (saved.failed > 0) std::cout << "; " << saved.failed << " failed (the store refused them)";
     if (saved.unwritten > 0) std::cout << "; " << saved.unwritten << " unwritten at the deadline";
+    if (persistence->leased()) std::cout << "; released " << saved.leases_released << " leases";
     std::cout << std::endl;
   }
   std::cout << "attnserve-server: stopped" << std::endl;

@@ -72,6 +72,7 @@ ABSL_DECLARE_FLAG(int, session_store_timeout_ms);
 ABSL_DECLARE_FLAG(int64_t, session_store_queue_bytes);
 ABSL_DECLARE_FLAG(int, checkpoint_every_appends);
 ABSL_DECLARE_FLAG(int, drain_save_deadline_s);
+ABSL_DECLARE_FLAG(int, session_lease_ms);
 
 // server/flags/memory_flags.cc
 ABSL_DECLARE_FLAG(int, idle_memory_trim_s);

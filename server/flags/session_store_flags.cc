@@ -23,3 +23,10 @@ ABSL_FLAG(int, checkpoint_every_appends, 0,
 ABSL_FLAG(int, drain_save_deadline_s, 10,
           "Seconds the drain gives to writing every changed session to the store, after the "
           "calls in flight have finished (--drain_deadline_s).");
+ABSL_FLAG(int, session_lease_ms, 5000,
+          "redis: store: the lease by which a replica holds each session it has in memory "
+          "(renewed every third of it; 0: no leases). A session leased by another replica is "
+          "UNAVAILABLE here, naming that replica in the trailing metadata "
+          "x-attnserve-session-owner; after a crash another replica takes a session over from "
+          "its last stored copy once the lease has expired, so this bounds the failover time. "
+          "Every write of a session to the store is fenced by the lease.");

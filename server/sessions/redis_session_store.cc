@@ -19,6 +19,7 @@ static_assert(HIREDIS_MAJOR == 0 && HIREDIS_MINOR == 14,
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/client_text.h"
+#include "server/sessions/redis_lease_scripts.h"
 
 namespace attnserve::server {
 namespace {
@@ -29,6 +30,9 @@ struct ReplyDeleter {
 using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 constexpr absl::Duration kReconnectInterval = absl::Seconds(1);
+// How long the last-holder key outlives its last lease: longer than any session lives
+// (--max_session_ttl_s is at most a day by default), tiny (one token).
+constexpr long long kHolderMs = 7LL * 24 * 3600 * 1000;
 
 // The error for a reply to `what` on session `id` that is not the kind asked for: DATA_LOSS
 // when the key holds another type (WRONGTYPE: no snapshot will ever be there), else
@@ -46,11 +50,14 @@ absl::Status UnexpectedReply(const char* what, const std::string& id, const redi
 }  // namespace
 
 RedisSessionStore::RedisSessionStore(std::string host, int port, absl::Duration timeout,
-                                     int64_t max_snapshot_bytes)
+                                     int64_t max_snapshot_bytes, absl::Duration lease_duration,
+                                     std::string lease_token)
     : host_(std::move(host)),
       port_(port),
       timeout_(timeout),
-      max_snapshot_bytes_(max_snapshot_bytes) {}
+      max_snapshot_bytes_(max_snapshot_bytes),
+      lease_duration_(lease_duration),
+      lease_token_(std::move(lease_token)) {}
 
 RedisSessionStore::~RedisSessionStore() {
   absl::MutexLock lock(&mu_);
@@ -58,7 +65,8 @@ RedisSessionStore::~RedisSessionStore() {
 }
 
 absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Open(
-    const std::string& address, absl::Duration timeout, int64_t max_snapshot_bytes) {
+    const std::string& address, absl::Duration timeout, int64_t max_snapshot_bytes,
+    absl::Duration lease_duration, std::string lease_token) {
   const size_t colon = address.rfind(':');
   int port = 0;
   if (colon == std::string::npos || colon == 0 ||
@@ -72,8 +80,16 @@ absl::StatusOr<std::unique_ptr<RedisSessionStore>> RedisSessionStore::Open(
   if (max_snapshot_bytes <= 0) {
     return absl::InvalidArgumentError("--max_snapshot_bytes must be > 0");
   }
+  if (lease_duration < absl::ZeroDuration() ||
+      (lease_duration > absl::ZeroDuration() && lease_duration < absl::Milliseconds(100))) {
+    return absl::InvalidArgumentError("--session_lease_ms must be 0 (no leases) or >= 100");
+  }
+  if (lease_duration > absl::ZeroDuration() && lease_token.empty()) {
+    return absl::InvalidArgumentError("a redis session store with leases needs a lease token");
+  }
   std::unique_ptr<RedisSessionStore> store(
-      new RedisSessionStore(address.substr(0, colon), port, timeout, max_snapshot_bytes));
+      new RedisSessionStore(address.substr(0, colon), port, timeout, max_snapshot_bytes,
+                            lease_duration, std::move(lease_token)));
   {
     absl::MutexLock lock(&store->mu_);
     store->ConnectLocked().IgnoreError();  // a first connection if Redis is up; else later
@@ -142,9 +158,18 @@ absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snap
   const long long ms = std::max<long long>(1, absl::ToInt64Milliseconds(ttl));
   absl::MutexLock lock(&mu_);
   if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  const bool fenced = leases() != nullptr;
+  const std::vector<std::string> fence_keys = {key, LeaseKeyOf(id), HolderKeyOf(id)};
+  const std::string ms_text = std::to_string(ms);
   if (snapshot.size() <= kPieceBytes) {
-    return CommandLocked("SET", "SET %b %b PX %lld", key.data(), key.size(), snapshot.data(),
-                         snapshot.size(), ms);
+    if (!fenced) {
+      return CommandLocked("SET", "SET %b %b PX %lld", key.data(), key.size(), snapshot.data(),
+                           snapshot.size(), ms);
+    }
+    absl::StatusOr<ScriptReply> reply =
+        EvalLocked("fenced SET", redis_lease::kFencedSet, fence_keys, {snapshot, ms_text});
+    if (!reply.ok()) return reply.status();
+    return FenceResult(id, *reply);
   }
   // hiredis 0.14 sends a command from one buffer that it shifts after every partial write,
   // which is quadratic in the value's size (302 MB: 1.8 s). A large snapshot goes in pieces to
@@ -168,9 +193,16 @@ absl::Status RedisSessionStore::Put(const std::string& id, std::string_view snap
     status = CommandLocked("SETRANGE", "SETRANGE %b %lld %b", temporary.data(), temporary.size(),
                            static_cast<long long>(offset), snapshot.data() + offset, n);
   }
-  if (status.ok()) {
+  if (status.ok() && !fenced) {
     status = CommandLocked("RENAME", "RENAME %b %b", temporary.data(), temporary.size(), key.data(),
                            key.size());
+  } else if (status.ok()) {  // the rename, fenced (a refused piece is deleted by the script)
+    std::vector<std::string> keys = fence_keys;
+    keys.push_back(temporary);
+    absl::StatusOr<ScriptReply> reply =
+        EvalLocked("fenced RENAME", redis_lease::kFencedRename, keys);
+    status = reply.ok() ? FenceResult(id, *reply) : reply.status();
+    if (IsLeaseLost(status)) return status;
   }
   if (!status.ok() && context_ != nullptr) {
     CommandLocked("DEL", "DEL %b", temporary.data(), temporary.size()).IgnoreError();
@@ -225,6 +257,14 @@ absl::Status RedisSessionStore::Delete(const std::string& id) {
   const std::string key = KeyOf(id);
   absl::MutexLock lock(&mu_);
   if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  if (leases() != nullptr) {
+    absl::StatusOr<ScriptReply> fenced = EvalLocked("fenced DEL", redis_lease::kFencedDelete,
+                                                    {key, LeaseKeyOf(id), HolderKeyOf(id)});
+    if (!fenced.ok()) return fenced.status();
+    if (absl::Status fence = FenceResult(id, *fenced); !fence.ok()) return fence;
+    if (fenced->code == 2) return absl::NotFoundError(absl::StrCat("no snapshot of session ", id));
+    return absl::OkStatus();
+  }
   Reply reply(static_cast<redisReply*>(redisCommand(context_, "DEL %b", key.data(), key.size())));
   if (reply == nullptr) return FailLocked("DEL");
   if (reply->type != REDIS_REPLY_INTEGER) {
@@ -237,7 +277,111 @@ absl::Status RedisSessionStore::Delete(const std::string& id) {
 
 std::string RedisSessionStore::Describe() const {
   return absl::StrCat("redis://", host_, ":", port_, " (timeout ",
-                      absl::ToInt64Milliseconds(timeout_), " ms)");
+                      absl::ToInt64Milliseconds(timeout_), " ms, ",
+                      lease_duration_ > absl::ZeroDuration()
+                          ? absl::StrCat("leases of ", absl::ToInt64Milliseconds(lease_duration_),
+                                         " ms as ", lease_token_)
+                          : std::string("no leases"),
+                      ")");
+}
+
+absl::StatusOr<RedisSessionStore::ScriptReply> RedisSessionStore::EvalLocked(
+    const char* what, const char* script, const std::vector<std::string>& keys,
+    const std::vector<std::string_view>& args) {
+  const std::string key_count = std::to_string(keys.size());
+  const std::string lease_ms = std::to_string(absl::ToInt64Milliseconds(lease_duration_));
+  const std::string holder_ms = std::to_string(kHolderMs);
+  std::vector<std::string_view> argv = {"EVAL", script, key_count};
+  for (const std::string& k : keys) argv.push_back(k);
+  argv.push_back(lease_token_);
+  argv.push_back(lease_ms);
+  argv.push_back(holder_ms);
+  for (std::string_view a : args) argv.push_back(a);
+  std::vector<const char*> pointers;
+  std::vector<size_t> lengths;
+  for (std::string_view a : argv) {
+    pointers.push_back(a.data());
+    lengths.push_back(a.size());
+  }
+  Reply reply(static_cast<redisReply*>(
+      redisCommandArgv(context_, static_cast<int>(argv.size()), pointers.data(), lengths.data())));
+  if (reply == nullptr) return FailLocked(what);
+  if (reply->type == REDIS_REPLY_ERROR) {
+    return absl::UnavailableError(absl::StrCat("redis ", what, " answered ", reply->str));
+  }
+  if (reply->type != REDIS_REPLY_ARRAY) {
+    return absl::UnavailableError(absl::StrCat("redis ", what, " answered a wrong type"));
+  }
+  ScriptReply parsed;
+  for (size_t i = 0; i < reply->elements; ++i) {
+    const redisReply* e = reply->element[i];
+    if (e->type == REDIS_REPLY_INTEGER) {
+      parsed.integers.push_back(e->integer);
+      if (i == 0) parsed.code = e->integer;
+    } else if (e->type == REDIS_REPLY_STRING && i == 1) {
+      parsed.token.assign(e->str, e->len);
+    }
+  }
+  return parsed;
+}
+
+absl::Status RedisSessionStore::FenceResult(const std::string& id, const ScriptReply& reply) {
+  if (reply.code > 0) return absl::OkStatus();
+  return LeaseLost(id, LeaseTokenAddress(reply.token));
+}
+
+absl::StatusOr<SessionLeases::Acquired> RedisSessionStore::Acquire(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  if (leases() == nullptr) return absl::FailedPreconditionError("this store has no leases");
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  absl::StatusOr<ScriptReply> reply =
+      EvalLocked("lease acquire", redis_lease::kAcquire, {LeaseKeyOf(id), HolderKeyOf(id)});
+  if (!reply.ok()) return reply.status();
+  switch (reply->code) {
+    case 0:
+      return LeaseHeldElsewhere(id, LeaseTokenAddress(reply->token));
+    case 1:
+      return Acquired::kOwn;
+    case 2:
+      return Acquired::kResumed;
+    default:
+      return Acquired::kTaken;
+  }
+}
+
+absl::StatusOr<std::vector<bool>> RedisSessionStore::Renew(const std::vector<std::string>& ids) {
+  if (leases() == nullptr) return absl::FailedPreconditionError("this store has no leases");
+  std::vector<bool> lost(ids.size(), false);
+  if (ids.empty()) return lost;
+  std::vector<std::string> keys;
+  keys.reserve(2 * ids.size());
+  for (const std::string& id : ids) {
+    if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+    keys.push_back(LeaseKeyOf(id));
+    keys.push_back(HolderKeyOf(id));
+  }
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  absl::StatusOr<ScriptReply> reply = EvalLocked("lease renew", redis_lease::kRenew, keys);
+  if (!reply.ok()) return reply.status();
+  for (long long index : reply->integers) {
+    if (index >= 1 && index <= static_cast<long long>(ids.size())) lost[index - 1] = true;
+  }
+  return lost;
+}
+
+absl::Status RedisSessionStore::Release(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  if (leases() == nullptr) return absl::FailedPreconditionError("this store has no leases");
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  Reply reply(static_cast<redisReply*>(
+      redisCommand(context_, "EVAL %s 1 %b %b", redis_lease::kRelease, LeaseKeyOf(id).data(),
+                   LeaseKeyOf(id).size(), lease_token_.data(), lease_token_.size())));
+  if (reply == nullptr) return FailLocked("lease release");
+  if (reply->type != REDIS_REPLY_INTEGER) return UnexpectedReply("lease release", id, *reply);
+  return absl::OkStatus();
 }
 
 }  // namespace attnserve::server

@@ -1,6 +1,7 @@
 #include "server/sessions/session_persistence.h"
 
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/thread_name.h"
@@ -11,6 +12,8 @@ namespace {
 
 const char* ResultName(const absl::Status& status) {
   if (status.ok()) return "ok";
+  if (IsLeaseLost(status)) return "fenced";
+  if (LeaseOwnerOf(status).has_value()) return "held_elsewhere";
   return status.code() == absl::StatusCode::kNotFound ? "not_found" : "error";
 }
 
@@ -19,11 +22,21 @@ const char* ResultName(const absl::Status& status) {
 SessionPersistence::SessionPersistence(std::unique_ptr<SessionStore> store,
                                        const model::ModelRepository& models,
                                        PersistenceOptions options, ServerMetrics* metrics)
-    : store_(std::move(store)), models_(models), options_(options), metrics_(metrics) {
+    : store_(std::move(store)),
+      models_(models),
+      options_(options),
+      metrics_(metrics),
+      leases_(store_->leases()) {
   writer_ = std::thread([this] {
     NameThisThread("session-writer");
     WriterLoop();
   });
+  if (leases_ != nullptr) {
+    renewer_ = std::thread([this] {
+      NameThisThread("lease-renewer");
+      RenewerLoop();
+    });
+  }
 }
 
 SessionPersistence::~SessionPersistence() {
@@ -32,6 +45,13 @@ SessionPersistence::~SessionPersistence() {
     stop_ = true;
   }
   writer_.join();
+  if (renewer_.joinable()) {
+    {
+      absl::MutexLock lock(&lease_mu_);
+      stop_renewer_ = true;
+    }
+    renewer_.join();
+  }
 }
 
 int64_t SessionPersistence::queued_bytes() const {
@@ -45,6 +65,7 @@ void SessionPersistence::Count(const char* op, const absl::Status& status, absl:
                                    absl::ToDoubleSeconds(absl::Now() - start));
   }
   if (status.ok() || status.code() == absl::StatusCode::kNotFound) return;
+  if (LeaseOwnerOf(status).has_value() && !IsLeaseLost(status)) return;  // an answer, not a fault
   absl::MutexLock lock(&log_mu_);
   if (absl::Now() - last_log_ < absl::Seconds(1)) return;
   last_log_ = absl::Now();
@@ -67,7 +88,7 @@ void SessionPersistence::Queue(const std::string& id, Operation op) {
   if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
 }
 
-bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
+bool SessionPersistence::Save(Session& session, absl::Time wait_until, bool release) {
   if (session.closed()) return false;  // a closed session must not come back
   const int64_t changes = session.changes();
   std::shared_ptr<const std::string> snapshot;
@@ -106,6 +127,7 @@ bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
     Operation op;
     op.snapshot = std::move(snapshot);
     op.ttl = ttl;
+    op.release = release;
     Queue(session.id(), std::move(op));
     // Under the lock, so that the writer cannot finish (or fail) this write first.
     session.MarkSaved(changes, now + ttl);
@@ -114,6 +136,13 @@ bool SessionPersistence::Save(Session& session, absl::Time wait_until) {
 }
 
 void SessionPersistence::Remove(const std::string& id) {
+  if (leases_ != nullptr) {
+    // Stop renewing: the removal deletes the lease with the snapshot (until then it is still
+    // this process's, so the removal passes the fence).
+    absl::MutexLock lease_lock(&lease_mu_);
+    auto held = held_.find(id);
+    if (held != held_.end()) held->second.in_memory = false;
+  }
   absl::MutexLock lock(&mu_);
   Queue(id, Operation{});
 }
@@ -194,6 +223,178 @@ SessionPersistence::Progress SessionPersistence::ProgressOf(const std::string& i
   return it->second.attempts > 0 ? Progress::kFailing : Progress::kQueued;
 }
 
+int64_t SessionPersistence::leases_held() const {
+  absl::MutexLock lock(&lease_mu_);
+  return static_cast<int64_t>(held_.size());
+}
+
+void SessionPersistence::SetLeaseLostListener(std::function<void(const std::string&)> listener) {
+  absl::MutexLock lock(&listener_mu_);
+  lease_lost_ = std::move(listener);
+}
+
+void SessionPersistence::DropQueued(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = queued_.find(id);
+  if (it == queued_.end()) return;
+  if (it->second.snapshot != nullptr) {
+    queued_bytes_ -= static_cast<int64_t>(it->second.snapshot->size());
+  }
+  queued_.erase(it);  // its entries in order_ and retries_ are skipped when they come up
+  if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
+}
+
+void SessionPersistence::LeaseLostNow(const std::string& id) {
+  DropQueued(id);
+  {
+    absl::MutexLock lock(&lease_mu_);
+    held_.erase(id);
+  }
+  std::cerr << "attnserve-server: lost the lease of session " << id
+            << " to another replica: dropped this replica's copy" << std::endl;
+  absl::MutexLock lock(&listener_mu_);
+  if (lease_lost_) lease_lost_(id);
+}
+
+absl::Status SessionPersistence::AcquireLease(const std::string& id, bool fresh) {
+  if (leases_ == nullptr) return absl::OkStatus();
+  absl::MutexLock call_lock(&lease_call_mu_);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<SessionLeases::Acquired> acquired = leases_->Acquire(id);
+  Count("lease", acquired.status(), start);
+  if (!acquired.ok()) {
+    if (!fresh || LeaseOwnerOf(acquired.status()).has_value()) return acquired.status();
+    absl::MutexLock lock(&lease_mu_);  // leased at the next renewal
+    held_[id] = LeaseEntry{absl::InfiniteFuture(), true};
+    return absl::OkStatus();
+  }
+  // Another holder (or none) had it last: what this process has queued of `id` is older
+  // than the store's copy.
+  if (*acquired == SessionLeases::Acquired::kTaken) DropQueued(id);
+  absl::MutexLock lock(&lease_mu_);
+  held_[id] = LeaseEntry{start + leases_->duration() * 0.9, true};
+  return absl::OkStatus();
+}
+
+void SessionPersistence::ReleaseLease(const std::string& id) {
+  if (leases_ == nullptr) return;
+  absl::MutexLock call_lock(&lease_call_mu_);
+  {
+    absl::MutexLock lock(&lease_mu_);
+    if (held_.erase(id) == 0) return;
+  }
+  leases_->Release(id).IgnoreError();  // else it expires
+}
+
+void SessionPersistence::ForgetLease(const std::string& id) {
+  if (leases_ == nullptr) return;
+  absl::MutexLock call_lock(&lease_call_mu_);
+  {
+    absl::MutexLock lock(&lease_mu_);
+    held_.erase(id);
+  }
+  store_->Delete(id).IgnoreError();  // fenced: the snapshot (absent), the lease, its holder
+}
+
+void SessionPersistence::SpilledLease(const std::string& id) {
+  if (leases_ == nullptr) return;
+  absl::MutexLock lock(&lease_mu_);
+  auto held = held_.find(id);
+  if (held != held_.end()) held->second.in_memory = false;
+}
+
+bool SessionPersistence::LeaseFresh(const std::string& id) const {
+  if (leases_ == nullptr) return true;
+  absl::MutexLock lock(&lease_mu_);
+  auto held = held_.find(id);
+  return held != held_.end() && held->second.in_memory && absl::Now() < held->second.fresh_until;
+}
+
+absl::Status SessionPersistence::ConfirmLease(const std::string& id) {
+  if (leases_ == nullptr) return absl::OkStatus();
+  absl::MutexLock call_lock(&lease_call_mu_);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<bool>> lost = leases_->Renew({id});
+  Count("lease", lost.status(), start);
+  if (!lost.ok()) {
+    return absl::UnavailableError(absl::StrCat("cannot confirm this replica's lease on session '",
+                                               id, "': ", lost.status().message()));
+  }
+  if ((*lost)[0]) {
+    DropQueued(id);
+    absl::MutexLock lock(&lease_mu_);
+    held_.erase(id);
+    return LeaseLost(id, "");
+  }
+  absl::MutexLock lock(&lease_mu_);
+  held_[id] = LeaseEntry{start + leases_->duration() * 0.9, true};
+  return absl::OkStatus();
+}
+
+int SessionPersistence::ReleaseLeases() {
+  if (leases_ == nullptr) return 0;
+  std::vector<std::string> ids;
+  {
+    absl::MutexLock lock(&lease_mu_);
+    for (const auto& [id, entry] : held_) {
+      if (ProgressOf(id) == Progress::kDone) ids.push_back(id);
+    }
+  }
+  int released = 0;
+  for (const std::string& id : ids) {
+    absl::MutexLock call_lock(&lease_call_mu_);
+    {
+      absl::MutexLock lock(&lease_mu_);
+      if (held_.erase(id) == 0) continue;
+    }
+    released += leases_->Release(id).ok() ? 1 : 0;
+  }
+  return released;
+}
+
+void SessionPersistence::RenewerLoop() {
+  const absl::Duration every = std::max(absl::Milliseconds(20), leases_->duration() / 3);
+  absl::Time next = absl::Now() + every;
+  while (true) {
+    {
+      absl::MutexLock lock(&lease_mu_);
+      if (lease_mu_.AwaitWithDeadline(absl::Condition(&stop_renewer_), next)) return;
+    }
+    next = absl::Now() + every;
+    std::vector<std::string> lost_ids;
+    {
+      absl::MutexLock call_lock(&lease_call_mu_);
+      std::vector<std::string> ids;
+      {
+        absl::MutexLock lock(&lease_mu_);
+        ids.reserve(held_.size());
+        for (const auto& [id, entry] : held_) ids.push_back(id);
+      }
+      // In batches, so that one script does not hold Redis for long.
+      constexpr size_t kBatch = 512;
+      for (size_t begin = 0; begin < ids.size(); begin += kBatch) {
+        const std::vector<std::string> batch(ids.begin() + begin,
+                                             ids.begin() + std::min(ids.size(), begin + kBatch));
+        const absl::Time start = absl::Now();
+        absl::StatusOr<std::vector<bool>> lost = leases_->Renew(batch);
+        Count("lease", lost.status(), start);
+        if (!lost.ok()) break;  // the leases stay fresh until their time; tried again next round
+        absl::MutexLock lock(&lease_mu_);
+        for (size_t i = 0; i < batch.size(); ++i) {
+          auto held = held_.find(batch[i]);
+          if (held == held_.end()) continue;
+          if ((*lost)[i]) {
+            lost_ids.push_back(batch[i]);
+          } else {
+            held->second.fresh_until = start + leases_->duration() * 0.9;
+          }
+        }
+      }
+    }
+    for (const std::string& id : lost_ids) LeaseLostNow(id);
+  }
+}
+
 void SessionPersistence::WriterLoop() {
   absl::MutexLock lock(&mu_);
   auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !order_.empty(); };
@@ -221,13 +422,43 @@ void SessionPersistence::WriterLoop() {
       status = store_->Put(id, *op.snapshot, op.ttl);
       Count("put", status, start);
     } else {
-      status = store_->Delete(id);
+      {
+        // Not while a renewal runs: it would take the lease that this removal deletes again.
+        std::optional<absl::MutexLock> call_lock;
+        if (leases_ != nullptr) call_lock.emplace(&lease_call_mu_);
+        status = store_->Delete(id);
+      }
       Count("delete", status, start);
       if (status.code() == absl::StatusCode::kNotFound) status = absl::OkStatus();
+    }
+    if (IsLeaseLost(status)) {
+      // Another replica holds the session: this copy is stale. Never retried. Counted as
+      // writing until the table has dropped it, so that Flush returns after that.
+      LeaseLostNow(id);
+      mu_.Lock();
+      --writing_;
+      continue;
     }
     mu_.Lock();
     --writing_;
     it = queued_.find(id);
+    if (status.ok() && op.release && leases_ != nullptr) {
+      // The spill is written: give the lease up, unless the session came back meanwhile.
+      mu_.Unlock();
+      {
+        absl::MutexLock call_lock(&lease_call_mu_);
+        bool release = false;
+        {
+          absl::MutexLock lease_lock(&lease_mu_);
+          auto held = held_.find(id);
+          release = held != held_.end() && !held->second.in_memory;
+          if (release) held_.erase(held);
+        }
+        if (release) leases_->Release(id).IgnoreError();  // else it expires
+      }
+      mu_.Lock();
+      it = queued_.find(id);
+    }
     if (!status.ok() && it != queued_.end() && it->second.generation == op.generation) {
       // Kept queued, and so visible to Load (a spilled session lives on in the queue), and
       // tried again later: 0.5 s, doubling to 30 s. A newer operation of `id` replaces it.
@@ -236,6 +467,17 @@ void SessionPersistence::WriterLoop() {
           std::min(absl::Seconds(30), absl::Milliseconds(500) * (1 << std::min(attempts - 1, 6)));
       retries_.emplace(absl::Now() + backoff, id);
       continue;
+    }
+    if (status.ok() && op.snapshot == nullptr && leases_ != nullptr) {
+      // A close or an expiry: the script deleted the lease with the snapshot.
+      mu_.Unlock();
+      {
+        absl::MutexLock lease_lock(&lease_mu_);
+        auto held = held_.find(id);
+        if (held != held_.end() && !held->second.in_memory) held_.erase(held);
+      }
+      mu_.Lock();
+      it = queued_.find(id);
     }
     if (it != queued_.end() && it->second.generation == op.generation) {
       if (it->second.snapshot != nullptr) {

@@ -19,10 +19,19 @@
 // queued (a spilled session lives on in the queue, visible to Load) and is tried again after
 // 0.5 s, doubling to 30 s, until it succeeds or a newer operation of its session replaces it.
 // A closed session is never saved. Thread-safe.
+//
+// Leases (a store with SessionStore::leases(), session_lease.h): a session enters memory only
+// under its lease (AcquireLease), which a renewal thread renews every third of its duration
+// while the session is in memory or its spill is still queued; a spill's lease is released
+// once its write is done, a closed or expired session's is deleted with its snapshot, and the
+// drain releases the rest (ReleaseLeases). A write refused by the fence (LeaseLost), or a
+// renewal that finds the lease taken, drops the session's queued operations and tells the
+// lease-lost listener (the table drops its copy); such a write is not retried.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/model/model_repository.h"
+#include "server/sessions/session_lease.h"
 #include "server/sessions/session_snapshot.h"
 #include "server/sessions/session_store.h"
 
@@ -61,7 +71,9 @@ class SessionPersistence {
   // Encodes `session` now and queues its write; marks it saved. When the queue is full, waits
   // for room until `wait_until` (the drain waits; spills and checkpoints do not), then gives
   // up: false, counted as dropped.
-  bool Save(Session& session, absl::Time wait_until = absl::InfinitePast());
+  // With `release` (a spill), the session's lease is released once this write is done, unless
+  // the session came back into memory meanwhile.
+  bool Save(Session& session, absl::Time wait_until = absl::InfinitePast(), bool release = false);
   // Queues the removal of `id`'s snapshot (replacing a queued write of it).
   void Remove(const std::string& id);
   // Removes `id`'s snapshot now, from the queue and the store: NOT_FOUND when neither had it.
@@ -84,6 +96,34 @@ class SessionPersistence {
   enum class Progress { kDone, kFailing, kQueued };
   Progress ProgressOf(const std::string& id) const;
 
+  // ---- Leases (all no-ops, OK, when the store has none) ----
+  bool leased() const { return leases_ != nullptr; }
+  // Before session `id` enters memory (created, restored, imported): takes its lease.
+  // LeaseHeldElsewhere when another replica holds it; UNAVAILABLE when the store cannot be
+  // reached, except for a `fresh` id (a new session: nobody else can know it), which is
+  // admitted and leased at the next renewal. A lease taken from another holder drops the queued
+  // operations of `id` (older than the store's copy).
+  absl::Status AcquireLease(const std::string& id, bool fresh);
+  // Session `id` left memory without a queued write to release its lease (a restore that failed,
+  // a drop): releases it now. A spill instead marks it (SpilledLease) and its write releases it.
+  void ReleaseLease(const std::string& id);
+  void SpilledLease(const std::string& id);
+  // A restore found no session `id`: deletes the lease and last-holder keys it made.
+  void ForgetLease(const std::string& id);
+  // Whether `id` may be served from memory without asking the store: its lease was confirmed
+  // less than its duration ago (with a margin), or it is a fresh one not leased yet.
+  bool LeaseFresh(const std::string& id) const;
+  // Renews `id`'s lease now: OK; LeaseLost when another replica took it (the caller drops its
+  // copy; the listener is not called); UNAVAILABLE when the store cannot be reached.
+  absl::Status ConfirmLease(const std::string& id);
+  // At drain, once the writes are done: releases every lease whose session has nothing queued
+  // (a failing write keeps its lease until it expires). Returns how many were released.
+  int ReleaseLeases();
+  // Called with the id of a session whose lease was lost (by the renewal or writer thread, no
+  // lock held); null to stop. The table drops its copy.
+  void SetLeaseLostListener(std::function<void(const std::string&)> listener);
+  int64_t leases_held() const;
+
   int checkpoint_every_appends() const { return options_.checkpoint_every_appends; }
   std::string Describe() const { return store_->Describe(); }
   int64_t queued_bytes() const;
@@ -93,8 +133,17 @@ class SessionPersistence {
     std::shared_ptr<const std::string> snapshot;  // null: remove
     absl::Duration ttl;
     int64_t generation = 0;
-    int attempts = 0;  // failed so far
+    int attempts = 0;      // failed so far
+    bool release = false;  // a spill: release the lease once written
   };
+  struct LeaseEntry {
+    absl::Time fresh_until;  // confirmed by the store until then (InfiniteFuture: fresh id)
+    bool in_memory = true;   // false once spilled: its write releases it
+  };
+  void RenewerLoop();
+  // Drops the queued operations of `id` (its lease was lost or taken from another holder).
+  void DropQueued(const std::string& id);
+  void LeaseLostNow(const std::string& id);
   void WriterLoop();
   void Queue(const std::string& id, Operation op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records one operation's outcome: metrics, and a log line for an error (at most once a
@@ -117,6 +166,17 @@ class SessionPersistence {
   absl::Mutex log_mu_;
   absl::Time last_log_ ABSL_GUARDED_BY(log_mu_) = absl::InfinitePast();
   std::thread writer_;
+
+  SessionLeases* const leases_;  // the store's, or null
+  // Held across the store's lease calls (and fenced removals), taken before lease_mu_: one at a
+  // time, so that a release and an acquire of one session cannot cross.
+  absl::Mutex lease_call_mu_;
+  mutable absl::Mutex lease_mu_;  // never held across a call to the store
+  absl::flat_hash_map<std::string, LeaseEntry> held_ ABSL_GUARDED_BY(lease_mu_);
+  bool stop_renewer_ ABSL_GUARDED_BY(lease_mu_) = false;
+  absl::Mutex listener_mu_;
+  std::function<void(const std::string&)> lease_lost_ ABSL_GUARDED_BY(listener_mu_);
+  std::thread renewer_;
 };
 
 }  // namespace attnserve::server

@@ -5,6 +5,7 @@
 #include "server/client_text.h"
 #include "server/sessions/dir_session_store.h"
 #include "server/sessions/redis_session_store.h"
+#include "server/sessions/session_lease.h"
 
 namespace attnserve::server {
 
@@ -26,7 +27,9 @@ absl::StatusOr<std::unique_ptr<SessionStore>> OpenSessionStore(const std::string
   if (absl::StartsWith(spec, "redis://")) {
     std::string address = spec.substr(8);
     if (!address.empty() && address.back() == '/') address.pop_back();
-    auto store = RedisSessionStore::Open(address, options.timeout, options.max_snapshot_bytes);
+    auto store =
+        RedisSessionStore::Open(address, options.timeout, options.max_snapshot_bytes,
+                                options.lease_duration, NewLeaseToken(options.lease_address));
     if (!store.ok()) return store.status();
     return std::unique_ptr<SessionStore>(*std::move(store));
   }

@@ -25,6 +25,8 @@
 
 namespace attnserve::server {
 
+class SessionLeases;
+
 class SessionStore {
  public:
   virtual ~SessionStore() = default;
@@ -40,6 +42,10 @@ class SessionStore {
   virtual absl::Status Delete(const std::string& id) = 0;
   // For the start-up log, e.g. "dir:/var/lib/attnserve (at most 8589934592 bytes)".
   virtual std::string Describe() const = 0;
+  // The store's leases (session_lease.h), when it has them: then Put and Delete are fenced by
+  // this process's lease token and may answer LeaseLost. Null for a store without (dir:, which
+  // serves one replica: see dir_session_store.h).
+  virtual SessionLeases* leases() { return nullptr; }
 };
 
 // --max_snapshot_bytes's default.
@@ -58,6 +64,10 @@ struct SessionStoreOptions {
   absl::Duration timeout = absl::Seconds(1);
   // Both: the largest snapshot written or read (--max_snapshot_bytes, as ImportSession's).
   int64_t max_snapshot_bytes = kDefaultMaxSnapshotBytes;
+  // redis: the leases' duration (--session_lease_ms; zero: no leases) and what this process
+  // advertises in its token (--advertise_address, else its instance name).
+  absl::Duration lease_duration = absl::ZeroDuration();
+  std::string lease_address;
 };
 
 // Opens the store that `spec` names: "dir:PATH" (the folder is created) or

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/thread_name.h"
 #include "server/client_text.h"
+#include "server/sessions/session_lease.h"
 #include "server/sessions/session_persistence.h"
 #include "server/sessions/session_snapshot.h"
 
@@ -23,6 +24,8 @@ const char* EvictionReasonName(EvictionReason reason) {
       return "spilled";
     case EvictionReason::kClosed:
       return "closed";
+    case EvictionReason::kLeaseLost:
+      return "lease_lost";
   }
   return "unknown";
 }
@@ -64,6 +67,9 @@ SessionUse::~SessionUse() {
 SessionTable::SessionTable(SessionLimits limits, EvictionListener listener,
                            SessionPersistence* persistence)
     : limits_(limits), listener_(std::move(listener)), persistence_(persistence) {
+  if (persistence_ != nullptr && persistence_->leased()) {
+    persistence_->SetLeaseLostListener([this](const std::string& id) { DropLost(id); });
+  }
   reaper_ = std::thread([this] {
     NameThisThread("session-reaper");
     absl::MutexLock lock(&reaper_mu_);
@@ -76,6 +82,7 @@ SessionTable::SessionTable(SessionLimits limits, EvictionListener listener,
 }
 
 SessionTable::~SessionTable() {
+  if (persistence_ != nullptr) persistence_->SetLeaseLostListener(nullptr);
   {
     absl::MutexLock lock(&reaper_mu_);
     stop_reaper_ = true;
@@ -115,17 +122,28 @@ absl::StatusOr<SessionUse> SessionTable::Create(const model::Model* model, absl:
   const int64_t bytes = model->StateBytesPerSequence(0);
   auto session =
       std::make_shared<Session>(id.empty() ? NewId() : id, model, ttl, *std::move(state), owner);
+  // Its lease first (outside the admission lock: a call to the store). A given id may be
+  // another replica's session (LeaseHeldElsewhere); a new random one is nobody's.
+  if (persistence_ != nullptr) {
+    if (absl::Status leased = persistence_->AcquireLease(session->id(), /*fresh=*/id.empty());
+        !leased.ok()) {
+      return leased;
+    }
+  }
   SessionUse use(session);
   absl::MutexLock admission(&admission_mu_);
   if (!id.empty()) {
     // Every insertion holds admission_mu_, so the id cannot appear between this and the insert.
     Shard& shard = ShardFor(id);
     absl::MutexLock lock(&shard.mu);
-    if (shard.sessions.contains(id)) {
+    if (shard.sessions.contains(id)) {  // the lease stays: it is the open session's
       return absl::AlreadyExistsError(absl::StrCat("session '", id, "' is open"));
     }
   }
-  if (absl::Status admitted = InsertLocked(session, bytes); !admitted.ok()) return admitted;
+  if (absl::Status admitted = InsertLocked(session, bytes); !admitted.ok()) {
+    if (persistence_ != nullptr) persistence_->ReleaseLease(session->id());
+    return admitted;
+  }
   return use;
 }
 
@@ -164,7 +182,21 @@ absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id, const Caller
     auto it = shard.sessions.find(id);
     if (it != shard.sessions.end()) {
       if (!caller.CanAccess(it->second->owner())) return NoSession(id);
-      return SessionUse(it->second);
+      if (persistence_ == nullptr || persistence_->LeaseFresh(id)) return SessionUse(it->second);
+    }
+  }
+  if (persistence_ != nullptr && persistence_->leased()) {
+    // In memory with a lease not confirmed lately (or being restored): ask the store.
+    std::shared_ptr<Session> held;
+    {
+      Shard& shard = ShardFor(id);
+      absl::MutexLock lock(&shard.mu);
+      auto it = shard.sessions.find(id);
+      if (it != shard.sessions.end()) held = it->second;
+    }
+    if (held != nullptr) {
+      if (absl::Status confirmed = ConfirmLease(*held); !confirmed.ok()) return confirmed;
+      return SessionUse(held);
     }
   }
   return Restore(id, caller);
@@ -210,9 +242,23 @@ std::shared_ptr<Session> SessionTable::FromSnapshot(SessionSnapshot snapshot) {
 }
 
 absl::StatusOr<SessionUse> SessionTable::Restore(const std::string& id, const Caller& caller) {
-  absl::StatusOr<SessionSnapshot> snapshot = LoadFor(id, caller);
-  if (!snapshot.ok()) return snapshot.status();
+  if (persistence_ == nullptr) return NoSession(id);
+  if (absl::Status leased = persistence_->AcquireLease(id, /*fresh=*/false); !leased.ok()) {
+    return leased;
+  }
+  absl::StatusOr<SessionSnapshot> snapshot = persistence_->Load(id);
+  if (!snapshot.ok() || !caller.CanAccess(snapshot->owner)) {
+    if (snapshot.status().code() == absl::StatusCode::kNotFound) {
+      persistence_->ForgetLease(id);  // nothing to protect: leave no keys behind
+    } else {
+      persistence_->ReleaseLease(id);
+    }
+    return snapshot.ok() || snapshot.status().code() == absl::StatusCode::kNotFound
+               ? NoSession(id)
+               : snapshot.status();
+  }
   absl::StatusOr<SessionUse> use = Admit(*std::move(snapshot), /*existing_ok=*/true);
+  if (!use.ok()) persistence_->ReleaseLease(id);
   // Restored meanwhile by another call: that one's owner is the snapshot's too.
   if (use.ok() && !caller.CanAccess((*use)->owner())) return NoSession(id);
   return use;
@@ -240,6 +286,7 @@ absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot, const 
           absl::StrCat("session '", id, "' is already in this instance's session store"));
     }
   }
+  const bool leased = persistence_ != nullptr && persistence_->leased();
   if (snapshot.ttl > limits_.max_ttl) {
     return absl::InvalidArgumentError(absl::StrCat(
         "session '", id, "' in the snapshot has a TTL of ", absl::ToInt64Seconds(snapshot.ttl),
@@ -251,7 +298,16 @@ absl::StatusOr<SessionUse> SessionTable::Import(SessionSnapshot snapshot, const 
                      absl::ToInt64Seconds(snapshot.idle), " s, TTL ",
                      absl::ToInt64Seconds(snapshot.ttl), " s)"));
   }
-  return Admit(std::move(snapshot), /*existing_ok=*/false);
+  if (leased) {
+    if (absl::Status lease = persistence_->AcquireLease(id, /*fresh=*/false); !lease.ok()) {
+      return lease;
+    }
+  }
+  absl::StatusOr<SessionUse> use = Admit(std::move(snapshot), /*existing_ok=*/false);
+  if (!use.ok() && leased && use.status().code() != absl::StatusCode::kAlreadyExists) {
+    persistence_->ReleaseLease(id);
+  }
+  return use;
 }
 
 absl::StatusOr<SessionUse> SessionTable::Admit(SessionSnapshot snapshot, bool existing_ok) {
@@ -326,6 +382,7 @@ absl::Status SessionTable::Close(const std::string& id, const Caller& caller) {
       }
     }
     absl::Status removed = persistence_->RemoveNow(id);
+    if (IsLeaseLost(removed)) return LeaseHeldElsewhere(id, *LeaseOwnerOf(removed));
     // A restore that raced with this Close may have admitted it meanwhile: take it out too.
     if (std::shared_ptr<Session> restored = Remove(id, /*only_if_idle=*/false, &caller)) {
       Evicted(restored, EvictionReason::kClosed);
@@ -360,8 +417,11 @@ std::shared_ptr<Session> SessionTable::TakeForRoom(const std::string& id, Evicti
   auto it = shard.sessions.find(id);
   // Idle, and staying so: new users come only through Get, under this lock.
   if (it == shard.sessions.end() || it->second->in_use()) return nullptr;
-  if (persistence_ != nullptr && persistence_->Save(*it->second)) {
+  if (persistence_ != nullptr &&
+      persistence_->Save(*it->second, absl::InfinitePast(), /*release=*/true)) {
     // Queued before it leaves the table, so a Get that misses it finds the queued snapshot.
+    // Its lease is released once that write is done.
+    persistence_->SpilledLease(id);
     *reason = EvictionReason::kSpilled;
   } else if (limits_.evict_when_full) {
     *reason = EvictionReason::kCapacity;
@@ -445,6 +505,7 @@ DrainSaveCounts SessionTable::SaveAtDrain(absl::Time deadline) {
   counts.changed = static_cast<int>(dropped.size() + writing.size());
   counts.unwritten = static_cast<int>(dropped.size());
   persistence_->Flush(deadline);
+  counts.leases_released = persistence_->ReleaseLeases();
   for (const std::string& id : writing) {
     switch (persistence_->ProgressOf(id)) {
       case SessionPersistence::Progress::kDone:

@@ -12,6 +12,13 @@
 // Close) and restored whole, so a client resumes it after a restart, on any replica that
 // shares the store.
 //
+// With a store that has leases (session_lease.h) a session is in memory only under its lease:
+// Create, a restore and Import take it (a session leased by another replica is
+// LeaseHeldElsewhere: UNAVAILABLE naming that replica), Get and ConfirmLease ask the store
+// again when it was last confirmed longer ago than its duration (after a pause such as SIGSTOP),
+// and a lease found taken drops this copy (EvictionReason::kLeaseLost) without touching the
+// store's (the implementation of these is in session_table_leases.cc).
+//
 // Ownership: the table and the callers running a request share a Session through
 // shared_ptr; a closed or evicted session is marked closed and dropped from the table, and
 // whoever still holds it sees `closed()` and stops.
@@ -43,9 +50,9 @@ class SessionPersistence;
 struct SessionSnapshot;
 
 // Why a session left memory: its TTL passed; dropped or spilled to the session store to make
-// room; closed.
-enum class EvictionReason { kTtl, kCapacity, kSpilled, kClosed };
-// "ttl", "capacity", "spilled", "closed"
+// room; closed; its lease was taken by another replica (session_lease.h: this copy is stale).
+enum class EvictionReason { kTtl, kCapacity, kSpilled, kClosed, kLeaseLost };
+// "ttl", "capacity", "spilled", "closed", "lease_lost"
 const char* EvictionReasonName(EvictionReason reason);
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -79,6 +86,9 @@ class Session : public std::enable_shared_from_this<Session> {
   int64_t state_bytes() const { return state_bytes_.load(); }
   int64_t last_sequence() const { return last_sequence_.load(); }
   bool closed() const { return closed_.load(); }
+  // Closed because another replica took its lease (this copy is stale; the session lives on
+  // there).
+  bool moved() const { return moved_.load(); }
   bool attached() const { return attached_.load() > 0; }
   absl::Time last_used() const { return absl::FromUnixNanos(last_used_ns_.load()); }
   // In use: a request is running or queued, or a stream is attached. Such a session is never
@@ -134,6 +144,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<int> users_{0};
   std::atomic<int> attached_{0};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> moved_{false};
 };
 
 struct SessionLimits {
@@ -148,11 +159,12 @@ struct SessionLimits {
 
 // What SessionTable::SaveAtDrain did, in sessions: saved + failed + unwritten == changed.
 struct DrainSaveCounts {
-  int changed = 0;    // sessions the store lacked: changed since queued for writing, or whose
-                      // write (a checkpoint, a spill) was still queued
-  int saved = 0;      // written to the store by the deadline
-  int failed = 0;     // whose write the store refused (tried again until the deadline)
-  int unwritten = 0;  // otherwise not written: no room in the write queue, or not yet tried
+  int changed = 0;          // sessions the store lacked: changed since queued for writing, or whose
+                            // write (a checkpoint, a spill) was still queued
+  int saved = 0;            // written to the store by the deadline
+  int failed = 0;           // whose write the store refused (tried again until the deadline)
+  int unwritten = 0;        // otherwise not written: no room in the write queue, or not yet tried
+  int leases_released = 0;  // with leases: released once their sessions' writes were done
 };
 
 // Marks a session in use for the lifetime of the guard (it cannot expire or be evicted).
@@ -228,6 +240,12 @@ class SessionTable {
   // budget (evicting idle sessions when configured), or RESOURCE_EXHAUSTED naming the budget.
   absl::Status Reserve(Session& session, int64_t new_bytes);
 
+  // Before a request on a session in memory (a stream's append): OK when this replica holds
+  // its lease (asking the store when it was not confirmed within its duration). Else the
+  // session is dropped from memory and the answer is LeaseHeldElsewhere (UNAVAILABLE with the
+  // holder's address) or UNAVAILABLE (the store cannot confirm it). Always OK without leases.
+  absl::Status ConfirmLease(Session& session);
+
   // Removes the sessions idle beyond their TTL; returns how many. The reaper calls it.
   int ReapExpired(absl::Time now);
 
@@ -280,6 +298,11 @@ class SessionTable {
   // fit. Returns whether they fit.
   bool MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const Session* keep);
   std::string NewId();
+  // Takes `id` out of memory after its lease was lost, leaving the store alone; the session is
+  // marked closed. Whether it was there.
+  bool DropLost(const std::string& id);
+  // The error for a session whose lease this replica lost: where it is now held.
+  absl::Status LostTo(const std::string& id);
   // The sessions whose changes the store lacks.
   std::vector<std::shared_ptr<Session>> Unsaved() const;
 

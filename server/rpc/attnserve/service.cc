@@ -24,7 +24,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* context,
                                     const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(ToGrpcStatus(status, context));
   return reactor;
 }
 
@@ -201,7 +201,7 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
     inflight_.fetch_sub(1);
     Record("Infer", response->model().empty() ? request->model() : response->model(), submitted,
            SecondsSince(arrival));
-    reactor->Finish(ToGrpcStatus(submitted));
+    reactor->Finish(ToGrpcStatus(submitted, context));
   }
   return reactor;
 }

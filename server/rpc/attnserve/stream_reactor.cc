@@ -279,6 +279,8 @@ class AttnServeService::StreamReactor final
     if (!session_.has_value()) {
       return absl::FailedPreconditionError("append before open: send open first");
     }
+    // Still this replica's (a pause past its lease lets another take it over).
+    RETURN_IF_ERROR(service_->sessions_.ConfirmLease(**session_));
     RETURN_IF_ERROR(ValidateOutputSpec(append.output()));
     const bool generate = append.has_generate();
     if (generate) {
@@ -519,7 +521,7 @@ class AttnServeService::StreamReactor final
       absl::MutexLock lock(&mu_);
       if (finish_requested_) return;
       finish_requested_ = true;
-      finish_status_ = ToGrpcStatus(status);
+      finish_status_ = ToGrpcStatus(status, context_);
       finish = !writing_ && TakeFinishLocked();
     }
     if (finish) Finish(finish_status_);
