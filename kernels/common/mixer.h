@@ -68,6 +68,9 @@ struct MixerConfig {
   // linformer: projected length k and the longest input (E, F are (max_len, k)).
   int64_t linformer_k = 64;
   int64_t max_len = 4096;
+  // linformer: an input longer than max_len gets E and F interpolated to its length (else it
+  // is refused). kernels/linformer/linformer_attention.h.
+  bool linformer_interpolate = false;
   // mamba (Mamba-1): d_inner = expand * d_model; dt_rank 0 means ceil(d_model / 16).
   int64_t d_state = 16;
   int64_t d_conv = 4;

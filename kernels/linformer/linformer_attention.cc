@@ -36,7 +36,7 @@ class LinformerMixer final : public Mixer {
     if (state != nullptr) return CannotStream("Prefill with a state");
     RETURN_IF_ERROR(CheckFloatTensor(x, "x", {-1, -1, config_.d_model}, projections_.device()));
     const int64_t length = x.size(1);
-    if (length > config_.max_len) {
+    if (length > config_.max_len && !config_.linformer_interpolate) {
       return absl::InvalidArgumentError(
           absl::StrCat("sequence length ", length, " exceeds linformer max_len ", config_.max_len,
                        " (E and F have max_len rows); split the input or "
@@ -44,14 +44,18 @@ class LinformerMixer final : public Mixer {
     }
     return GuardTorch("linformer Prefill", [&]() -> absl::StatusOr<at::Tensor> {
       auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);  // (B, H, L, d)
+      // Past max_len (linformer_extend "interpolate"): E and F stretched to L rows.
+      const bool stretch = length > config_.max_len;
+      const at::Tensor e = stretch ? InterpolateLinformerProjection(e_, length) : e_;
+      const at::Tensor f = stretch ? InterpolateLinformerProjection(f_, length) : f_;
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
       if (q.is_cuda()) {
-        return projections_.ProjectOutput(linformer::LinformerAttentionCuda(q, k, v, e_, f_));
+        return projections_.ProjectOutput(linformer::LinformerAttentionCuda(q, k, v, e, f));
       }
 #endif
       // (k, L) @ (B, H, L, d) -> (B, H, k, d): the sequence projected to k rows per head.
-      const at::Tensor k_projected = at::matmul(e_.narrow(0, 0, length).t(), k);
-      const at::Tensor v_projected = at::matmul(f_.narrow(0, 0, length).t(), v);
+      const at::Tensor k_projected = at::matmul(e.narrow(0, 0, length).t(), k);
+      const at::Tensor v_projected = at::matmul(f.narrow(0, 0, length).t(), v);
       const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim()));
       const at::Tensor scores = at::matmul(q.mul(scale), k_projected.transpose(-1, -2));
       return projections_.ProjectOutput(at::matmul(at::softmax(scores, -1), v_projected));
@@ -80,6 +84,17 @@ class LinformerMixer final : public Mixer {
 };
 
 }  // namespace
+
+at::Tensor InterpolateLinformerProjection(const at::Tensor& projection, int64_t length) {
+  const int64_t rows = projection.size(0);
+  // (rows, k) as k channels over `rows` positions -> `length` positions, half-pixel centres
+  // (align_corners false): position i samples (i + 0.5) * rows / length - 0.5.
+  const at::Tensor stretched =
+      at::upsample_linear1d(projection.t().unsqueeze(0), {length}, /*align_corners=*/false)
+          .squeeze(0)
+          .t();
+  return stretched.mul(static_cast<double>(rows) / static_cast<double>(length)).contiguous();
+}
 
 std::vector<WeightSpec> ExpectedLinformerWeights(const MixerConfig& config) {
   std::vector<WeightSpec> specs = AttentionProjectionSpecs(config);

@@ -9,7 +9,13 @@
 //
 // Not causal (every output mixes all positions through E and F), so it never streams:
 // InitialState, Step and Prefill with a non-null state return FailedPrecondition, and
-// StateBytesPerSequence is 0. An input longer than max_len is InvalidArgument.
+// StateBytesPerSequence is 0. An input longer than max_len is InvalidArgument, unless
+// config.linformer_interpolate: then E and F are interpolated to its length L
+// (InterpolateLinformerProjection), as the seeds suggest for inputs past the trained length.
+//
+// E and F project positions, summing over them: a projection stretched from max_len to L
+// rows is multiplied by max_len / L, so that a stretch of the input keeps the projected
+// keys' and values' scale (and the softmax's temperature).
 //
 // The factory functions are declared in kernels/common/mixer_registry.h; callers use
 // CreateMixer in mixer.h.
@@ -23,5 +29,10 @@ namespace attnserve::kernels {
 // Names of the sequence projections in the WeightMap.
 inline constexpr char kLinformerE[] = "E";
 inline constexpr char kLinformerF[] = "F";
+
+// `projection` (rows, k) linearly interpolated along its rows to (length, k), half-pixel
+// centres (row i samples position (i + 0.5) * rows / length - 0.5, clamped to the ends, as
+// torch's interpolate(mode="linear", align_corners=False)), times rows / length.
+at::Tensor InterpolateLinformerProjection(const at::Tensor& projection, int64_t length);
 
 }  // namespace attnserve::kernels

@@ -77,6 +77,7 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   if (!linformer) {
     a.clear_linformer_k();
     a.clear_linformer_max_len();
+    a.clear_linformer_extend();
   }
   if (!mamba) {
     a.clear_state_size();
@@ -90,6 +91,12 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
 }
 
 }  // namespace
+
+std::string Model::LengthNote(int64_t length) const {
+  if (interpolates_past_ == 0 || length <= interpolates_past_) return "";
+  return absl::StrCat("linformer E and F interpolated from ", interpolates_past_, " to ", length,
+                      " rows (linformer_extend)");
+}
 
 int64_t ModelState::Bytes() const {
   int64_t bytes = 0;
@@ -280,8 +287,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }
     layer.mixer = *std::move(mixer);
     m->can_stream_ = m->can_stream_ && layer.mixer->can_stream();
-    if (mixer_config.kind == kernels::MixerKind::kLinformer) {
+    if (mixer_config.kind == kernels::MixerKind::kLinformer && !mixer_config.linformer_interpolate) {
       m->max_sequence_length_ = std::min(m->max_sequence_length_, mixer_config.max_len);
+    }
+    if (mixer_config.kind == kernels::MixerKind::kLinformer && mixer_config.linformer_interpolate) {
+      m->interpolates_past_ = m->interpolates_past_ == 0
+                                  ? mixer_config.max_len
+                                  : std::min(m->interpolates_past_, mixer_config.max_len);
     }
     if (c.intermediate_size() > 0 && !owns_norms) {
       layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());

@@ -85,6 +85,10 @@ class Model {
   // The longest sequence the model takes: config.max_sequence_length, or less where a layer
   // is bounded (a Linformer layer's E and F have linformer_max_len rows).
   int64_t max_sequence_length() const { return max_sequence_length_; }
+  // A note for a response when a request of `length` tokens takes a layer past what it was
+  // trained for (a Linformer layer with linformer_extend "interpolate": its E and F
+  // interpolated), else empty.
+  std::string LengthNote(int64_t length) const;
   // Whether every layer can stream (a session can continue from a state and step).
   bool can_stream() const { return can_stream_; }
   // Bytes of state one sequence holds after `position` tokens.
@@ -153,6 +157,7 @@ class Model {
   bool can_stream_ = true;
   int64_t max_sequence_length_ = 0;
   uint64_t fingerprint_ = 0;
+  int64_t interpolates_past_ = 0;  // the shortest interpolating Linformer's max_len; 0: none
   std::optional<ModelText> text_;
 };
 

@@ -222,6 +222,12 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
           " layers halves the hidden state until LayerNorm's epsilon overflows float32"));
     }
   }
+  if (!c.linformer_extend().empty() && c.linformer_extend() != "interpolate") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: linformer_extend must be \"\" (refuse inputs longer than linformer_max_len) "
+        "or \"interpolate\", got \"",
+        c.linformer_extend(), "\""));
+  }
   if (c.rwkv_attention_size() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("config: rwkv_attention_size must be >= 0 (0: hidden_size), got ",
@@ -255,6 +261,7 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.performer_seed = c.performer_seed() + static_cast<uint64_t>(layer);  // one draw per layer
   m.linformer_k = c.linformer_k();
   m.max_len = c.linformer_max_len();
+  m.linformer_interpolate = c.linformer_extend() == "interpolate";
   m.d_state = c.state_size();
   m.d_conv = c.conv_kernel();
   m.expand = c.expand();

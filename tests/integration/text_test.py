@@ -38,17 +38,24 @@ def neox_tokenizer(source_dir):
     raise RuntimeError("../shared/tokenizers/gpt-neox-20b/tokenizer.json is missing")
 
 
-def write_attention_folder(out, vocab, seed, tokenizer=None, eos=None):
-    """A small causal attention model (attnserve's schema) with random weights."""
+def write_attention_folder(out, vocab, seed, tokenizer=None, eos=None, layers=("standard",) * 2,
+                           extra_config=None):
+    """A small attention model (attnserve's schema, causal standard layers by default) with
+    random weights; linformer layers get E and F of extra_config's linformer_max_len rows."""
     import random
     rng = random.Random(seed)
     d, m = 32, 48
+    extra_config = extra_config or {}
     shapes = {"backbone.embeddings.weight": (vocab, d)}
-    for i in range(2):
+    for i, layer in enumerate(layers):
         pre = f"backbone.layers.{i}."
         shapes[pre + "norm.weight"] = (d,)
         for name in ["q_proj", "k_proj", "v_proj", "o_proj"]:
             shapes[pre + f"mixer.{name}.weight"] = (d, d)
+        if layer == "linformer":
+            for name in ["E", "F"]:
+                shapes[pre + f"mixer.{name}"] = (extra_config["linformer_max_len"],
+                                                  extra_config["linformer_k"])
         shapes[pre + "mlp_norm.weight"] = (d,)
         shapes[pre + "mlp.gate_proj.weight"] = (m, d)
         shapes[pre + "mlp.up_proj.weight"] = (m, d)
@@ -72,8 +79,8 @@ def write_attention_folder(out, vocab, seed, tokenizer=None, eos=None):
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
     cfg = {"model_type": "attnserve", "vocab_size": vocab, "hidden_size": d, "num_heads": 2,
-           "layers": ["standard", "standard"], "intermediate_size": m, "norm_epsilon": 1e-6,
-           "tie_word_embeddings": True, "max_sequence_length": 2048}
+           "layers": list(layers), "intermediate_size": m, "norm_epsilon": 1e-6,
+           "tie_word_embeddings": True, "max_sequence_length": 2048, **extra_config}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f)
     if tokenizer:

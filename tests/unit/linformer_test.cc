@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -90,6 +93,92 @@ TEST(LinformerTest, AcceptsMaxLenAndRejectsLongerInputsNamingBothLengths) {
   EXPECT_TRUE(mixer->Prefill(RandomTensor({1, 4096, 16}, 3), nullptr).ok());
   ExpectError(mixer->Prefill(at::zeros({1, 5000, 16}), nullptr), absl::StatusCode::kInvalidArgument,
               "sequence length 5000 exceeds linformer max_len 4096");
+}
+
+TEST(LinformerTest, InterpolationMatchesItsFloat64Reference) {
+  // The interpolation alone, shrinking nothing and stretching by whole and odd factors.
+  for (const auto& [rows, length] : std::vector<std::pair<int64_t, int64_t>>{
+           {4, 4}, {4, 9}, {64, 128}, {100, 333}, {300, 1024}}) {
+    const at::Tensor e = RandomTensor({rows, 24}, rows + length);
+    EXPECT_LE(MaxRelativeError(InterpolateLinformerProjection(e, length),
+                               LinformerInterpolationReference(e, length)),
+              kTolerance)
+        << rows << " -> " << length;
+  }
+  // The whole mixer past max_len, against the reference with the stretched E and F.
+  const std::vector<LinformerCase> cases = {
+      {1, 2, 16, 8, 64, 65}, {2, 2, 32, 16, 100, 257}, {1, 4, 16, 32, 256, 1000}};
+  uint64_t seed = 40;
+  for (const LinformerCase& c : cases) {
+    MixerConfig config = LinformerConfig(c.heads, c.head_dim, c.k, c.max_len);
+    config.linformer_interpolate = true;
+    const WeightMap weights = RandomWeights(config, seed++);
+    auto mixer = MakeMixer(config, weights);
+    ASSERT_NE(mixer, nullptr);
+    const at::Tensor x = RandomTensor({c.batch, c.length, config.d_model}, seed++);
+    auto got = mixer->Prefill(x, nullptr);
+    auto want = LinformerReference(weights, x, c.heads, /*interpolate=*/true);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_TRUE(want.ok()) << want.status();
+    // Float32 sums over up to 1000 positions: a little looser than the 1e-5 of shorter inputs.
+    EXPECT_LE(MaxRelativeError(*got, *want), 5e-5) << "L=" << c.length;
+    // Within max_len nothing changes.
+    const at::Tensor short_x = x.narrow(1, 0, c.max_len);
+    auto plain = MakeMixer(LinformerConfig(c.heads, c.head_dim, c.k, c.max_len), weights);
+    EXPECT_TRUE(at::equal(*mixer->Prefill(short_x, nullptr), *plain->Prefill(short_x, nullptr)));
+  }
+}
+
+// What interpolation costs in accuracy (docs/benchmarks.md quotes this test's output): the same
+// layer on a sequence r times max_len long, interpolated, against the layer at its trained
+// length. Two inputs: every token repeated r times (the first of each run is compared with the
+// trained output at its position), for which stretching E and F is right when they are smooth
+// along the length axis; and a random continuation of the trained-length input (its first
+// max_len outputs compared). Two kinds of E and F: smooth (four cosines along the length, as a
+// projection that varies slowly with position) and the random-weight default (independent
+// rows: interpolation mixes neighbours that have nothing in common).
+TEST(LinformerTest, InterpolationAccuracyPastTheTrainedLength) {
+  const int64_t max_len = 256, k = 64;
+  MixerConfig config = LinformerConfig(4, 16, k, max_len);
+  config.linformer_interpolate = true;
+  WeightMap random_weights = RandomWeights(config, 77);
+  WeightMap smooth_weights = random_weights;
+  const at::Tensor position = (at::arange(max_len, at::kDouble) + 0.5) / max_len;  // (N)
+  for (const char* name : {kLinformerE, kLinformerF}) {
+    const at::Tensor amplitude = RandomTensor({4, k}, name[0]).to(at::kDouble);
+    at::Tensor smooth = at::zeros({max_len, k}, at::kDouble);
+    for (int f = 0; f < 4; ++f) {
+      smooth += at::cos(position * (M_PI * (f + 1))).unsqueeze(1) * amplitude[f].unsqueeze(0);
+    }
+    smooth_weights[name] = (smooth / std::sqrt(static_cast<double>(k))).to(at::kFloat);
+  }
+  const at::Tensor base = RandomTensor({1, max_len, config.d_model}, 78);
+  for (const auto& [kind, weights] : std::vector<std::pair<const char*, const WeightMap*>>{
+           {"smooth", &smooth_weights}, {"random", &random_weights}}) {
+    auto mixer = MakeMixer(config, *weights);
+    ASSERT_NE(mixer, nullptr);
+    const at::Tensor trained = *mixer->Prefill(base, nullptr);
+    const auto relative = [&](const at::Tensor& got) {
+      return (got - trained).norm().item<double>() / trained.norm().item<double>();
+    };
+    for (const int64_t r : {2, 4}) {
+      const at::Tensor out = *mixer->Prefill(base.repeat_interleave(r, 1), nullptr);
+      const double stretched = relative(out.index_select(1, at::arange(0, max_len * r, r)));
+      const at::Tensor longer =
+          at::cat({base, RandomTensor({1, max_len * (r - 1), config.d_model}, 79 + r)}, 1);
+      const double continued = relative(mixer->Prefill(longer, nullptr)->narrow(1, 0, max_len));
+      std::printf("linformer interpolation %ldx (max_len %ld -> %ld), %s E and F: relative L2 "
+                  "error %.4f on a stretched input, %.4f on the prefix of a random continuation\n",
+                  static_cast<long>(r), static_cast<long>(max_len), static_cast<long>(max_len * r),
+                  kind, stretched, continued);
+      EXPECT_TRUE(std::isfinite(stretched) && std::isfinite(continued));
+      if (std::string(kind) == "smooth") {
+        // What interpolation is right for: smooth projections, a stretched input.
+        EXPECT_LT(stretched, 0.05);
+        EXPECT_LT(stretched, 0.25 * continued);
+      }
+    }
+  }
 }
 
 TEST(LinformerTest, CannotStream) {

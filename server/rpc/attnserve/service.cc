@@ -151,6 +151,10 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
     response->set_policy_reason(decision->reason);
     job->model = decision->model;
   }
+  // Past a layer's trained length (an interpolating Linformer), the response says so.
+  if (const std::string note = job->model->LengthNote(job->tokens.size(1)); !note.empty()) {
+    response->set_policy_reason(absl::StrCat(response->policy_reason(), "; ", note));
+  }
   job->deadline = CallDeadline(*context);
   job->is_cancelled = [context] { return context->IsCancelled(); };
   job->on_done = [this, reactor, request, response, arrival, session, decision](
