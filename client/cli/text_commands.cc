@@ -26,14 +26,15 @@ int RunTokenize(Printer& out) {
   req.set_no_special_tokens(absl::GetFlag(FLAGS_no_special_tokens));
   auto stub = v1::AttnServe::NewStub(client::MakeChannel(absl::GetFlag(FLAGS_target)));
   grpc::ClientContext ctx;
-  if (absl::GetFlag(FLAGS_timeout) > 0) ctx.set_deadline(client::DeadlineAfter(absl::GetFlag(FLAGS_timeout)));
+  if (absl::GetFlag(FLAGS_timeout) > 0)
+    ctx.set_deadline(client::DeadlineAfter(absl::GetFlag(FLAGS_timeout)));
   v1::TokenizeResponse resp;
   if (grpc::Status status = stub->Tokenize(&ctx, req, &resp); !status.ok()) {
     out.Error("tokenize", status);
     return kExitCallFailed;
   }
-  out.Message(resp, absl::StrCat(absl::StrJoin(resp.tokens(), " "), "\n(", resp.count(),
-                                 " tokens)"));
+  out.Message(resp,
+              absl::StrCat(absl::StrJoin(resp.tokens(), " "), "\n(", resp.count(), " tokens)"));
   return kExitOk;
 }
 
@@ -54,7 +55,8 @@ int RunDetokenize(Printer& out) {
   req.set_skip_special_tokens(absl::GetFlag(FLAGS_skip_special_tokens));
   auto stub = v1::AttnServe::NewStub(client::MakeChannel(absl::GetFlag(FLAGS_target)));
   grpc::ClientContext ctx;
-  if (absl::GetFlag(FLAGS_timeout) > 0) ctx.set_deadline(client::DeadlineAfter(absl::GetFlag(FLAGS_timeout)));
+  if (absl::GetFlag(FLAGS_timeout) > 0)
+    ctx.set_deadline(client::DeadlineAfter(absl::GetFlag(FLAGS_timeout)));
   v1::DetokenizeResponse resp;
   if (grpc::Status status = stub->Detokenize(&ctx, req, &resp); !status.ok()) {
     out.Error("detokenize", status);

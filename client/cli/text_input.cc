@@ -23,15 +23,15 @@ bool CheckExclusive(Printer& out, const std::string& sub) {
     return false;
   }
   if (TokenFlagsGiven()) {
-    out.Problem(sub, "give text (--text, --text_file) or token ids (--tokens, --tokens_file, "
-                     "--random_tokens), not both");
+    out.Problem(sub,
+                "give text (--text, --text_file) or token ids (--tokens, --tokens_file, "
+                "--random_tokens), not both");
     return false;
   }
   return true;
 }
 
-std::unique_ptr<std::istream> OpenSource(Printer& out, const std::string& sub,
-                                         std::istream** in) {
+std::unique_ptr<std::istream> OpenSource(Printer& out, const std::string& sub, std::istream** in) {
   if (!absl::GetFlag(FLAGS_text).empty()) {
     auto s = std::make_unique<std::istringstream>(absl::GetFlag(FLAGS_text));
     *in = s.get();

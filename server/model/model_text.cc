@@ -84,13 +84,12 @@ absl::StatusOr<std::optional<ModelText>> LoadModelText(const std::string& dir,
   if (!json) return std::optional<ModelText>();
   auto tokenizer = server::text::TokenizerFromJson(*json);
   if (!tokenizer.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, "/", tokenizer.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/", tokenizer.status().message()));
   }
   if ((*tokenizer)->vocab_size() > model_vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, "/tokenizer.json has ids up to ", (*tokenizer)->vocab_size() - 1,
-        "; the model's vocabulary has ", model_vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/tokenizer.json has ids up to ", (*tokenizer)->vocab_size() - 1,
+                     "; the model's vocabulary has ", model_vocab_size));
   }
   ModelText text;
   text.end_of_text_ids = EndOfTextIds(folder, **tokenizer);

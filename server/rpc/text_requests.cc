@@ -21,16 +21,15 @@ absl::StatusOr<std::vector<int64_t>> TokenizeForModel(const model::Model& model,
         "token ids instead of ", what));
   }
   if (static_cast<int64_t>(text.size()) > limits.max_text_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, " is ", text.size(),
-                                                     " bytes, above --max_text_bytes=",
-                                                     limits.max_text_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        what, " is ", text.size(), " bytes, above --max_text_bytes=", limits.max_text_bytes));
   }
   if (text.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   absl::StatusOr<std::vector<int64_t>> ids =
       mt->tokenizer->Encode(text, add_special_tokens, max_tokens, what);
   if (!ids.ok() && ids.status().code() == absl::StatusCode::kResourceExhausted) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, " is more than ", max_tokens, " tokens (--max_tokens_per_request)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, " is more than ", max_tokens, " tokens (--max_tokens_per_request)"));
   }
   if (ids.ok() && ids->empty()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " gives no tokens"));
@@ -49,19 +48,17 @@ absl::StatusOr<TextDecision> ResolveText(const Policy& policy, const std::string
   const bool automatic = name.empty() || name == "auto";
   // Every byte-level token holds at least one byte: the bytes bound the token count.
   ASSIGN_OR_RETURN(PolicyDecision first,
-                   policy.Resolve(name, automatic ? static_cast<int64_t>(text.size()) : 0,
-                                  stream));
-  ASSIGN_OR_RETURN(std::vector<int64_t> ids, TokenizeForModel(*first.model, text,
-                                                              add_special_tokens, max_tokens,
-                                                              limits));
+                   policy.Resolve(name, automatic ? static_cast<int64_t>(text.size()) : 0, stream));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                   TokenizeForModel(*first.model, text, add_special_tokens, max_tokens, limits));
   if (!automatic) return TextDecision{std::move(first), std::move(ids)};
   ASSIGN_OR_RETURN(PolicyDecision chosen,
                    policy.Resolve(name, static_cast<int64_t>(ids.size()), stream));
   const model::ModelText* a = first.model->text();
   const model::ModelText* b = chosen.model->text();
   if (b == nullptr || a->tokenizer != b->tokenizer) {
-    ASSIGN_OR_RETURN(ids, TokenizeForModel(*chosen.model, text, add_special_tokens, max_tokens,
-                                           limits));
+    ASSIGN_OR_RETURN(ids,
+                     TokenizeForModel(*chosen.model, text, add_special_tokens, max_tokens, limits));
   }
   return TextDecision{std::move(chosen), std::move(ids)};
 }
@@ -80,8 +77,8 @@ absl::StatusOr<std::shared_ptr<text::GenerationText>> AttachGenerationText(
   options.stop_strings = stops.stop_strings;
   for (const int64_t id : stops.stop_token_ids) {
     if (id < 0 || id >= model.vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("stop token id ", id, " is outside [0, ",
-                                                     model.vocab_size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop token id ", id, " is outside [0, ", model.vocab_size(), ")"));
     }
     options.stop_token_ids.insert(id);
   }

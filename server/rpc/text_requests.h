@@ -52,8 +52,7 @@ struct TextDecision {
 };
 absl::StatusOr<TextDecision> ResolveText(const Policy& policy, const std::string& name,
                                          absl::string_view text, bool add_special_tokens,
-                                         bool stream, int64_t max_tokens,
-                                         const TextLimits& limits);
+                                         bool stream, int64_t max_tokens, const TextLimits& limits);
 
 // A generation's stop conditions, as a request gives them.
 struct GenerationStops {
@@ -63,9 +62,10 @@ struct GenerationStops {
 };
 
 // The GenerationText of a generation on `model`, also set on `job`: its sampling's stop tokens
-// and vocabulary limit (ids the tokenizer has) and its stop_requested hook (a stop string). INVALID_ARGUMENT for bad stop strings or stop
-// ids outside the vocabulary; FAILED_PRECONDITION for stop strings on a model without a
-// tokenizer. The job holds a reference; the door reads pieces from it in on_token.
+// and vocabulary limit (ids the tokenizer has) and its stop_requested hook (a stop string).
+// INVALID_ARGUMENT for bad stop strings or stop ids outside the vocabulary; FAILED_PRECONDITION for
+// stop strings on a model without a tokenizer. The job holds a reference; the door reads pieces
+// from it in on_token.
 absl::StatusOr<std::shared_ptr<text::GenerationText>> AttachGenerationText(
     const model::Model& model, const GenerationStops& stops, const TextLimits& limits,
     scheduler::Job* job);

@@ -81,7 +81,8 @@ std::optional<int32_t> BpeModel::Find(absl::string_view bytes) const {
 
 int64_t BpeModel::MemoryBytes() const {
   int64_t bytes = 0;
-  for (const std::string& s : id_bytes_) bytes += sizeof(std::string) + (s.size() > 15 ? s.size() + 1 : 0);
+  for (const std::string& s : id_bytes_)
+    bytes += sizeof(std::string) + (s.size() > 15 ? s.size() + 1 : 0);
   // flat_hash_map: a control byte and a slot per capacity entry, plus the keys' heap strings.
   bytes += static_cast<int64_t>(ids_.capacity()) * (sizeof(std::pair<std::string, int32_t>) + 1);
   for (const auto& [k, v] : ids_) bytes += k.size() > 15 ? k.size() + 1 : 0;
@@ -139,9 +140,9 @@ void BpeModel::Encode(absl::string_view piece, std::vector<int32_t>* ids) const 
 
 void BpeModel::MergePiece(absl::string_view piece, std::vector<int32_t>* ids) const {
   struct Symbol {
-    int32_t id;     // -1: a character not in the vocabulary
-    int32_t prev;   // index of the previous live symbol, -1 at the start
-    int32_t next;   // index of the next live symbol, -1 at the end
+    int32_t id;      // -1: a character not in the vocabulary
+    int32_t prev;    // index of the previous live symbol, -1 at the start
+    int32_t next;    // index of the next live symbol, -1 at the end
     uint32_t begin;  // its bytes in `piece`
     uint32_t size;   // 0: merged into its left neighbour
   };
@@ -160,8 +161,8 @@ void BpeModel::MergePiece(absl::string_view piece, std::vector<int32_t>* ids) co
       id = Find(piece.substr(begin, pos - begin)).value_or(-1);
     }
     const auto n = static_cast<int32_t>(symbols.size());
-    symbols.push_back(Symbol{id, n - 1, -1, static_cast<uint32_t>(begin),
-                             static_cast<uint32_t>(pos - begin)});
+    symbols.push_back(
+        Symbol{id, n - 1, -1, static_cast<uint32_t>(begin), static_cast<uint32_t>(pos - begin)});
     if (n > 0) symbols[n - 1].next = n;
   }
 

@@ -18,7 +18,8 @@ struct Alphabet {
     };
     int next = 0;
     for (int b = 0; b < 256; ++b) {
-      const char32_t cp = printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
+      const char32_t cp =
+          printable(b) ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
       to_code_point[b] = cp;
       to_byte[cp] = static_cast<int16_t>(b);
     }

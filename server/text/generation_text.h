@@ -22,9 +22,9 @@ namespace attnserve::server::text {
 enum class StopReason { kNone, kStopToken, kStopString };
 
 struct GenerationTextOptions {
-  std::vector<std::string> stop_strings;         // non-empty, valid UTF-8 (CheckStopStrings)
-  absl::flat_hash_set<int64_t> stop_token_ids;   // e.g. the model's end-of-text
-  bool skip_special_tokens = true;               // special tokens add no text
+  std::vector<std::string> stop_strings;        // non-empty, valid UTF-8 (CheckStopStrings)
+  absl::flat_hash_set<int64_t> stop_token_ids;  // e.g. the model's end-of-text
+  bool skip_special_tokens = true;              // special tokens add no text
 };
 
 // INVALID_ARGUMENT for an empty or invalid UTF-8 stop string, more than `max_count` of them,

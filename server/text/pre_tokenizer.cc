@@ -7,8 +7,9 @@ namespace {
 
 // The pieces of `text` that `behavior` keeps, given the delimiter ranges `delims` (sorted,
 // disjoint), appended to `out`.
-void SplitByDelimiters(const std::string& text, const std::vector<std::pair<size_t, size_t>>& delims,
-                       SplitBehavior behavior, std::vector<std::string>* out) {
+void SplitByDelimiters(const std::string& text,
+                       const std::vector<std::pair<size_t, size_t>>& delims, SplitBehavior behavior,
+                       std::vector<std::string>* out) {
   // (begin, end, is_delimiter) covering all of `text`.
   struct Span {
     size_t begin, end;

@@ -28,13 +28,16 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(absl::string_view pattern,
   auto impl = std::make_unique<Impl>();
   // UTF: the subject is UTF-8 (validated by the caller, so PCRE2 need not check it again);
   // UCP: \s \w \d and case folding by Unicode properties, as Rust's regex has them.
-  impl->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                             PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0), &error, &offset, nullptr);
+  impl->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0),
+                    &error, &offset, nullptr);
   if (impl->code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat("regex pattern does not compile at offset ", offset,
-                                                   ": ", reinterpret_cast<const char*>(message)));
+    return absl::InvalidArgumentError(absl::StrCat("regex pattern does not compile at offset ",
+                                                   offset, ": ",
+                                                   reinterpret_cast<const char*>(message)));
   }
   // JIT makes matching several times faster; where it is not available the interpreter runs.
   (void)pcre2_jit_compile(impl->code, PCRE2_JIT_COMPLETE);
@@ -58,9 +61,8 @@ absl::Status Regex::Matches(absl::string_view text,
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("tokenizer regex gave up at byte ", at, ": ",
-                       reinterpret_cast<const char*>(message)));
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "tokenizer regex gave up at byte ", at, ": ", reinterpret_cast<const char*>(message)));
       break;
     }
     const PCRE2_SIZE* v = pcre2_get_ovector_pointer(data);

@@ -30,8 +30,7 @@ std::vector<AddedToken> NormalizedTokens(const std::vector<AddedToken>& all,
 }
 
 absl::Status TooMany(size_t max_ids) {
-  return absl::ResourceExhaustedError(
-      absl::StrCat("the text is more than ", max_ids, " tokens"));
+  return absl::ResourceExhaustedError(absl::StrCat("the text is more than ", max_ids, " tokens"));
 }
 
 }  // namespace
@@ -57,8 +56,7 @@ Tokenizer::Tokenizer(TokenizerParts parts)
 }
 
 absl::StatusOr<std::vector<int64_t>> Tokenizer::Encode(absl::string_view text,
-                                                       bool add_special_tokens,
-                                                       int64_t max_tokens,
+                                                       bool add_special_tokens, int64_t max_tokens,
                                                        absl::string_view what) const {
   if (absl::Status s = CheckUtf8(text, what); !s.ok()) return s;
   const size_t max_ids = max_tokens < 0 ? SIZE_MAX : static_cast<size_t>(max_tokens);
@@ -132,9 +130,7 @@ absl::string_view Tokenizer::TokenBytes(int64_t id) const {
   return bytes_[id];
 }
 
-bool Tokenizer::IsSpecial(int64_t id) const {
-  return id >= 0 && id < vocab_size() && special_[id];
-}
+bool Tokenizer::IsSpecial(int64_t id) const { return id >= 0 && id < vocab_size() && special_[id]; }
 
 int64_t Tokenizer::SpecialTokenId(absl::string_view content) const {
   for (const AddedToken& t : added_tokens_) {
@@ -145,7 +141,8 @@ int64_t Tokenizer::SpecialTokenId(absl::string_view content) const {
 
 int64_t Tokenizer::MemoryBytes() const {
   int64_t bytes = model_->MemoryBytes();
-  for (const std::string& s : bytes_) bytes += sizeof(std::string) + (s.size() > 15 ? s.size() + 1 : 0);
+  for (const std::string& s : bytes_)
+    bytes += sizeof(std::string) + (s.size() > 15 ? s.size() + 1 : 0);
   bytes += static_cast<int64_t>(special_.size() / 8);
   return bytes;
 }

@@ -29,7 +29,7 @@ namespace attnserve::server::text {
 
 // What tokenizer_json.cc builds a Tokenizer from.
 struct TokenizerParts {
-  std::unique_ptr<Normalizer> normalizer;      // may be null
+  std::unique_ptr<Normalizer> normalizer;       // may be null
   std::unique_ptr<PreTokenizer> pre_tokenizer;  // may be null
   std::unique_ptr<BpeModel> model;
   std::vector<AddedToken> added_tokens;

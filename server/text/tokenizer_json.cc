@@ -20,8 +20,7 @@ using google::protobuf::Value;
 absl::Status Unsupported(absl::string_view component, absl::string_view type,
                          absl::string_view supported) {
   return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", component, " ", type,
-                                                 " is not supported (supported: ", supported,
-                                                 ")"));
+                                                 " is not supported (supported: ", supported, ")"));
 }
 
 absl::Status Malformed(absl::string_view what) {
@@ -52,7 +51,8 @@ absl::StatusOr<std::unique_ptr<Normalizer>> BuildNormalizer(const Struct& s) {
   if (type == "NFKD") return MakeUnicodeNormalizer(UnicodeForm::kNfkd);
   if (type == "Sequence") {
     const Value* list = Field(s, "normalizers");
-    if (list == nullptr || !list->has_list_value()) return Malformed("normalizer Sequence without normalizers");
+    if (list == nullptr || !list->has_list_value())
+      return Malformed("normalizer Sequence without normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (const Value& v : list->list_value().values()) {
       if (!v.has_struct_value()) return Malformed("normalizer Sequence: an entry is not an object");
@@ -84,25 +84,30 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> BuildPreTokenizer(const Struct& s)
   }
   if (type == "Split") {
     const Value* pattern = Field(s, "pattern");
-    if (pattern == nullptr || !pattern->has_struct_value()) return Malformed("pre_tokenizer Split without a pattern");
+    if (pattern == nullptr || !pattern->has_struct_value())
+      return Malformed("pre_tokenizer Split without a pattern");
     const Value* regex = Field(pattern->struct_value(), "Regex");
     const Value* literal = Field(pattern->struct_value(), "String");
     const Value* p = regex != nullptr ? regex : literal;
-    if (p == nullptr || !p->has_string_value()) return Malformed("pre_tokenizer Split: pattern is neither Regex nor String");
+    if (p == nullptr || !p->has_string_value())
+      return Malformed("pre_tokenizer Split: pattern is neither Regex nor String");
     auto compiled = Regex::Compile(p->string_value(), /*literal=*/regex == nullptr);
-    if (!compiled.ok()) return Malformed(absl::StrCat("pre_tokenizer Split: ", compiled.status().message()));
+    if (!compiled.ok())
+      return Malformed(absl::StrCat("pre_tokenizer Split: ", compiled.status().message()));
     auto behavior = ParseBehavior(s);
     if (!behavior.ok()) return behavior.status();
     return MakeSplit(std::move(*compiled), *behavior, BoolField(s, "invert", false));
   }
   if (type == "Sequence") {
     const Value* list = Field(s, "pretokenizers");
-    if (list == nullptr || !list->has_list_value()) return Malformed("pre_tokenizer Sequence without pretokenizers");
+    if (list == nullptr || !list->has_list_value())
+      return Malformed("pre_tokenizer Sequence without pretokenizers");
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     const int n = list->list_value().values_size();
     for (int i = 0; i < n; ++i) {
       const Value& v = list->list_value().values(i);
-      if (!v.has_struct_value()) return Malformed("pre_tokenizer Sequence: an entry is not an object");
+      if (!v.has_struct_value())
+        return Malformed("pre_tokenizer Sequence: an entry is not an object");
       auto step = BuildPreTokenizer(v.struct_value());
       if (!step.ok()) return step.status();
       if ((*step)->byte_level() && i + 1 < n) {
@@ -126,11 +131,13 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BuildModel(const Struct& s) {
   if (type != "BPE" && !(type.empty() && Field(s, "merges") != nullptr)) {
     return Unsupported("model", type.empty() ? "(no type)" : type, "BPE");
   }
-  if (const Value* d = Field(s, "dropout"); d != nullptr && d->has_number_value() && d->number_value() != 0) {
+  if (const Value* d = Field(s, "dropout");
+      d != nullptr && d->has_number_value() && d->number_value() != 0) {
     return Unsupported("model BPE", "dropout", "none: encoding must be deterministic");
   }
   for (const char* f : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (const Value* v = Field(s, f); v != nullptr && !(v->has_string_value() && v->string_value().empty())) {
+    if (const Value* v = Field(s, f);
+        v != nullptr && !(v->has_string_value() && v->string_value().empty())) {
       return Unsupported("model BPE", f, "none");
     }
   }
@@ -144,7 +151,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BuildModel(const Struct& s) {
     options.unk_token = *unk;
   }
   const Value* vocab = Field(s, "vocab");
-  if (vocab == nullptr || !vocab->has_struct_value()) return Malformed("model.vocab is not an object");
+  if (vocab == nullptr || !vocab->has_struct_value())
+    return Malformed("model.vocab is not an object");
   std::vector<std::pair<std::string, int32_t>> entries;
   entries.reserve(vocab->struct_value().fields_size());
   for (const auto& [token, id] : vocab->struct_value().fields()) {
@@ -163,7 +171,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BuildModel(const Struct& s) {
         // "a b": split at the first space (tokens never hold a space in this form).
         const std::string& pair = v.string_value();
         const size_t space = pair.find(' ', 1);
-        if (space == std::string::npos) return Malformed(absl::StrCat("model.merges: '", pair, "' is not two tokens"));
+        if (space == std::string::npos)
+          return Malformed(absl::StrCat("model.merges: '", pair, "' is not two tokens"));
         merges.emplace_back(pair.substr(0, space), pair.substr(space + 1));
       } else if (v.has_list_value() && v.list_value().values_size() == 2 &&
                  v.list_value().values(0).has_string_value() &&
@@ -211,28 +220,42 @@ absl::StatusOr<std::vector<AddedToken>> BuildAddedTokens(const Value* list) {
 // TemplateProcessing's "single": special tokens before and after $A.
 absl::Status BuildTemplate(const Struct& s, TokenizerParts* parts) {
   const Value* single = Field(s, "single");
-  if (single == nullptr || !single->has_list_value()) return Malformed("post_processor TemplateProcessing without single");
+  if (single == nullptr || !single->has_list_value())
+    return Malformed("post_processor TemplateProcessing without single");
   const Value* specials = Field(s, "special_tokens");
   bool seen_sequence = false;
   for (const Value& item : single->list_value().values()) {
-    if (!item.has_struct_value()) return Malformed("post_processor TemplateProcessing: an entry is not an object");
+    if (!item.has_struct_value())
+      return Malformed("post_processor TemplateProcessing: an entry is not an object");
     const Struct& e = item.struct_value();
     if (Field(e, "Sequence") != nullptr) {
-      if (seen_sequence) return Unsupported("post_processor TemplateProcessing", "single with two sequences", "one $A");
+      if (seen_sequence)
+        return Unsupported("post_processor TemplateProcessing", "single with two sequences",
+                           "one $A");
       seen_sequence = true;
       continue;
     }
     const Value* special = Field(e, "SpecialToken");
-    const Value* name = special != nullptr && special->has_struct_value() ? Field(special->struct_value(), "id") : nullptr;
-    if (name == nullptr || !name->has_string_value()) return Malformed("post_processor TemplateProcessing: an entry is neither Sequence nor SpecialToken");
-    const Value* def = specials != nullptr && specials->has_struct_value() ? Field(specials->struct_value(), name->string_value()) : nullptr;
-    const Value* ids = def != nullptr && def->has_struct_value() ? Field(def->struct_value(), "ids") : nullptr;
+    const Value* name = special != nullptr && special->has_struct_value()
+                            ? Field(special->struct_value(), "id")
+                            : nullptr;
+    if (name == nullptr || !name->has_string_value())
+      return Malformed(
+          "post_processor TemplateProcessing: an entry is neither Sequence nor SpecialToken");
+    const Value* def = specials != nullptr && specials->has_struct_value()
+                           ? Field(specials->struct_value(), name->string_value())
+                           : nullptr;
+    const Value* ids =
+        def != nullptr && def->has_struct_value() ? Field(def->struct_value(), "ids") : nullptr;
     if (ids == nullptr || !ids->has_list_value()) {
-      return Malformed(absl::StrCat("post_processor TemplateProcessing: special token '", name->string_value(), "' has no ids"));
+      return Malformed(absl::StrCat("post_processor TemplateProcessing: special token '",
+                                    name->string_value(), "' has no ids"));
     }
     for (const Value& id : ids->list_value().values()) {
-      if (!id.has_number_value() || id.number_value() < 0) return Malformed("post_processor TemplateProcessing: a bad id");
-      (seen_sequence ? parts->template_suffix : parts->template_prefix).push_back(static_cast<int32_t>(id.number_value()));
+      if (!id.has_number_value() || id.number_value() < 0)
+        return Malformed("post_processor TemplateProcessing: a bad id");
+      (seen_sequence ? parts->template_suffix : parts->template_prefix)
+          .push_back(static_cast<int32_t>(id.number_value()));
     }
   }
   return absl::OkStatus();
@@ -242,7 +265,8 @@ absl::Status BuildTemplate(const Struct& s, TokenizerParts* parts) {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromJson(absl::string_view json) {
   Struct root;
-  if (auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &root); !status.ok()) {
+  if (auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &root);
+      !status.ok()) {
     return Malformed(absl::StrCat("not JSON: ", std::string(status.message()).substr(0, 200)));
   }
   TokenizerParts parts;
@@ -264,7 +288,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromJson(absl::string_view j
   }
   parts.pre_tokenizer = std::move(*pre);
   const Value* d = Field(root, "decoder");
-  const std::string decoder = d != nullptr && d->has_struct_value() ? TypeOf(d->struct_value()) : "null";
+  const std::string decoder =
+      d != nullptr && d->has_struct_value() ? TypeOf(d->struct_value()) : "null";
   if (decoder != "ByteLevel") return Unsupported("decoder", decoder, "ByteLevel");
   if (const Value* pp = Field(root, "post_processor"); pp != nullptr) {
     const std::string type = pp->has_struct_value() ? TypeOf(pp->struct_value()) : "";

@@ -21,9 +21,11 @@ namespace {
 
 // A byte-level tokenizer.json with a few merges ("h e", "he l", "hel l", "hell o", "Ġ w") and
 // the added tokens given as JSON.
-std::string TinyTokenizerJson(const std::string& added = "[]", const std::string& extra_model = "",
-                              const std::string& pre = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})",
-                              const std::string& normalizer = "null") {
+std::string TinyTokenizerJson(
+    const std::string& added = "[]", const std::string& extra_model = "",
+    const std::string& pre =
+        R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})",
+    const std::string& normalizer = "null") {
   std::string vocab;
   for (int b = 0; b < 256; ++b) {
     std::string key = BytesToByteLevel(std::string(1, static_cast<char>(b)));
@@ -31,10 +33,11 @@ std::string TinyTokenizerJson(const std::string& added = "[]", const std::string
     absl::StrAppend(&vocab, "\"", key, "\": ", b, ", ");
   }
   absl::StrAppend(&vocab, R"("he": 256, "hel": 257, "hell": 258, "hello": 259, "Ġw": 260)");
-  return absl::StrCat(R"({"version": "1.0", "added_tokens": )", added,
-                      R"(, "normalizer": )", normalizer, R"(, "pre_tokenizer": )", pre,
+  return absl::StrCat(R"({"version": "1.0", "added_tokens": )", added, R"(, "normalizer": )",
+                      normalizer, R"(, "pre_tokenizer": )", pre,
                       R"(, "post_processor": null, "decoder": {"type": "ByteLevel"},
-      "model": {"type": "BPE", )", extra_model, R"( "vocab": {)", vocab,
+      "model": {"type": "BPE", )",
+                      extra_model, R"( "vocab": {)", vocab,
                       R"(}, "merges": ["h e", "he l", "hel l", "hell o", ["Ġ", "w"]]}})");
 }
 
@@ -62,18 +65,23 @@ TEST(Utf8, FirstInvalidNamesTheByte) {
 }
 
 TEST(Utf8, CompletePrefixLeavesOnlyAnOpenCharacter) {
-  EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82"), 2u);       // the start of a 3-byte character
-  EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);   // the whole of it
-  EXPECT_EQ(CompleteUtf8Prefix("ab\xFF"), 3u);           // never valid: does not wait
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82"), 2u);      // the start of a 3-byte character
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xE2\x82\xAC"), 5u);  // the whole of it
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xFF"), 3u);          // never valid: does not wait
   EXPECT_EQ(CompleteUtf8Prefix("\xF0\x9F\x98"), 0u);
-  EXPECT_EQ(Utf8Repair("a\xFF" "b\xE2\x82" "c"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c");
+  EXPECT_EQ(Utf8Repair("a\xFF"
+                       "b\xE2\x82"
+                       "c"),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD"
+            "c");
 }
 
 TEST(ByteLevel, AlphabetRoundTrips) {
   std::string all;
   for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
   EXPECT_EQ(ByteLevelToBytes(BytesToByteLevel(all)), all);
-  EXPECT_EQ(BytesToByteLevel(" "), "\xC4\xA0");  // 'Ġ'
+  EXPECT_EQ(BytesToByteLevel(" "), "\xC4\xA0");                // 'Ġ'
   EXPECT_FALSE(ByteLevelToBytes("\xE4\xB8\xAD").has_value());  // outside the alphabet
 }
 
@@ -131,13 +139,17 @@ TEST(Tokenizer, RefusesUnsupportedComponentsByName) {
   EXPECT_EQ(message(TinyTokenizerJson("[]", "", R"({"type": "Metaspace", "replacement": "_"})")),
             "tokenizer.json: pre_tokenizer Metaspace is not supported (supported: ByteLevel, "
             "Split, Sequence)");
-  EXPECT_EQ(message(TinyTokenizerJson("[]", "", R"({"type": "ByteLevel"})", R"({"type": "Lowercase"})")),
-            "tokenizer.json: normalizer Lowercase is not supported (supported: NFC, NFD, NFKC, "
-            "NFKD, Sequence)");
-  EXPECT_EQ(message(absl::StrReplaceAll(TinyTokenizerJson(), {{R"("type": "BPE")", R"("type": "WordPiece")"}})),
+  EXPECT_EQ(
+      message(TinyTokenizerJson("[]", "", R"({"type": "ByteLevel"})", R"({"type": "Lowercase"})")),
+      "tokenizer.json: normalizer Lowercase is not supported (supported: NFC, NFD, NFKC, "
+      "NFKD, Sequence)");
+  EXPECT_EQ(message(absl::StrReplaceAll(TinyTokenizerJson(),
+                                        {{R"("type": "BPE")", R"("type": "WordPiece")"}})),
             "tokenizer.json: model WordPiece is not supported (supported: BPE)");
-  EXPECT_EQ(message(absl::StrReplaceAll(TinyTokenizerJson(), {{R"("decoder": {"type": "ByteLevel"})", R"("decoder": {"type": "Metaspace"})"}})),
-            "tokenizer.json: decoder Metaspace is not supported (supported: ByteLevel)");
+  EXPECT_EQ(
+      message(absl::StrReplaceAll(TinyTokenizerJson(), {{R"("decoder": {"type": "ByteLevel"})",
+                                                         R"("decoder": {"type": "Metaspace"})"}})),
+      "tokenizer.json: decoder Metaspace is not supported (supported: ByteLevel)");
   EXPECT_EQ(message(absl::StrReplaceAll(TinyTokenizerJson(), {{R"("h e")", R"("h q9")"}})),
             "tokenizer.json: BPE merge 0 ('h' 'q9') names a token not in the vocab");
   EXPECT_NE(message("{not json").find("tokenizer.json: not JSON"), std::string::npos);
@@ -159,12 +171,14 @@ TEST(Tokenizer, AdversarialTextsCostBoundedTime) {
   auto t = Load(TinyTokenizerJson());
   ASSERT_NE(t, nullptr);
   // 1 MiB without a space (one piece), 1 MiB of spaces, deep combining marks.
-  const std::vector<std::string> texts = {std::string(1 << 20, 'h'), std::string(1 << 20, ' '),
-                                          "a" + absl::StrJoin(std::vector<std::string>(200000, "\xCC\x81"), "")};
+  const std::vector<std::string> texts = {
+      std::string(1 << 20, 'h'), std::string(1 << 20, ' '),
+      "a" + absl::StrJoin(std::vector<std::string>(200000, "\xCC\x81"), "")};
   for (const std::string& text : texts) {
     const auto start = std::chrono::steady_clock::now();
     auto ids = t->Encode(text, true);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(ids.ok());
     EXPECT_EQ(t->Decode(*ids, false), text);
     // Linear or n log n: far below a second per MiB here; 20 s is a hang, not noise.
@@ -182,7 +196,9 @@ TEST(GenerationText, PiecesNeverSplitACharacter) {
   // "€" is E2 82 AC.
   EXPECT_EQ(g.Push(0xE2).piece, "");
   EXPECT_EQ(g.Push(0x82).piece, "");
-  EXPECT_EQ(g.Push(259).piece, "\xEF\xBF\xBD" "hello");  // a cut character is U+FFFD
+  EXPECT_EQ(g.Push(259).piece,
+            "\xEF\xBF\xBD"
+            "hello");  // a cut character is U+FFFD
   EXPECT_EQ(g.Push(0xF0).piece, "");
   EXPECT_EQ(g.Finish(), "\xEF\xBF\xBD");
   EXPECT_EQ(g.text(), "\xC3\xA9\xEF\xBF\xBDhello\xEF\xBF\xBD");

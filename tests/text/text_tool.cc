@@ -80,7 +80,8 @@ int Bench(const Tokenizer& tokenizer, const char* file, int repeats, double load
       std::cerr << ids.status() << "\n";
       return 1;
     }
-    seconds = std::min(seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    seconds = std::min(
+        seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     tokens = static_cast<int64_t>(ids->size());
   }
   std::cout << "{\"bytes\": " << text.size() << ", \"tokens\": " << tokens
@@ -112,7 +113,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (mode == "encode") return Encode(**tokenizer, argv[3]);
-  if (mode == "bench" && argc == 5) return Bench(**tokenizer, argv[3], std::stoi(argv[4]), load_seconds, load_rss);
+  if (mode == "bench" && argc == 5)
+    return Bench(**tokenizer, argv[3], std::stoi(argv[4]), load_seconds, load_rss);
   std::cerr << usage;
   return 2;
 }

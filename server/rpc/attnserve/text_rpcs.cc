@@ -50,19 +50,19 @@ grpc::ServerUnaryReactor* AttnServeService::Detokenize(grpc::CallbackServerConte
     ASSIGN_OR_RETURN(const model::Model* m, NamedModel(request->model()));
     const model::ModelText* text = m->text();
     if (text == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("model '", m->name(), "' has no tokenizer (no tokenizer.json in its folder)"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", m->name(), "' has no tokenizer (no tokenizer.json in its folder)"));
     }
     if (request->tokens_size() > options_.max_tokens_per_request) {
-      return absl::ResourceExhaustedError(absl::StrCat(request->tokens_size(),
-                                                       " tokens, above --max_tokens_per_request=",
-                                                       options_.max_tokens_per_request));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          request->tokens_size(),
+          " tokens, above --max_tokens_per_request=", options_.max_tokens_per_request));
     }
     for (int i = 0; i < request->tokens_size(); ++i) {
       const int64_t id = request->tokens(i);
       if (id < 0 || id >= m->vocab_size()) {
-        return absl::InvalidArgumentError(absl::StrCat("tokens[", i, "] = ", id, " is outside [0, ",
-                                                       m->vocab_size(), ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokens[", i, "] = ", id, " is outside [0, ", m->vocab_size(), ")"));
       }
     }
     response->set_text(text->tokenizer->Decode(
