@@ -732,8 +732,8 @@ int RunGenerate(Printer& out) {
   v1::GenerateSpec spec;
   if (!StopsFromFlags(out, "generate", &spec)) return kExitUsage;
   // A text's bytes bound its tokens, for the policy's choice.
-  const int64_t prompt_length = text ? static_cast<int64_t>(prompt_text.size())
-                                     : static_cast<int64_t>(prompt.size());
+  const int64_t prompt_length =
+      text ? static_cast<int64_t>(prompt_text.size()) : static_cast<int64_t>(prompt.size());
   OpenedStream s;
   if (!OpenStream(out, "generate", calls, prompt_length + max_new, &s)) {
     return kExitCallFailed;

@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
       "attnserve-load [--target=host:port] [--variants=all|a,b] [--mode=unary,stream,generate]\n"
-      "  [--lengths=256,1024 | --text_file=F] [--concurrency=1,4 | --rps=10,50] [--duration=S | --requests=N]\n"
+      "  [--lengths=256,1024 | --text_file=F] [--concurrency=1,4 | --rps=10,50] [--duration=S | "
+      "--requests=N]\n"
       "  [--warmup=S] [--json=FILE] [--html=FILE] [--metrics_url=http://host:port/metrics]\n"
       "Runs one phase per mode x load level x variant x length, in that order, and prints a\n"
       "table (times in ms). Exit status: 0 when the run completed (request errors are\n"

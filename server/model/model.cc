@@ -287,7 +287,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }
     layer.mixer = *std::move(mixer);
     m->can_stream_ = m->can_stream_ && layer.mixer->can_stream();
-    if (mixer_config.kind == kernels::MixerKind::kLinformer && !mixer_config.linformer_interpolate) {
+    if (mixer_config.kind == kernels::MixerKind::kLinformer &&
+        !mixer_config.linformer_interpolate) {
       m->max_sequence_length_ = std::min(m->max_sequence_length_, mixer_config.max_len);
     }
     if (mixer_config.kind == kernels::MixerKind::kLinformer && mixer_config.linformer_interpolate) {

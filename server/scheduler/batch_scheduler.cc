@@ -499,9 +499,8 @@ void BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
   float logprob = 0;
   const Sampling& sampling = a.job->sampling;
   const bool limited = sampling.vocab_limit > 0 && sampling.vocab_limit < logits.size(-1);
-  const int64_t token =
-      SampleToken(limited ? logits.narrow(-1, 0, sampling.vocab_limit) : logits,
-                  sampling.temperature, sampling.top_k, a.rng, &logprob);
+  const int64_t token = SampleToken(limited ? logits.narrow(-1, 0, sampling.vocab_limit) : logits,
+                                    sampling.temperature, sampling.top_k, a.rng, &logprob);
   a.result.generated.push_back(token);
   if (a.job->on_token) a.job->on_token(token, logprob, a.generated);
   if (options_.metrics != nullptr) options_.metrics->AddTokens(a.job->model->name(), "generate", 1);

@@ -167,10 +167,11 @@ TEST(LinformerTest, InterpolationAccuracyPastTheTrainedLength) {
       const at::Tensor longer =
           at::cat({base, RandomTensor({1, max_len * (r - 1), config.d_model}, 79 + r)}, 1);
       const double continued = relative(mixer->Prefill(longer, nullptr)->narrow(1, 0, max_len));
-      std::printf("linformer interpolation %ldx (max_len %ld -> %ld), %s E and F: relative L2 "
-                  "error %.4f on a stretched input, %.4f on the prefix of a random continuation\n",
-                  static_cast<long>(r), static_cast<long>(max_len), static_cast<long>(max_len * r),
-                  kind, stretched, continued);
+      std::printf(
+          "linformer interpolation %ldx (max_len %ld -> %ld), %s E and F: relative L2 "
+          "error %.4f on a stretched input, %.4f on the prefix of a random continuation\n",
+          static_cast<long>(r), static_cast<long>(max_len), static_cast<long>(max_len * r), kind,
+          stretched, continued);
       EXPECT_TRUE(std::isfinite(stretched) && std::isfinite(continued));
       if (std::string(kind) == "smooth") {
         // What interpolation is right for: smooth projections, a stretched input.
