@@ -75,6 +75,29 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                            "Bytes of session state (recurrent states, KV caches) held, by variant.",
                            prometheus::MetricType::Gauge, std::move(bytes)));
     }
+    if (sources_.sessions != nullptr && sources_.queue_depth) {
+      // The load signals for routers and endpoint pickers (README: Load signals), one value per
+      // replica, as the Gateway API inference extension reads its model servers' queue, running
+      // requests and cache use.
+      const SessionTable& table = *sources_.sessions;
+      const double used = static_cast<double>(table.state_bytes());
+      const double budget = static_cast<double>(table.limits().state_budget_bytes);
+      const std::pair<const char*, const char*> help[] = {
+          {"attnserve_load_queued_requests",
+           "Requests waiting at the scheduler (for their session or a batch), not computing yet."},
+          {"attnserve_load_running_sessions",
+           "Sessions in use now: a request queued or running, or a stream attached."},
+          {"attnserve_load_state_bytes", "Bytes of session state held (of the budget)."},
+          {"attnserve_load_state_budget_bytes", "The session state budget (--state_budget_bytes)."},
+          {"attnserve_load_state_usage_ratio", "attnserve_load_state_bytes / its budget, 0 to 1."}};
+      const double values[] = {static_cast<double>(sources_.queue_depth()),
+                               static_cast<double>(table.InUse()), used, budget,
+                               budget > 0 ? used / budget : 0.0};
+      for (size_t i = 0; i < 5; ++i) {
+        out.push_back(Family(help[i].first, help[i].second, prometheus::MetricType::Gauge,
+                             {GaugeValue(values[i])}));
+      }
+    }
     if (sources_.inflight) {
       out.push_back(Family("attnserve_inflight_requests", "Calls and streams being served now.",
                            prometheus::MetricType::Gauge,

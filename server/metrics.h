@@ -31,6 +31,9 @@
 //   attnserve_prefix_cache_evictions_total                   counter (server/prefix_cache/)
 //   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
 //       the scheduler that have not computed yet: waiting for their session or a batch)
+//   attnserve_load_queued_requests, attnserve_load_running_sessions, attnserve_load_state_bytes,
+//   attnserve_load_state_budget_bytes, attnserve_load_state_usage_ratio   gauges, one per
+//       replica: the load signals for routers and endpoint pickers (README: Load signals)
 //   attnserve_model_load_seconds{model}, attnserve_build_info{version, cuda, torch}  gauges
 //   process_cpu_seconds_total, process_resident_memory_bytes, process_start_time_seconds
 // Thread-safe.

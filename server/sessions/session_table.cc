@@ -560,6 +560,15 @@ std::vector<v1::SessionInfo> SessionTable::List(const std::string& model, int li
   return out;
 }
 
+int64_t SessionTable::InUse() const {
+  int64_t in_use = 0;
+  for (const Shard& shard : shards_) {
+    absl::MutexLock lock(&shard.mu);
+    for (const auto& [id, s] : shard.sessions) in_use += s->in_use() ? 1 : 0;
+  }
+  return in_use;
+}
+
 std::map<std::string, SessionTable::ModelStats> SessionTable::StatsByModel() const {
   std::map<std::string, ModelStats> stats;
   for (const Shard& shard : shards_) {

@@ -261,6 +261,8 @@ class SessionTable {
   // Sessions and state bytes by model name (only models with sessions).
   std::map<std::string, ModelStats> StatsByModel() const;
   int64_t size() const { return count_.load(); }
+  // Sessions in use now (a request queued or running, or a stream attached): a scan.
+  int64_t InUse() const;
   int64_t state_bytes() const { return bytes_.load(); }
   const SessionLimits& limits() const { return limits_; }
 

@@ -10,7 +10,9 @@ redis-server (--session_store=redis://, --session_lease_ms), driven by a Python 
   where B left it, with outputs equal to an unbroken session's;
 - rolling update: SIGTERM of A saves and releases its leases, so B resumes A's sessions at once
   (long before the lease would expire), exactly where they were;
-- a closed session leaves no lease behind.
+- a closed session leaves no lease behind;
+- the load signals (attnserve_load_*) of a replica: queued requests, running sessions, state
+  bytes used and the budget.
 
 Usage: session_lease_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
@@ -166,6 +168,24 @@ class SessionLeaseTest(pct.ServerProcesses, unittest.TestCase):
                 opened, _ = self.stream(a, pb.StreamOpen(model=model),
                                         [self.append(k + 1, p[k]) for k in range(3)])
                 sessions.append(opened.session_id)
+            # The load signals a router reads, one value per replica.
+            self.assertEqual(self.metric(a, "attnserve_load_queued_requests"), 0)
+            self.assertEqual(self.metric(a, "attnserve_load_running_sessions"), 0)
+            self.assertEqual(self.metric(a, "attnserve_load_state_budget_bytes"), 8 << 30)
+            used = self.metric(a, "attnserve_load_state_bytes")
+            self.assertEqual(used, sum(self.metric(a, "attnserve_session_state_bytes", variant=m)
+                                       for m in ("standard", "linear", "rwkv")))
+            self.assertGreater(used, 0)
+            self.assertAlmostEqual(self.metric(a, "attnserve_load_state_usage_ratio"),
+                                   used / (8 << 30), places=9)
+            requests = queue.Queue()
+            requests.put(pb.StreamRequest(open=pb.StreamOpen(session_id=sessions[1])))
+            attached = a.stub.Stream(iter(requests.get, None), timeout=60)
+            next(attached)  # opened: the stream holds the session
+            self.assertEqual(self.metric(a, "attnserve_load_running_sessions"), 1)
+            requests.put(None)
+            for _ in attached:
+                pass
             self.assertEqual(self.stop(a), 0, a.output())
             self.assertIn("released 3 leases", a.output())
             start = time.monotonic()
