@@ -82,11 +82,11 @@ absl::StatusOr<std::shared_ptr<text::GenerationText>> AttachGenerationText(
     }
     options.stop_token_ids.insert(id);
   }
-  if (stops.stop_token_ids.empty() && !stops.ignore_eos && mt != nullptr) {
+  if (stops.stop_token_ids.empty() && !stops.ignore_eos && stops.text_prompt && mt != nullptr) {
     options.stop_token_ids.insert(mt->end_of_text_ids.begin(), mt->end_of_text_ids.end());
   }
   job->sampling.stop_tokens.assign(options.stop_token_ids.begin(), options.stop_token_ids.end());
-  if (mt != nullptr && mt->tokenizer->vocab_size() < model.vocab_size()) {
+  if (stops.text_prompt && mt != nullptr && mt->tokenizer->vocab_size() < model.vocab_size()) {
     job->sampling.vocab_limit = mt->tokenizer->vocab_size();
   }
   auto generation = std::make_shared<text::GenerationText>(

@@ -57,12 +57,18 @@ absl::StatusOr<TextDecision> ResolveText(const Policy& policy, const std::string
 // A generation's stop conditions, as a request gives them.
 struct GenerationStops {
   std::vector<std::string> stop_strings;
-  std::vector<int64_t> stop_token_ids;  // empty: the model's end-of-text ids, unless ignore_eos
+  // Empty: for a text prompt the model's end-of-text ids, unless ignore_eos; for a prompt of
+  // token ids none (such clients stop on ids of their own, as before text existed).
+  std::vector<int64_t> stop_token_ids;
   bool ignore_eos = false;
+  // The prompt came as text: the model's end-of-text stops by default, and only ids the
+  // tokenizer has are sampled (a token-id client keeps every id of the vocabulary).
+  bool text_prompt = false;
 };
 
-// The GenerationText of a generation on `model`, also set on `job`: its sampling's stop tokens
-// and vocabulary limit (ids the tokenizer has) and its stop_requested hook (a stop string).
+// The GenerationText of a generation on `model`, also set on `job`: its sampling's stop tokens,
+// for a text prompt its vocabulary limit (ids the tokenizer has), and its stop_requested hook
+// (a stop string).
 // INVALID_ARGUMENT for bad stop strings or stop ids outside the vocabulary; FAILED_PRECONDITION for
 // stop strings on a model without a tokenizer. The job holds a reference; the door reads pieces
 // from it in on_token.

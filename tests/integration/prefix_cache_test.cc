@@ -20,10 +20,12 @@ std::vector<int64_t> Concat(std::vector<int64_t> a, const std::vector<int64_t>& 
   return a;
 }
 
-// A server whose scheduler uses `cache` (null: none), 256-token chunks.
-std::unique_ptr<TestServer> ServerWith(PrefixCache* cache) {
+// A server whose scheduler uses `cache` (null: none), 256-token chunks; `bf16`: the default
+// models with bfloat16 weights.
+std::unique_ptr<TestServer> ServerWith(PrefixCache* cache, bool bf16 = false) {
   TestServerOptions options;
   options.scheduler.prefix_cache = cache;
+  options.bf16 = bf16;
   return std::make_unique<TestServer>(options);
 }
 
@@ -51,11 +53,11 @@ Outcome SessionPrompt(TestServer& server, const std::string& model,
 // inside, at the chunks that cross each 256 tokens), then hits at every kind of position: one
 // token before the cached prompt's end, exactly at it, just past it, inside a chunk, at a chunk
 // edge. Each gives the logits and greedy tokens of a server without the cache, to 1e-5 of the
-// logits' scale, and the cache reports the hits.
-TEST(PrefixCacheTest, OutputsDoNotDependOnTheCache) {
+// logits' scale, and the cache reports the hits. In fp32 and with bfloat16 weights.
+void ExpectOutputsIndependentOfTheCache(bool bf16) {
   PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr});
-  auto cached = ServerWith(&cache);
-  auto plain = ServerWith(nullptr);
+  auto cached = ServerWith(&cache, bf16);
+  auto plain = ServerWith(nullptr, bf16);
   const std::vector<int64_t> prefix = RandomTokens(600, 11);
   const std::vector<std::vector<int64_t>> prompts = {
       prefix,                                                      // fills the cache
@@ -86,6 +88,12 @@ TEST(PrefixCacheTest, OutputsDoNotDependOnTheCache) {
   }
   EXPECT_GT(cache.hit_tokens(), 0);
   EXPECT_LE(cache.bytes(), int64_t{1} << 30);
+}
+
+TEST(PrefixCacheTest, OutputsDoNotDependOnTheCache) { ExpectOutputsIndependentOfTheCache(false); }
+
+TEST(PrefixCacheTest, OutputsDoNotDependOnTheCacheWithBf16Weights) {
+  ExpectOutputsIndependentOfTheCache(true);
 }
 
 // All logits or hidden states need every position: such prompts are not served from the

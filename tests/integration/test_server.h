@@ -54,18 +54,25 @@ inline const std::vector<std::string>& StreamingModels() {
 }
 
 // The default models (standard, linformer, linear, mamba, hybrid, sliding_window, performer,
-// rwkv, sparse), built once per process.
-inline const model::ModelRepository& Repository() {
-  static const model::ModelRepository* repository = [] {
+// rwkv, sparse), built once per process; with `bf16`, their --weight_precision=bf16 build.
+inline const model::ModelRepository& Repository(bool bf16 = false) {
+  const auto build = [](bool b) {
     at::set_num_threads(1);  // as the test scheduler's intra_op_threads
+    model::ModelOptions options;
+    if (b) options.precision = model::WeightPrecision::kBfloat16;
     absl::StatusOr<std::unique_ptr<model::ModelRepository>> built =
-        model::ModelRepository::BuildDefault();
+        model::ModelRepository::BuildDefault(options);
     if (!built.ok()) {
       std::cerr << "cannot build the default models: " << built.status() << std::endl;
       std::abort();
     }
     return built->release();
-  }();
+  };
+  if (bf16) {
+    static const model::ModelRepository* repository = build(true);
+    return *repository;
+  }
+  static const model::ModelRepository* repository = build(false);
   return *repository;
 }
 
@@ -462,6 +469,7 @@ struct TestServerOptions {
   }();
   int max_receive_message_bytes = 0;  // 0: gRPC's default (4 MiB)
   std::string policy = Policy::kDefaultSpec;
+  bool bf16 = false;  // the default models with bfloat16 weights (Repository(true))
   // Not empty: the server's identity is this name and its own address (127.0.0.1:port),
   // as an instance started with --instance_name and --advertise_address.
   std::string instance_name;
@@ -487,11 +495,12 @@ inline int FreeLoopbackPort() {
 class TestServer {
  public:
   explicit TestServer(const TestServerOptions& options = TestServerOptions())
-      : policy_(ParsePolicy(options.policy)),
+      : policy_(ParsePolicy(options.policy, options.bf16)),
         sessions_(options.limits),
         scheduler_(WithTable(options.scheduler, &sessions_, options.service.metrics)),
         fixed_port_(options.instance_name.empty() ? 0 : FreeLoopbackPort()),
-        service_(Repository(), policy_, sessions_, scheduler_, WithIdentity(options, fixed_port_)) {
+        service_(Repository(options.bf16), policy_, sessions_, scheduler_,
+                 WithIdentity(options, fixed_port_)) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:" + std::to_string(fixed_port_),
                              grpc::InsecureServerCredentials(), &port_);
@@ -547,8 +556,8 @@ class TestServer {
     return options;
   }
 
-  static Policy ParsePolicy(const std::string& spec) {
-    absl::StatusOr<Policy> policy = Policy::Parse(spec, Repository());
+  static Policy ParsePolicy(const std::string& spec, bool bf16) {
+    absl::StatusOr<Policy> policy = Policy::Parse(spec, Repository(bf16));
     if (!policy.ok()) {
       std::cerr << "bad policy '" << spec << "': " << policy.status() << std::endl;
       std::abort();

@@ -333,7 +333,7 @@ class AttnServeService::StreamReactor final
                            *job->model,
                            {{g.stop().begin(), g.stop().end()},
                             {g.stop_token_ids().begin(), g.stop_token_ids().end()},
-                            g.ignore_eos()},
+                            g.ignore_eos(), !append.text().empty()},
                            service_->options_.text_limits, job.get()));
     }
     job->deadline = CallDeadline(*context_);

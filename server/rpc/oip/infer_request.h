@@ -52,7 +52,8 @@ struct ParsedInfer {
   // Generation: max_tokens (0: none), temperature (0: greedy), top_k (0: all), seed; stop: a
   // stop string (string_param; generation ends at it, it and what follows are not returned)
   // or a stop token (int64_param); stop_token_ids: ids separated by commas or spaces (or one
-  // int64); without any, the model's end-of-text ends generation unless ignore_eos.
+  // int64); without any, for a text_input prompt the model's end-of-text ends generation
+  // unless ignore_eos (an input_ids prompt has no default stop token).
   int max_tokens = 0;
   float temperature = 0;
   int top_k = 0;

@@ -130,7 +130,9 @@ absl::Status OipService::Submit(Call call) {
   std::shared_ptr<text::GenerationText> generation;
   if (parsed->max_tokens > 0) {
     absl::StatusOr<std::shared_ptr<text::GenerationText>> g =
-        AttachGenerationText(*job->model, {parsed->stop_strings, parsed->stop, parsed->ignore_eos},
+        AttachGenerationText(*job->model,
+                             {parsed->stop_strings, parsed->stop, parsed->ignore_eos,
+                              parsed->has_text},
                              options_.text_limits, job.get());
     if (!g.ok()) return g.status();
     generation = *std::move(g);
