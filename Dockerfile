@@ -36,9 +36,11 @@ RUN apt-get update && \
       libhiredis0.14 \
       libmicrohttpd12 \
       libopenblas0-openmp \
+      libpcre2-8-0 \
       libprometheus-cpp-core1.0 \
       libprotobuf32 \
       libtorch1.13 \
+      libutf8proc2 \
       libxxhash0 && \
     rm -rf /var/lib/apt/lists/* && \
     groupadd --system --gid 10001 attnserve && \
