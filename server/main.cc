@@ -303,6 +303,7 @@ int main(int argc, char** argv) {
   }
   options.metrics = &metrics;
   options.prefix_cache_global = cache_scope == "global";
+  options.prefix_cache = &prefix_cache;
   options.authenticator = authenticator->get();
   absl::StatusOr<v1::ServerIdentity> identity = server::MakeServerIdentity(
       absl::GetFlag(FLAGS_instance_name), absl::GetFlag(FLAGS_advertise_address));

@@ -49,6 +49,7 @@ class PrefixCache {
   explicit PrefixCache(PrefixCacheOptions options);
 
   bool enabled() const { return options_.max_bytes > 0; }
+  int64_t max_bytes() const { return options_.max_bytes; }
   int64_t interval() const { return options_.interval; }
 
   struct Hit {

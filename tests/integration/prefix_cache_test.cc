@@ -25,6 +25,7 @@ std::vector<int64_t> Concat(std::vector<int64_t> a, const std::vector<int64_t>& 
 std::unique_ptr<TestServer> ServerWith(PrefixCache* cache, bool bf16 = false) {
   TestServerOptions options;
   options.scheduler.prefix_cache = cache;
+  options.service.prefix_cache = cache;
   options.bf16 = bf16;
   return std::make_unique<TestServer>(options);
 }
@@ -88,6 +89,15 @@ void ExpectOutputsIndependentOfTheCache(bool bf16) {
   }
   EXPECT_GT(cache.hit_tokens(), 0);
   EXPECT_LE(cache.bytes(), int64_t{1} << 30);
+  // ListModels shows the cache as it stands.
+  v1::ListModelsResponse list;
+  ASSERT_TRUE(cached->client().ListModels(&list).ok());
+  EXPECT_EQ(list.prefix_cache().max_bytes(), int64_t{1} << 30);
+  EXPECT_EQ(list.prefix_cache().bytes(), cache.bytes());
+  EXPECT_EQ(list.prefix_cache().entries(), cache.entries());
+  EXPECT_EQ(list.prefix_cache().hits(), cache.hits());
+  EXPECT_EQ(list.prefix_cache().hit_tokens(), cache.hit_tokens());
+  EXPECT_GT(list.prefix_cache().entries(), 0);
 }
 
 TEST(PrefixCacheTest, OutputsDoNotDependOnTheCache) { ExpectOutputsIndependentOfTheCache(false); }

@@ -1,3 +1,5 @@
+#include "server/rpc/attnserve/service.h"
+
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -10,7 +12,6 @@
 #include "server/client_text.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
-#include "server/rpc/attnserve/service.h"
 #include "server/rpc/call_gate.h"
 
 namespace attnserve::server {
@@ -135,10 +136,10 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
     session = found->get();
     job->session.emplace(*std::move(found));
   } else if (text) {
-    ASSIGN_OR_RETURN(TextDecision chosen,
-                     ResolveText(policy_, request->model(), request->text(),
-                                 !request->no_special_tokens(), /*stream=*/false,
-                                 options_.max_tokens_per_request, options_.text_limits));
+    ASSIGN_OR_RETURN(
+        TextDecision chosen,
+        ResolveText(policy_, request->model(), request->text(), !request->no_special_tokens(),
+                    /*stream=*/false, options_.max_tokens_per_request, options_.text_limits));
     decision = std::move(chosen.decision);
     job->tokens = IdsTensor(chosen.ids);
     response->set_model(decision->model->name());
@@ -304,6 +305,16 @@ grpc::ServerUnaryReactor* AttnServeService::ListModels(grpc::CallbackServerConte
     return FinishNow(context, caller.status());
   }
   for (const model::Model* m : repository_.models()) *response->add_models() = Describe(*m);
+  if (const PrefixCache* cache = options_.prefix_cache; cache != nullptr) {
+    v1::PrefixCacheInfo* info = response->mutable_prefix_cache();
+    info->set_max_bytes(cache->max_bytes());
+    info->set_bytes(cache->bytes());
+    info->set_entries(cache->entries());
+    info->set_lookups(cache->lookups());
+    info->set_hits(cache->hits());
+    info->set_hit_tokens(cache->hit_tokens());
+    info->set_evictions(cache->evictions());
+  }
   Record("ListModels", "", absl::OkStatus(), 0);
   return FinishNow(context, absl::OkStatus());
 }

@@ -14,6 +14,7 @@
 #include "server/metrics.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
+#include "server/prefix_cache/prefix_cache.h"
 #include "server/rpc/text_requests.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
@@ -45,6 +46,8 @@ struct ServiceOptions {
   // Text in requests and generation (--max_text_bytes, --max_stop_strings, ...).
   TextLimits text_limits;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
+  // The scheduler's prefix state cache, for ListModels to show (borrowed; null: none).
+  const PrefixCache* prefix_cache = nullptr;
   // Who is calling (server/security/authenticator.h); borrowed; null: no authentication, every
   // call is the anonymous principal.
   Authenticator* authenticator = nullptr;
