@@ -495,13 +495,23 @@ DrainSaveCounts SessionTable::SaveAtDrain(absl::Time deadline) {
   // The sessions the store lacks: those changed since they were queued for writing, and those
   // whose write is still queued (a checkpoint or a spill not yet written, or failing).
   absl::flat_hash_set<std::string> dropped;  // no room in the queue by the deadline
+  // Queued here, and already queued before: the writer may finish some before they are listed,
+  // so the ones queued here count whatever QueuedWrites says afterwards.
+  absl::flat_hash_set<std::string> queued_here;
   for (const std::shared_ptr<Session>& s : Unsaved()) {
-    if (!persistence_->Save(*s, deadline)) dropped.insert(s->id());
+    if (persistence_->Save(*s, deadline)) {
+      queued_here.insert(s->id());
+    } else {
+      dropped.insert(s->id());
+    }
   }
   std::vector<std::string> writing = persistence_->QueuedWrites();
   writing.erase(std::remove_if(writing.begin(), writing.end(),
-                               [&](const std::string& id) { return dropped.contains(id); }),
+                               [&](const std::string& id) {
+                                 return dropped.contains(id) || queued_here.contains(id);
+                               }),
                 writing.end());
+  writing.insert(writing.end(), queued_here.begin(), queued_here.end());
   counts.changed = static_cast<int>(dropped.size() + writing.size());
   counts.unwritten = static_cast<int>(dropped.size());
   persistence_->Flush(deadline);
