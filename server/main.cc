@@ -299,7 +299,8 @@ int main(int argc, char** argv) {
   options.text_limits.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   if (options.text_limits.max_text_bytes < 1 || options.text_limits.max_stop_strings < 0 ||
       options.text_limits.max_stop_string_bytes < 1) {
-    return Fail("--max_text_bytes and --max_stop_string_bytes must be >= 1, --max_stop_strings >= 0");
+    return Fail(
+        "--max_text_bytes and --max_stop_string_bytes must be >= 1, --max_stop_strings >= 0");
   }
   options.metrics = &metrics;
   options.prefix_cache_global = cache_scope == "global";

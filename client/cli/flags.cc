@@ -26,8 +26,9 @@ ABSL_FLAG(std::string, text, "",
 ABSL_FLAG(std::string, text_file, "",
           "A prompt as UTF-8 text read from this file (- for stdin); stream appends it line by "
           "line.");
-ABSL_FLAG(bool, no_special_tokens, false,
-          "With text: do not add the tokenizer's template tokens (e.g. a BOS); tokenize: the same.");
+ABSL_FLAG(
+    bool, no_special_tokens, false,
+    "With text: do not add the tokenizer's template tokens (e.g. a BOS); tokenize: the same.");
 ABSL_FLAG(bool, skip_special_tokens, false, "detokenize: leave special tokens out of the text.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of --random_tokens, and of sampling in generate.");
 ABSL_FLAG(std::string, session, "",

@@ -1,5 +1,6 @@
 // attnserve-cli: one call at a time against an attnserve server, for people and scripts.
-//   attnserve-cli SUBCOMMAND [flags]     (models, infer, stream, generate, tokenize, detokenize, sessions, health)
+//   attnserve-cli SUBCOMMAND [flags]     (models, infer, stream, generate, tokenize, detokenize,
+//   sessions, health)
 // The subcommand comes first; Abseil then parses the flags after it, and each subcommand
 // accepts only its own flags and the common ones (--target, --timeout, --json).
 #include <iostream>

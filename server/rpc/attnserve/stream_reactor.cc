@@ -329,12 +329,12 @@ class AttnServeService::StreamReactor final
       job->sampling.top_k = g.top_k();
       job->sampling.seed = g.seed();
       ASSIGN_OR_RETURN(generation,
-                       AttachGenerationText(
-                           *job->model,
-                           {{g.stop().begin(), g.stop().end()},
-                            {g.stop_token_ids().begin(), g.stop_token_ids().end()},
-                            g.ignore_eos(), !append.text().empty()},
-                           service_->options_.text_limits, job.get()));
+                       AttachGenerationText(*job->model,
+                                            {{g.stop().begin(), g.stop().end()},
+                                             {g.stop_token_ids().begin(), g.stop_token_ids().end()},
+                                             g.ignore_eos(),
+                                             !append.text().empty()},
+                                            service_->options_.text_limits, job.get()));
     }
     job->deadline = CallDeadline(*context_);
     job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };
@@ -432,7 +432,8 @@ class AttnServeService::StreamReactor final
   // sent.
   // `text_fields`: the result's text, finish reason and prompt ids (FillGenerationFields).
   absl::Status Applied(int64_t seq, uint64_t request_hash, scheduler::JobResult computed,
-                       std::chrono::steady_clock::time_point arrival, v1::AppendResult text_fields) {
+                       std::chrono::steady_clock::time_point arrival,
+                       v1::AppendResult text_fields) {
     const v1::StreamAppend& append = request_.append();
     Session& s = **session_;
     v1::StreamResponse response;
@@ -472,7 +473,7 @@ class AttnServeService::StreamReactor final
     if (why == text::StopReason::kNone) generation.Finish();
     out->set_generated_text(generation.text());
     out->set_stop_string(generation.matched_stop_string());
-    out->set_finish_reason(why == text::StopReason::kStopString ? v1::FINISH_REASON_STOP_STRING
+    out->set_finish_reason(why == text::StopReason::kStopString  ? v1::FINISH_REASON_STOP_STRING
                            : why == text::StopReason::kStopToken ? v1::FINISH_REASON_STOP_TOKEN
                            : static_cast<int>(result.generated.size()) >= max_new
                                ? v1::FINISH_REASON_LENGTH

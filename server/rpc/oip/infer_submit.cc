@@ -129,11 +129,9 @@ absl::Status OipService::Submit(Call call) {
   // Stop strings and tokens, the vocabulary limit and the text pieces, as the AttnServe door.
   std::shared_ptr<text::GenerationText> generation;
   if (parsed->max_tokens > 0) {
-    absl::StatusOr<std::shared_ptr<text::GenerationText>> g =
-        AttachGenerationText(*job->model,
-                             {parsed->stop_strings, parsed->stop, parsed->ignore_eos,
-                              parsed->has_text},
-                             options_.text_limits, job.get());
+    absl::StatusOr<std::shared_ptr<text::GenerationText>> g = AttachGenerationText(
+        *job->model, {parsed->stop_strings, parsed->stop, parsed->ignore_eos, parsed->has_text},
+        options_.text_limits, job.get());
     if (!g.ok()) return g.status();
     generation = *std::move(g);
   }
