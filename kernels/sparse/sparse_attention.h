@@ -20,7 +20,12 @@
 //   a step may read any key of the strided or summary columns later, so none is dropped. But a
 //   step reads only the keys its pattern shows it (sparse_step_cpu.h): O(l + L/l) per token.
 // config.causal = false: bidirectional (encoder use); only Prefill with a null state works.
-// On CUDA tensors the kernels run through ATen (no CUDA kernel of their own; untested on a GPU).
+// On CUDA tensors (a build with a CUDA LibTorch, head_dim 64 or 128): prefill runs the CUDA
+// kernel of sparse_attention_cuda.h (the shared FlashAttention kernel with the pattern's tile
+// walk), a decode step gathers the visible keys and runs standard's split-K decode kernel.
+// Neither has run on a GPU yet (compiled only; tests/gpu/gpu_check.cc checks the prefill
+// kernel where a GPU is). Other head sizes, or a build without CUDA kernels: the same ATen
+// calls as on the CPU, untested on a GPU.
 #pragma once
 
 #include "kernels/common/mixer.h"

@@ -7,6 +7,7 @@
 
 #include "kernels/common/cuda_math.cuh"
 #include "kernels/standard/flash_attention_cuda.h"
+#include "kernels/standard/flash_attention_kernel.cuh"
 #include "kernels/standard/flash_key_tiles.h"
 
 namespace attnserve::kernels::standard {
@@ -17,242 +18,56 @@ using cuda::DType;
 using cuda::kLog2e;
 using cuda::Load4;
 using cuda::Store4;
+using flash_detail::kBc;
+using flash_detail::kBr;
+using flash_detail::ResolveScale;
+using flash_detail::RowsAligned;
+using flash_detail::Scale4;
 
-constexpr int kBr = 64;        // queries per block
-constexpr int kBc = 64;        // keys per tile
-constexpr int kThreads = 256;  // 16 × 16: rows ty·4 + i, columns tx·4 + j
-constexpr int kLd = kBc + 4;   // row length of the transposed tiles (float4-aligned padding)
-
-constexpr int PrefillSmemFloats(int d) {
-  return d * kLd       // Qᵀ
-         + d * kLd     // Kᵀ, then V (64 × d) in the same buffer
-         + kBc * kLd;  // Pᵀ
-}
-
-__device__ __forceinline__ float4 Lds4(const float* p) {
-  return *reinterpret_cast<const float4*>(p);
-}
-__device__ __forceinline__ float4 Scale4(float4 x, float s) {
-  return make_float4(x.x * s, x.y * s, x.z * s, x.w * s);
-}
-
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads, 2) FlashAttentionKernel(FlashAttentionCudaParams p) {
-  constexpr int kGroups = D / 64;                 // output column groups of 64 per thread row
-  constexpr int kLoads = kBc * D / 4 / kThreads;  // float4 loads per thread per tile
-  // D = 64: the next tile's K and this tile's V are loaded into registers while the
-  // arithmetic of the current step runs. D = 128: those 8 float4s on top of the 32 output
-  // accumulators would exceed the 128 registers that keep 2 blocks per SM, so the loads go
-  // straight to shared memory and the other block on the SM hides their latency.
-  constexpr bool kPrefetch = D <= 64;
-  constexpr int kUnrollQk = D <= 64 ? 8 : 4, kUnrollPv = D <= 64 ? 4 : 2;
-  extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
-  float* q_t = smem;          // [D][kLd]   Q · scale · log2(e), transposed
-  float* kv = q_t + D * kLd;  // [D][kLd] Kᵀ, or [kBc][D] V
-  float* p_t = kv + D * kLd;  // [kBc][kLd] Pᵀ
-
-  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  // Causal: the last query tiles see the most keys; start them first.
-  const int64_t q_tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t q0 = q_tile * kBr;
-  const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
-  T* out = static_cast<T*>(p.out) + b * p.out_batch_stride + h * p.out_head_stride;
-  const float scale_log2 = p.softmax_scale * kLog2e;  // scores in log2 units: exp2 below
-
-  // Transposed tiles: consecutive threads take consecutive rows (conflict-free scattered
-  // shared stores); V: consecutive threads take consecutive quads of a row (coalesced).
-  for (int it = 0; it < kLoads; ++it) {
-    const int e = tid + it * kThreads, r = e % kBr, q4 = e / kBr;
-    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (q0 + r < p.seqlen_q) x = Scale4(Load4(q + (q0 + r) * p.q_seq_stride + q4 * 4), scale_log2);
-    q_t[(q4 * 4 + 0) * kLd + r] = x.x;
-    q_t[(q4 * 4 + 1) * kLd + r] = x.y;
-    q_t[(q4 * 4 + 2) * kLd + r] = x.z;
-    q_t[(q4 * 4 + 3) * kLd + r] = x.w;
-  }
-
-  const int64_t offset = p.seqlen_k - p.seqlen_q;  // causal: query i is at position offset + i
-  // The key tiles this block walks (flash_key_tiles.h): up to the last query's position when
-  // causal; with a sliding window, the sinks' tiles, then the window's.
-  const KeyTiles tiles =
-      PlanKeyTiles(p.seqlen_q, p.seqlen_k, p.causal, p.window, p.sinks, q0, kBr, kBc);
-  const int64_t n_tiles = tiles.end, first_tile = tiles.first;
-  auto next_tile = [&](int64_t t) { return tiles.next(t); };
-  const bool windowed = p.window > 0;
-
-  float o[4][4 * kGroups] = {};
-  float m[4], l[4];  // running max (log2 units) and this thread's share of the running sum
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    m[i] = -INFINITY;
-    l[i] = 0.0f;
-  }
-  // Global → register → shared copies of the K tile (transposed) and the V tile (natural).
-  // Consecutive threads: consecutive rows for Kᵀ (conflict-free scattered shared stores),
-  // consecutive quads of a row for V (coalesced).
-  auto fetch_k = [&](int64_t k0, int it) {
-    const int e = tid + it * kThreads, r = e % kBc, q4 = e / kBc;
-    return k0 + r < p.seqlen_k ? Load4(k + (k0 + r) * p.k_seq_stride + q4 * 4)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+// Full, causal or sliding-window attention (flash_key_tiles.h): a block holds queries q0 ..
+// q0 + kBr - 1 of the natural layout, a tile's columns are key positions, and the tiles visited
+// are PlanKeyTiles'. Causal blocks skip the key tiles wholly above the diagonal; windowed ones
+// visit the sinks' tiles, then the window's.
+struct DenseWalk {
+  struct Block {
+    int64_t q0 = 0;
+    KeyTiles tiles;
   };
-  auto put_k = [&](int it, float4 x) {
-    const int e = tid + it * kThreads, r = e % kBc, q4 = e / kBc;
-    kv[(q4 * 4 + 0) * kLd + r] = x.x;
-    kv[(q4 * 4 + 1) * kLd + r] = x.y;
-    kv[(q4 * 4 + 2) * kLd + r] = x.z;
-    kv[(q4 * 4 + 3) * kLd + r] = x.w;
-  };
-  auto fetch_v = [&](int64_t k0, int it) {
-    const int e = tid + it * kThreads, r = e / (D / 4), q4 = e % (D / 4);
-    return k0 + r < p.seqlen_k ? Load4(v + (k0 + r) * p.v_seq_stride + q4 * 4)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  };
-  auto put_v = [&](int it, float4 x) {
-    const int e = tid + it * kThreads, r = e / (D / 4), q4 = e % (D / 4);
-    *reinterpret_cast<float4*>(kv + r * D + q4 * 4) = x;
-  };
-  // Without prefetch: 4 loads in flight at a time, then their stores.
-  auto copy_direct = [&](int64_t k0, bool is_k) {
-#pragma unroll 1
-    for (int it0 = 0; it0 < kLoads; it0 += 4) {
-      float4 x[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) x[i] = is_k ? fetch_k(k0, it0 + i) : fetch_v(k0, it0 + i);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (is_k) {
-          put_k(it0 + i, x[i]);
-        } else {
-          put_v(it0 + i, x[i]);
-        }
-      }
-    }
-  };
-  float4 pre[kPrefetch ? kLoads : 1];
-  if (kPrefetch) {
-#pragma unroll
-    for (int it = 0; it < kLoads; ++it) pre[it] = fetch_k(first_tile * kBc, it);
-  }
-  for (int64_t tile = first_tile; tile < n_tiles; tile = next_tile(tile)) {
-    const int64_t k0 = tile * kBc;
-    if (kPrefetch) {
-#pragma unroll
-      for (int it = 0; it < kLoads; ++it) put_k(it, pre[it]);
-    } else {
-      copy_direct(k0, /*is_k=*/true);
-    }
-    __syncthreads();  // Kᵀ (and, on the first tile, Qᵀ) in shared memory
-    if (kPrefetch) {  // this tile's V: in flight during Q·Kᵀ
-#pragma unroll
-      for (int it = 0; it < kLoads; ++it) pre[it] = fetch_v(k0, it);
-    }
 
-    float s[4][4] = {};
-#pragma unroll kUnrollQk
-    for (int kk = 0; kk < D; ++kk) {
-      const float4 a = Lds4(q_t + kk * kLd + ty * 4);
-      const float4 kb = Lds4(kv + kk * kLd + tx * 4);
-      const float av[4] = {a.x, a.y, a.z, a.w};
-      const float bv[4] = {kb.x, kb.y, kb.z, kb.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) s[i][j] += av[i] * bv[j];
-      }
-    }
-    // Keys past Lk, causal, keys after the query's position and, windowed, keys (sinks
-    // aside) `window` or more before it are hidden.
-    if (TileHidesKeys(p.seqlen_q, p.seqlen_k, p.causal, p.window, p.sinks, q0, kBr, k0, kBc)) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int64_t col = k0 + tx * 4 + j, row = q0 + ty * 4 + i;
-          if (KeyHidden(p.seqlen_q, p.seqlen_k, p.causal, p.window, p.sinks, row, col)) {
-            s[i][j] = -INFINITY;
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float mt = fmaxf(fmaxf(s[i][0], s[i][1]), fmaxf(s[i][2], s[i][3]));
-      // The 16 threads of a row are 16 consecutive lanes of one warp.
-#pragma unroll
-      for (int off = 8; off > 0; off >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
-      const float m_new = fmaxf(m[i], mt);
-      // A row that has seen no key yet (a window's first tiles can hide a whole row, padding
-      // rows too) keeps max -inf: subtract 0 instead, so that exp2(-inf) = 0, never NaN.
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float corr = exp2f(m[i] - m_use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        s[i][j] = exp2f(s[i][j] - m_use);
-        sum += s[i][j];
-      }
-      l[i] = l[i] * corr + sum;
-#pragma unroll
-      for (int c = 0; c < 4 * kGroups; ++c) o[i][c] *= corr;
-      m[i] = m_new;
-    }
-    __syncthreads();  // every thread is done with Kᵀ
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      *reinterpret_cast<float4*>(p_t + (tx * 4 + j) * kLd + ty * 4) =
-          make_float4(s[0][j], s[1][j], s[2][j], s[3][j]);
-    }
-    if (kPrefetch) {
-#pragma unroll
-      for (int it = 0; it < kLoads; ++it) put_v(it, pre[it]);
-    } else {
-      copy_direct(k0, /*is_k=*/false);
-    }
-    __syncthreads();                               // V and Pᵀ in shared memory
-    if (kPrefetch && next_tile(tile) < n_tiles) {  // the next K tile: in flight during P·V
-#pragma unroll
-      for (int it = 0; it < kLoads; ++it) pre[it] = fetch_k(next_tile(tile) * kBc, it);
-    }
+  explicit DenseWalk(const FlashAttentionCudaParams& p)
+      : seqlen_q(p.seqlen_q),
+        seqlen_k(p.seqlen_k),
+        window(p.window),
+        sinks(p.sinks),
+        causal(p.causal) {}
 
-#pragma unroll kUnrollPv
-    for (int j = 0; j < kBc; ++j) {
-      const float4 a = Lds4(p_t + j * kLd + ty * 4);
-      const float av[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        const float4 vb = Lds4(kv + j * D + g * 64 + tx * 4);
-        const float bv[4] = {vb.x, vb.y, vb.z, vb.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) o[i][g * 4 + c] += av[i] * bv[c];
-        }
-      }
-    }
-    __syncthreads();  // every thread is done with V and Pᵀ
+  __device__ Block PlanBlock(int64_t q_tile) const {
+    Block b;
+    b.q0 = q_tile * kBr;
+    b.tiles = PlanKeyTiles(seqlen_q, seqlen_k, causal, window, sinks, b.q0, kBr, kBc);
+    return b;
   }
+  __device__ int64_t QueryRow(const Block& b, int64_t r) const {
+    return b.q0 + r < seqlen_q ? b.q0 + r : -1;
+  }
+  __device__ int64_t FirstTile(const Block& b) const { return b.tiles.first; }
+  __device__ int64_t EndTile(const Block& b) const { return b.tiles.end; }
+  __device__ int64_t NextTile(const Block& b, int64_t t) const { return b.tiles.next(t); }
+  __device__ int64_t KeyRow(const Block&, int64_t col) const { return col < seqlen_k ? col : -1; }
+  // Keys past Lk, causal, keys after the query's position and, windowed, keys (sinks aside)
+  // `window` or more before it are hidden.
+  __device__ bool TileHides(const Block& b, int64_t k0) const {
+    return TileHidesKeys(seqlen_q, seqlen_k, causal, window, sinks, b.q0, kBr, k0, kBc);
+  }
+  __device__ bool Hidden(const Block& b, int64_t r, int64_t col) const {
+    return KeyHidden(seqlen_q, seqlen_k, causal, window, sinks, b.q0 + r, col);
+  }
+  __device__ const float* partial_in() const { return nullptr; }
+  __device__ float* partial_out() const { return nullptr; }
 
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float sum = l[i];
-#pragma unroll
-    for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const int64_t row = q0 + ty * 4 + i;
-    if (row < p.seqlen_q) {
-      const float inv = 1.0f / sum;
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        Store4(out + row * p.out_seq_stride + g * 64 + tx * 4,
-               make_float4(o[i][g * 4] * inv, o[i][g * 4 + 1] * inv, o[i][g * 4 + 2] * inv,
-                           o[i][g * 4 + 3] * inv));
-      }
-    }
-  }
-}
+  int64_t seqlen_q, seqlen_k, window, sinks;
+  bool causal;
+};
 
 // ---- Decode (split-K) ----
 
@@ -378,27 +193,6 @@ __global__ void __launch_bounds__(D) FlashDecodeCombineKernel(FlashDecodeCudaPar
       cuda::FromFloat<T>(o_all / l_all);
 }
 
-bool RowsAligned(DType dtype, const void* ptr, std::initializer_list<int64_t> strides) {
-  if (ptr == nullptr || !cuda::IsAligned(ptr, dtype == DType::kFloat32 ? 16 : 8)) return false;
-  for (int64_t s : strides) {
-    if (s % 4 != 0) return false;
-  }
-  return true;
-}
-
-template <typename T, int D>
-CudaStatus LaunchPrefill(FlashAttentionCudaParams p, cudaStream_t stream) {
-  const size_t bytes = PrefillSmemFloats(D) * sizeof(float);
-  ATTNSERVE_CUDA_CHECK(cudaFuncSetAttribute(FlashAttentionKernel<T, D>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(bytes)));
-  const dim3 grid(static_cast<unsigned>((p.seqlen_q + kBr - 1) / kBr),
-                  static_cast<unsigned>(p.heads), static_cast<unsigned>(p.batch));
-  FlashAttentionKernel<T, D><<<grid, kThreads, bytes, stream>>>(p);
-  ATTNSERVE_CUDA_CHECK_LAUNCH();
-  return CudaStatus();
-}
-
 template <typename T, int D>
 CudaStatus LaunchDecode(FlashDecodeCudaParams p, cudaStream_t stream) {
   FlashDecodeKernel<T, D><<<dim3(static_cast<unsigned>(p.num_splits),
@@ -411,10 +205,6 @@ CudaStatus LaunchDecode(FlashDecodeCudaParams p, cudaStream_t stream) {
     ATTNSERVE_CUDA_CHECK_LAUNCH();
   }
   return CudaStatus();
-}
-
-float ResolveScale(float scale, int64_t head_dim) {
-  return scale != 0.0f ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
 }  // namespace
@@ -460,12 +250,7 @@ CudaStatus LaunchFlashAttention(const FlashAttentionCudaParams& params, cudaStre
         "8-byte (bfloat16) aligned and strides that are multiples of 4 elements");
   }
   p.softmax_scale = ResolveScale(p.softmax_scale, p.head_dim);
-  if (p.dtype == DType::kFloat32) {
-    return p.head_dim == 64 ? LaunchPrefill<float, 64>(p, stream)
-                            : LaunchPrefill<float, 128>(p, stream);
-  }
-  return p.head_dim == 64 ? LaunchPrefill<__nv_bfloat16, 64>(p, stream)
-                          : LaunchPrefill<__nv_bfloat16, 128>(p, stream);
+  return flash_detail::DispatchFlashWalk(p, DenseWalk(p), (p.seqlen_q + kBr - 1) / kBr, stream);
 }
 
 int FlashDecodeNumSplits(const FlashDecodeCudaParams& p, int sm_count) {

@@ -8,7 +8,9 @@
 // on `stream`. q, k, v, out are float32 or bfloat16 (`dtype`); scores, the softmax and the
 // accumulation are float32. head_dim 64 or 128 (others: InvalidArgument). Rows must be
 // 16-byte (float32) or 8-byte (bfloat16) aligned, strides multiples of 4 elements.
-// Torch-facing wrappers: flash_attention_cuda_torch.h.
+// Torch-facing wrappers: flash_attention_cuda_torch.h. The prefill kernel is a template over a
+// tile walk (flash_attention_kernel.cuh), shared with the sparse mixer (kernels/sparse/
+// sparse_attention_cuda.h); LaunchFlashAttention runs it with the dense walk described below.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -36,6 +36,7 @@
 #include <exception>
 #include <functional>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@
 #include "kernels/linformer/linformer_cuda_torch.h"
 #include "kernels/mamba/mamba_cuda_torch.h"
 #include "kernels/rwkv/rwkv_cuda_torch.h"
+#include "kernels/sparse/sparse_attention_cuda_torch.h"
+#include "kernels/sparse/sparse_key_tiles.h"
 #include "kernels/standard/flash_attention_cuda_torch.h"
 
 namespace {
@@ -797,6 +800,85 @@ void CheckWkv(int64_t batch, int64_t len, int64_t channels) {
 }
 
 // ---------------------------------------------------------------- main
+// ---------------------------------------------------------------- sparse attention
+
+// The Sparse Transformer's patterns (sparse_key_tiles.h) as an explicit mask over the full
+// score matrix, in float64 on the GPU, chunks of 2048 queries: the reference the CPU kernel
+// (SparseAttentionCpu, which needs Abseil and is not built here) is checked against in
+// tests/unit/sparse_test.cc, from the same definitions. Query i is at position Lk - Lq + i.
+// *visible_pairs (when given): the mask's visible (query, key) pairs.
+Tensor SparseReference(const Tensor& q, const Tensor& k, const Tensor& v, bool causal,
+                       int32_t pattern, int64_t l, int64_t c, at::ScalarType dtype,
+                       double* visible_pairs = nullptr) {
+  const int64_t batch = q.size(0), heads = q.size(1), lq = q.size(2), d = q.size(3);
+  const int64_t lk = k.size(2), offset = lk - lq;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Tensor out = at::empty({batch, heads, lq, d}, q.options().dtype(dtype));
+  const Tensor keys = at::arange(lk, q.options().dtype(at::kLong)).view({1, -1});
+  for (int64_t q0 = 0; q0 < lq; q0 += 2048) {
+    const int64_t rows = std::min<int64_t>(2048, lq - q0);
+    const Tensor pos = at::arange(rows, q.options().dtype(at::kLong)).view({-1, 1}) + (offset + q0);
+    Tensor visible;
+    if (pattern == attnserve::kernels::sparse::kStrided) {
+      const Tensor dist = (pos - keys).abs();
+      visible = (dist < l).logical_or(at::remainder(dist, l) == 0);
+    } else {
+      visible = (at::div(keys, l, "floor") == at::div(pos, l, "floor"))
+                    .logical_or(at::remainder(keys, l) >= l - c);
+    }
+    if (causal) visible = visible.logical_and(keys <= pos);
+    if (visible_pairs != nullptr) *visible_pairs += visible.sum().item<double>();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads; ++h) {
+        Tensor s = at::mm(q[b][h].narrow(0, q0, rows).to(dtype), k[b][h].to(dtype).t()) * scale;
+        s.masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+        out[b][h].narrow(0, q0, rows).copy_(at::mm(at::softmax(s, -1), v[b][h].to(dtype)));
+      }
+    }
+  }
+  return out;
+}
+
+// The sparse mixer's prefill kernel (compiled, never run before this check existed) against
+// the masked reference; timed, with the dense kernel's time on the same inputs in the note.
+void CheckSparse(int64_t batch, int64_t heads, int64_t lq, int64_t lk, int64_t d, bool causal,
+                 int32_t pattern, int64_t l, int64_t c, at::ScalarType dtype) {
+  const bool bf16 = dtype == at::kBFloat16;
+  const bool strided = pattern == attnserve::kernels::sparse::kStrided;
+  RunCase(
+      std::string("sparse ") + (strided ? "strided" : "fixed") + (causal ? " causal" : " bidir"),
+      Shape({{"B", batch},
+             {"H", heads},
+             {"Lq", lq},
+             {"Lk", lk},
+             {"d", d},
+             {"l", l},
+             {"c", strided ? 0 : c}}),
+      bf16 ? "bf16" : "fp32", [&](Row& row) {
+        const Tensor q = AsType(at::randn({batch, heads, lq, d}, Cuda()), dtype);
+        const Tensor k = AsType(at::randn({batch, heads, lk, d}, Cuda()), dtype);
+        const Tensor v = AsType(at::randn({batch, heads, lk, d}, Cuda()), dtype);
+        Tensor out = Nan({batch, heads, lq, d}, dtype);  // an element not written fails
+        auto run = [&] {
+          attnserve::kernels::sparse::SparseAttentionCuda(q, k, v, causal, pattern, l, c, 0.0, out);
+        };
+        run();
+        double visible = 0;
+        const Tensor ref = SparseReference(q, k, v, causal, pattern, l, c, at::kDouble, &visible);
+        row.err = RelErr(out, ref);
+        row.budget = kFloat32Budget;
+        if (bf16) {
+          row.budget =
+              2 * RelErr(SparseReference(q, k, v, causal, pattern, l, c, at::kBFloat16), ref);
+        }
+        const double elt = bf16 ? 2 : 4;
+        const double dense_ms =
+            TimeMs([&] { attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal); });
+        row.note = "dense flash " + std::to_string(dense_ms) + " ms";
+        Finish(row, run, elt * batch * heads * d * (2.0 * lq + 2.0 * lk),
+               4.0 * batch * heads * d * visible, bf16);
+      });
+}
 
 void PrintTable() {
   std::printf("\n%-22s %-34s %-5s %9s %9s %10s %9s %8s %7s  %s\n", "kernel", "shape", "dtype",
@@ -890,6 +972,33 @@ int main(int argc, char** argv) {
   CheckFlashWindow(333, 1000, 128, 100, 0);
   CheckFlashDecode(16, quick ? 4096 : 32768, 128, /*pointer_mode=*/false);
   CheckFlashDecode(8, quick ? 2048 : 8192, 64, /*pointer_mode=*/true);
+  // Sparse Transformer attention (the sparse mixer's prefill): both patterns, causal (also a
+  // chunk after a KV prefix) and bidirectional, strides and lengths that are not multiples of
+  // the kernel's 64-row tiles, l >= L (standard attention), then random shapes.
+  const int32_t strided = attnserve::kernels::sparse::kStrided;
+  const int32_t fixed = attnserve::kernels::sparse::kFixed;
+  CheckSparse(1, 16, quick ? 8192 : 32768, quick ? 8192 : 32768, 64, true, strided, 128, 1, f32);
+  CheckSparse(1, 16, 16384, 16384, 128, true, fixed, 128, 8, f32);
+  CheckSparse(2, 16, 4096, 4096, 64, false, strided, 64, 1, f32);
+  CheckSparse(1, 16, 4096, 4096, 64, false, fixed, 128, 8, f32);
+  CheckSparse(1, 16, 333, 1000, 128, true, strided, 100, 1, f32);
+  CheckSparse(1, 16, 200, 1500, 64, true, fixed, 128, 8, f32);
+  CheckSparse(1, 16, 1000, 1000, 64, false, strided, 37, 1, f32);
+  CheckSparse(1, 16, 777, 777, 128, false, fixed, 50, 3, f32);
+  CheckSparse(1, 16, 500, 500, 64, true, strided, 512, 1, f32);
+  CheckSparse(1, 16, 2048, 2048, 64, true, strided, 64, 1, bf16);
+  CheckSparse(1, 16, 2048, 2048, 128, false, fixed, 64, 4, bf16);
+  {
+    std::mt19937_64 rng(28);
+    for (int i = 0; i < 12; ++i) {
+      const bool causal = i % 3 != 0;
+      const int64_t lk = 1 + static_cast<int64_t>(rng() % 3000);
+      const int64_t lq = causal ? 1 + static_cast<int64_t>(rng() % lk) : lk;
+      const int64_t l = 1 + static_cast<int64_t>(rng() % 300);
+      CheckSparse(1 + static_cast<int64_t>(rng() % 2), 4, lq, lk, i % 4 < 2 ? 64 : 128, causal,
+                  i % 2 ? fixed : strided, l, 1 + static_cast<int64_t>(rng() % l), f32);
+    }
+  }
   // Linformer through cuBLAS: H 16, d 64, k 256.
   CheckLinformer(2, 4096, 64, 256);
   CheckLinformer(1, quick ? 8192 : 32768, 64, 256);
