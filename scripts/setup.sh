@@ -11,9 +11,9 @@ BUILD_PACKAGES=(
   libhiredis-dev libxxhash-dev libpcre2-dev libutf8proc-dev
 )
 # python3-yaml and nodejs (npm below): the deploy tests (tests/deploy); redis-server: the
-# session store tests.
+# session store tests; haproxy: the gateway (scripts/cluster.sh, tests/integration/gateway_test.py).
 TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl python3-yaml nodejs
-               redis-server)
+               redis-server haproxy)
 
 packages=("${BUILD_PACKAGES[@]}")
 if [[ "${1:-}" != "--build-only" ]]; then

@@ -402,6 +402,7 @@ int main(int argc, char** argv) {
 
   std::cout << "attnserve-server: draining (" << inflight() << " calls in flight)" << std::endl;
   server->GetHealthCheckService()->SetServingStatus(false);
+  if (metrics_endpoint != nullptr) metrics_endpoint->SetReady(false);
   if (health_server != nullptr) health_server->GetHealthCheckService()->SetServingStatus(false);
   service.StartDraining();
   oip_service.StartDraining();

@@ -71,10 +71,17 @@ MHD_Result HandleRequest(void* cls, MHD_Connection* connection, const char* url,
   }
   if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
       std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
-    return Respond(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "GET /metrics\n", "text/plain");
+    return Respond(connection, MHD_HTTP_METHOD_NOT_ALLOWED, "GET /metrics or /ready\n",
+                   "text/plain");
+  }
+  if (std::strcmp(url, "/ready") == 0) {
+    return endpoint->ready()
+               ? Respond(connection, MHD_HTTP_OK, "ready\n", "text/plain")
+               : Respond(connection, MHD_HTTP_SERVICE_UNAVAILABLE, "draining\n", "text/plain");
   }
   if (std::strcmp(url, "/metrics") != 0) {
-    return Respond(connection, MHD_HTTP_NOT_FOUND, "not found; try /metrics\n", "text/plain");
+    return Respond(connection, MHD_HTTP_NOT_FOUND, "not found; try /metrics or /ready\n",
+                   "text/plain");
   }
   return Respond(connection, MHD_HTTP_OK, endpoint->Render(),
                  "text/plain; version=0.0.4; charset=utf-8");

@@ -1,5 +1,7 @@
 // The Prometheus endpoint: GET /metrics answers with the text exposition format of the given
-// collectables (prometheus-cpp's TextSerializer); any other path is 404.
+// collectables (prometheus-cpp's TextSerializer); GET /ready answers 200 "ready" until
+// SetReady(false) (the drain), then 503 "draining", for HTTP health checks that cannot speak
+// gRPC's (a gateway's: deploy/gateway/haproxy.cfg); any other path is 404.
 //
 // HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev): one internal thread polls every
 // connection without blocking, so a client that sends its request a byte at a time does not
@@ -15,6 +17,7 @@
 
 #include <prometheus/collectable.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +44,9 @@ class MetricsEndpoint {
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
 
   int port() const { return port_; }
+  // What GET /ready says (any thread).
+  void SetReady(bool ready) { ready_.store(ready); }
+  bool ready() const { return ready_.load(); }
   // The exposition text of every collectable (what GET /metrics returns).
   std::string Render() const;
 
@@ -51,6 +57,7 @@ class MetricsEndpoint {
   const int port_;
   const std::vector<std::weak_ptr<prometheus::Collectable>> collectables_;
   MHD_Daemon* daemon_ = nullptr;
+  std::atomic<bool> ready_{true};
 };
 
 }  // namespace attnserve::server

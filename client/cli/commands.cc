@@ -405,6 +405,7 @@ int ExportSession(Printer& out, Calls& calls, const std::string& id, const std::
   if (!calls.ForSession(out, "sessions", id, &route)) return kExitCallFailed;
   grpc::ClientContext ctx;
   SetDeadline(ctx);
+  client::AddSessionHeader(ctx, id);
   v1::ExportSessionRequest req;
   req.set_session_id(id);
   std::unique_ptr<grpc::ClientReader<v1::SessionSnapshotChunk>> reader =
@@ -538,6 +539,8 @@ bool OpenStream(Printer& out, const std::string& sub, Calls& calls, int64_t expe
     s->stream.reset();
     s->context = std::make_unique<grpc::ClientContext>();
     SetDeadline(*s->context);
+    // A fork is made where its source is.
+    client::AddSessionHeader(*s->context, session.empty() ? fork_from : session);
     s->stream = s->route.stub->Stream(s->context.get());
     if (s->stream->Write(open) && s->stream->Read(&s->opened) && s->opened.has_opened()) {
       calls.Remember(s->opened.opened().session_id(), s->opened.opened().server(), s->route);
@@ -618,6 +621,7 @@ int RunInfer(Printer& out) {
   for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
     SetDeadline(ctx);
+    client::AddSessionHeader(ctx, session);
     grpc::Status status = route.stub->Infer(&ctx, req, &resp);
     if (status.ok()) break;
     status = calls.Failed(route, session, status);
@@ -830,6 +834,7 @@ int RunSessions(Printer& out) {
   if (!close.empty()) {
     Route route;
     if (!calls.ForSession(out, "sessions", close, &route)) return kExitCallFailed;
+    client::AddSessionHeader(ctx, close);
     v1::CloseSessionRequest req;
     req.set_session_id(close);
     v1::CloseSessionResponse resp;
@@ -838,6 +843,7 @@ int RunSessions(Printer& out) {
   } else if (!id.empty()) {
     Route route;
     if (!calls.ForSession(out, "sessions", id, &route)) return kExitCallFailed;
+    client::AddSessionHeader(ctx, id);
     v1::GetSessionRequest req;
     req.set_session_id(id);
     v1::SessionInfo info;

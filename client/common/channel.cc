@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/session_header.h"
 
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA bundle: connect with TLS and verify the server's certificate against it.");
@@ -104,6 +105,10 @@ std::chrono::system_clock::time_point DeadlineAfter(double timeout_s) {
   return std::chrono::system_clock::now() +
          std::chrono::duration_cast<std::chrono::system_clock::duration>(
              std::chrono::duration<double>(timeout_s));
+}
+
+void AddSessionHeader(grpc::ClientContext& context, const std::string& session_id) {
+  if (!session_id.empty()) context.AddMetadata(kSessionHeader, session_id);
 }
 
 }  // namespace attnserve::client

@@ -3,6 +3,7 @@
 #define ATTNSERVE_CLIENT_COMMON_CHANNEL_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 
 #include <chrono>
 #include <memory>
@@ -38,6 +39,10 @@ absl::Status ConfigureChannelSecurityFromFlags();
 // connection rather than one shared with the other channels of this process (load generation
 // spreads over several).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int index = 0);
+
+// Adds the x-attnserve-session header (common/session_header.h) for a call about `session_id`,
+// so a gateway routes it to the replica that holds the session; nothing for an empty id.
+void AddSessionHeader(grpc::ClientContext& context, const std::string& session_id);
 
 // The deadline `timeout_s` seconds from now (far in the future when timeout_s <= 0).
 std::chrono::system_clock::time_point DeadlineAfter(double timeout_s);

@@ -45,6 +45,14 @@ SessionPersistence::~SessionPersistence() {
     stop_ = true;
   }
   writer_.join();
+  std::vector<StoredCallback> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, op] : queued_) {
+      for (StoredCallback& callback : op.on_stored) waiting.push_back(std::move(callback));
+    }
+  }
+  Notify(waiting, absl::UnavailableError("the server stopped before the checkpoint was written"));
   if (renewer_.joinable()) {
     {
       absl::MutexLock lock(&lease_mu_);
@@ -73,12 +81,24 @@ void SessionPersistence::Count(const char* op, const absl::Status& status, absl:
             << std::endl;
 }
 
+void SessionPersistence::Notify(std::vector<StoredCallback>& callbacks,
+                                const absl::Status& status) {
+  for (StoredCallback& callback : callbacks) callback(status);
+  callbacks.clear();
+}
+
 void SessionPersistence::Queue(const std::string& id, Operation op) {
   op.generation = next_generation_++;
   const int64_t size = op.snapshot != nullptr ? static_cast<int64_t>(op.snapshot->size()) : 0;
   auto [it, inserted] = queued_.try_emplace(id);
   if (!inserted && it->second.snapshot != nullptr) {
     queued_bytes_ -= static_cast<int64_t>(it->second.snapshot->size());
+  }
+  // What waited for the replaced operation waits for this one (a newer snapshot holds it; a
+  // removal answers that the session was closed).
+  if (!inserted) {
+    for (StoredCallback& callback : it->second.on_stored)
+      op.on_stored.push_back(std::move(callback));
   }
   it->second = std::move(op);
   queued_bytes_ += size;
@@ -88,7 +108,8 @@ void SessionPersistence::Queue(const std::string& id, Operation op) {
   if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
 }
 
-bool SessionPersistence::Save(Session& session, absl::Time wait_until, bool release) {
+bool SessionPersistence::Save(Session& session, absl::Time wait_until, bool release,
+                              StoredCallback on_stored) {
   if (session.closed()) return false;  // a closed session must not come back
   const int64_t changes = session.changes();
   std::shared_ptr<const std::string> snapshot;
@@ -128,6 +149,7 @@ bool SessionPersistence::Save(Session& session, absl::Time wait_until, bool rele
     op.snapshot = std::move(snapshot);
     op.ttl = ttl;
     op.release = release;
+    if (on_stored != nullptr) op.on_stored.push_back(std::move(on_stored));
     Queue(session.id(), std::move(op));
     // Under the lock, so that the writer cannot finish (or fail) this write first.
     session.MarkSaved(changes, now + ttl);
@@ -234,14 +256,19 @@ void SessionPersistence::SetLeaseLostListener(std::function<void(const std::stri
 }
 
 void SessionPersistence::DropQueued(const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  auto it = queued_.find(id);
-  if (it == queued_.end()) return;
-  if (it->second.snapshot != nullptr) {
-    queued_bytes_ -= static_cast<int64_t>(it->second.snapshot->size());
+  std::vector<StoredCallback> waiting;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queued_.find(id);
+    if (it == queued_.end()) return;
+    if (it->second.snapshot != nullptr) {
+      queued_bytes_ -= static_cast<int64_t>(it->second.snapshot->size());
+    }
+    waiting = std::move(it->second.on_stored);
+    queued_.erase(it);  // its entries in order_ and retries_ are skipped when they come up
+    if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
   }
-  queued_.erase(it);  // its entries in order_ and retries_ are skipped when they come up
-  if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
+  Notify(waiting, LeaseLost(id, ""));
 }
 
 void SessionPersistence::LeaseLostNow(const std::string& id) {
@@ -413,6 +440,8 @@ void SessionPersistence::WriterLoop() {
     order_.pop_front();
     auto it = queued_.find(id);
     if (it == queued_.end()) continue;  // a repeated id, already written
+    std::vector<StoredCallback> waiting = std::move(it->second.on_stored);
+    it->second.on_stored.clear();
     const Operation op = it->second;
     ++writing_;
     mu_.Unlock();
@@ -431,14 +460,23 @@ void SessionPersistence::WriterLoop() {
       Count("delete", status, start);
       if (status.code() == absl::StatusCode::kNotFound) status = absl::OkStatus();
     }
+    // Those waiting for this write hear of it now: written, refused by the fence, or failed
+    // once (a retry is not waited for). A removal means the session was closed meanwhile.
+    const absl::Status answer =
+        status.ok() && op.snapshot == nullptr
+            ? absl::NotFoundError("the session was closed before its checkpoint was written")
+            : status;
     if (IsLeaseLost(status)) {
       // Another replica holds the session: this copy is stale. Never retried. Counted as
-      // writing until the table has dropped it, so that Flush returns after that.
+      // writing until the table has dropped it, so that Flush returns after that. Those
+      // waiting hear of it once the table has dropped its copy.
       LeaseLostNow(id);
+      Notify(waiting, answer);
       mu_.Lock();
       --writing_;
       continue;
     }
+    Notify(waiting, answer);
     mu_.Lock();
     --writing_;
     it = queued_.find(id);

@@ -73,7 +73,17 @@ class SessionPersistence {
   // up: false, counted as dropped.
   // With `release` (a spill), the session's lease is released once this write is done, unless
   // the session came back into memory meanwhile.
-  bool Save(Session& session, absl::Time wait_until = absl::InfinitePast(), bool release = false);
+  // `on_stored` (when Save returns true; may be null) is called exactly once, on the writer
+  // thread (or the caller's, for a drop) with no lock of this class held: OK once the store
+  // holds this snapshot or a newer one of the session (a newer Save that replaces this one
+  // before it is written carries the callback on); LeaseLost (IsLeaseLost) or UNAVAILABLE when
+  // this replica lost the session's lease, so the store will never hold it from here; another
+  // error when the store refused the first attempt (the write is retried; the callback is not
+  // kept waiting for that), or when the session was closed or this object is destroyed first.
+  // The durable acknowledgement of --checkpoint_every_appends (AppendResult.stored).
+  using StoredCallback = std::function<void(const absl::Status&)>;
+  bool Save(Session& session, absl::Time wait_until = absl::InfinitePast(), bool release = false,
+            StoredCallback on_stored = nullptr);
   // Queues the removal of `id`'s snapshot (replacing a queued write of it).
   void Remove(const std::string& id);
   // Removes `id`'s snapshot now, from the queue and the store: NOT_FOUND when neither had it.
@@ -133,16 +143,20 @@ class SessionPersistence {
     std::shared_ptr<const std::string> snapshot;  // null: remove
     absl::Duration ttl;
     int64_t generation = 0;
-    int attempts = 0;      // failed so far
-    bool release = false;  // a spill: release the lease once written
+    int attempts = 0;                       // failed so far
+    bool release = false;                   // a spill: release the lease once written
+    std::vector<StoredCallback> on_stored;  // taken by the writer when it starts the operation
   };
   struct LeaseEntry {
     absl::Time fresh_until;  // confirmed by the store until then (InfiniteFuture: fresh id)
     bool in_memory = true;   // false once spilled: its write releases it
   };
   void RenewerLoop();
-  // Drops the queued operations of `id` (its lease was lost or taken from another holder).
+  // Drops the queued operations of `id` (its lease was lost or taken from another holder);
+  // their on_stored callbacks get LeaseLost.
   void DropQueued(const std::string& id);
+  // Calls each callback with `status` (no lock held).
+  static void Notify(std::vector<StoredCallback>& callbacks, const absl::Status& status);
   void LeaseLostNow(const std::string& id);
   void WriterLoop();
   void Queue(const std::string& id, Operation op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

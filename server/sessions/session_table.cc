@@ -462,11 +462,12 @@ bool SessionTable::MakeRoom(int64_t extra_sessions, int64_t extra_bytes, const S
   return fits();
 }
 
-void SessionTable::Applied(Session& session) {
+bool SessionTable::Applied(Session& session, std::function<void(const absl::Status&)> on_stored) {
   session.changes_.fetch_add(1);
-  if (persistence_ == nullptr) return;
+  if (persistence_ == nullptr) return false;
   const int every = persistence_->checkpoint_every_appends();
-  if (every > 0 && session.unsaved_changes() >= every) persistence_->Save(session);
+  if (every <= 0 || session.unsaved_changes() < every) return false;
+  return persistence_->Save(session, absl::InfinitePast(), /*release=*/false, std::move(on_stored));
 }
 
 std::vector<std::shared_ptr<Session>> SessionTable::Unsaved() const {

@@ -226,8 +226,10 @@ class SessionTable {
 
   // After a request changed `session` (on the scheduler's thread, once its results are
   // stored, before the session's next job): counts the change, and writes a checkpoint to the
-  // store every --checkpoint_every_appends changes.
-  void Applied(Session& session);
+  // store every --checkpoint_every_appends changes. True when it queued one: then `on_stored`
+  // (may be null) is called once its write is done (SessionPersistence::Save says how), and
+  // the caller answers the request then, so that an acknowledged append is in the store.
+  bool Applied(Session& session, std::function<void(const absl::Status&)> on_stored = nullptr);
 
   // Queues a write of every session with changes the store lacks, waiting for room in the
   // write queue until `wait_until`. Returns how many were queued.

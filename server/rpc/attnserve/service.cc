@@ -13,6 +13,7 @@
 #include "server/grpc_status.h"
 #include "server/inference.h"
 #include "server/rpc/call_gate.h"
+#include "server/sessions/session_lease.h"
 
 namespace attnserve::server {
 namespace {
@@ -164,26 +165,59 @@ absl::Status AttnServeService::SubmitInfer(grpc::CallbackServerContext* context,
     if (status.ok())
       status = FillOutputs(result.output, request->output(), response->mutable_outputs());
     if (status.ok()) status = CheckResponseSize(*response);
-    if (session != nullptr && result.prompt_applied) sessions_.Applied(*session);
-    if (status.ok()) {
-      if (session != nullptr) {
-        response->set_session_position(session->position());
-        if (options_.metrics != nullptr) {
-          options_.metrics->RecordPolicyDecision(session->model()->name(), "session");
-        }
-      } else {
-        CountDecision(*decision);
+    const int64_t position = session != nullptr ? session->position() : 0;
+    auto answer = [this, reactor, response, arrival, session, position, decision](
+                      const absl::Status& status, const scheduler::JobResult& result) {
+      AnswerInfer(reactor, *response, arrival, session.get(), position, decision, status, result);
+    };
+    if (session != nullptr && result.prompt_applied) {
+      // A checkpoint this queues is written before the answer (InferResponse.stored).
+      auto computed = std::make_shared<scheduler::JobResult>(std::move(result));
+      if (sessions_.Applied(
+              *session, [answer, status, computed, response, session](const absl::Status& stored) {
+                absl::Status answered = status;
+                if (IsLeaseLost(stored)) {
+                  answered = absl::UnavailableError(
+                      "this replica lost the session's lease before the request's checkpoint was "
+                      "written; resume the session where it is now and send the request again");
+                } else if (stored.code() == absl::StatusCode::kNotFound) {
+                  answered = stored;
+                }
+                response->set_stored(stored.ok());
+                answer(answered, *computed);
+              })) {
+        return;
       }
+      answer(status, *computed);
+      return;
     }
-    v1::Timings* t = response->mutable_timings();
-    t->set_queue_seconds(result.queue_seconds);
-    t->set_compute_seconds(result.compute_seconds);
-    t->set_total_seconds(SecondsSince(arrival));
-    Record("Infer", response->model(), status, t->total_seconds());
-    inflight_.fetch_sub(1);
-    reactor->Finish(ToGrpcStatus(status));
+    answer(status, result);
   };
   return scheduler_.Submit(std::move(job));
+}
+
+void AttnServeService::AnswerInfer(grpc::ServerUnaryReactor* reactor, v1::InferResponse& response,
+                                   std::chrono::steady_clock::time_point arrival,
+                                   const Session* session, int64_t session_position,
+                                   const std::optional<PolicyDecision>& decision,
+                                   const absl::Status& status, const scheduler::JobResult& result) {
+  if (status.ok()) {
+    if (session != nullptr) {
+      response.set_session_position(session_position);
+      if (options_.metrics != nullptr) {
+        options_.metrics->RecordPolicyDecision(session->model()->name(), "session");
+      }
+    } else {
+      CountDecision(*decision);
+    }
+  }
+  v1::Timings* t = response.mutable_timings();
+  t->set_queue_seconds(result.queue_seconds);
+  t->set_compute_seconds(result.compute_seconds);
+  t->set_total_seconds(SecondsSince(arrival));
+  Record("Infer", response.model(), status, t->total_seconds());
+  inflight_.fetch_sub(1);
+  reactor->Finish(ToGrpcStatus(status));
 }
 
 grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* context,

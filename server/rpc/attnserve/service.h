@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "attnserve/v1/inference.grpc.pb.h"
 #include "server/metrics.h"
@@ -152,6 +153,12 @@ class AttnServeService final : public AttnServeBase {
   absl::Status SubmitInfer(grpc::CallbackServerContext* context, grpc::ServerUnaryReactor* reactor,
                            const v1::InferRequest* request, v1::InferResponse* response,
                            std::chrono::steady_clock::time_point arrival, const Caller& caller);
+  // Ends an Infer whose job is done (and whose session's checkpoint, if it queued one, is
+  // written): counts, times and finishes the call with `status`.
+  void AnswerInfer(grpc::ServerUnaryReactor* reactor, v1::InferResponse& response,
+                   std::chrono::steady_clock::time_point arrival, const Session* session,
+                   int64_t session_position, const std::optional<PolicyDecision>& decision,
+                   const absl::Status& status, const scheduler::JobResult& result);
   v1::ModelInfo Describe(const model::Model& model) const;
   // The model `name` names (not "auto"): NOT_FOUND, or INVALID_ARGUMENT for "auto".
   absl::StatusOr<const model::Model*> NamedModel(const std::string& name) const;

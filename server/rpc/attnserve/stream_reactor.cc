@@ -20,6 +20,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/session_header.h"
 #include "kernels/common/status_macros.h"
 #include "server/client_text.h"
 #include "server/grpc_status.h"
@@ -27,6 +28,7 @@
 #include "server/rpc/attnserve/service.h"
 #include "server/rpc/text_requests.h"
 #include "server/scheduler/job.h"
+#include "server/sessions/session_lease.h"
 
 namespace attnserve::server {
 
@@ -260,6 +262,8 @@ class AttnServeService::StreamReactor final
   void SendOpened(const std::string& reason) {
     Session& s = **session_;
     s.Attach();
+    // The first response: a gateway learns from its headers where the session lives.
+    context_->AddInitialMetadata(kSessionHeader, s.id());
     v1::StreamResponse response;
     v1::StreamOpened* opened = response.mutable_opened();
     opened->set_session_id(s.id());
@@ -363,13 +367,19 @@ class AttnServeService::StreamReactor final
       // client went away, the deadline or the drain came): its result, with the tokens generated
       // so far, is what a retry of this sequence number gets.
       absl::Status s = status;
+      std::shared_ptr<StoredReply> waiting;
       if (!replayed_ && result.prompt_applied) {
         v1::AppendResult text_fields;
         for (const int64_t id : text_ids) text_fields.add_prompt_tokens(id);
         if (generation != nullptr) FillGenerationFields(*generation, result, max_new, &text_fields);
-        const absl::Status applied =
-            Applied(seq, request_hash, std::move(result), arrival, std::move(text_fields));
+        const absl::Status applied = Applied(seq, request_hash, std::move(result), arrival,
+                                             std::move(text_fields), &waiting);
         if (s.ok()) s = applied;
+      }
+      if (waiting != nullptr) {
+        waiting->status = s;
+        if (waiting->pending.fetch_sub(1) == 1) AnswerStored(*waiting);
+        return;  // the checkpoint's write answers (AnswerStored)
       }
       Done("StreamAppend", s, arrival);
     };
@@ -431,9 +441,46 @@ class AttnServeService::StreamReactor final
   // Append `seq` was computed: the session moves to it, the result is stored for retries and
   // sent.
   // `text_fields`: the result's text, finish reason and prompt ids (FillGenerationFields).
+  // An append answered once its checkpoint is written: the job's completion and the store's
+  // callback each count `pending` down, and whichever is last answers (AnswerStored).
+  struct StoredReply {
+    std::atomic<int> pending{2};
+    v1::StreamResponse response;
+    std::chrono::steady_clock::time_point arrival;
+    absl::Status status;  // the append's (set by the job's completion before it counts down)
+    absl::Status stored;  // the write's (set by the callback before it counts down)
+  };
+
+  // With its checkpoint written, the append's result goes out marked stored; when the store
+  // failed once it goes out unmarked (the write is retried); when this replica lost the
+  // session's lease meanwhile, the append is not acknowledged: the stream ends with that error
+  // (UNAVAILABLE naming the owner), and the client resends it where the session now is.
+  void AnswerStored(StoredReply& reply) {
+    if (IsLeaseLost(reply.stored)) {
+      // Where the session is now (UNAVAILABLE naming the owner, as for any later call here).
+      absl::Status moved = service_->sessions_.ConfirmLease(**session_);
+      Done("StreamAppend",
+           moved.ok() ? absl::UnavailableError(
+                            "this replica lost the session's lease before the append's "
+                            "checkpoint was written; resume the session and resend the append")
+                      : moved,
+           reply.arrival);
+      return;
+    }
+    if (reply.stored.code() == absl::StatusCode::kNotFound) {  // closed meanwhile
+      Done("StreamAppend", reply.stored, reply.arrival);
+      return;
+    }
+    reply.response.mutable_result()->set_stored(reply.stored.ok());
+    Send(reply.response);
+    Done("StreamAppend", reply.status, reply.arrival);
+  }
+
+  // `waiting`: set when the answer waits for the append's checkpoint (see StoredReply);
+  // otherwise the result has been sent.
   absl::Status Applied(int64_t seq, uint64_t request_hash, scheduler::JobResult computed,
-                       std::chrono::steady_clock::time_point arrival,
-                       v1::AppendResult text_fields) {
+                       std::chrono::steady_clock::time_point arrival, v1::AppendResult text_fields,
+                       std::shared_ptr<StoredReply>* waiting) {
     const v1::StreamAppend& append = request_.append();
     Session& s = **session_;
     v1::StreamResponse response;
@@ -458,9 +505,21 @@ class AttnServeService::StreamReactor final
     while (static_cast<int>(s.recent_results.size()) > service_->options_.retry_window) {
       s.recent_results.pop_front();
     }
-    service_->sessions_.Applied(s);  // with its stored result: a checkpoint has it
-    RETURN_IF_ERROR(size);
-    Send(std::move(response));
+    if (!size.ok()) {
+      service_->sessions_.Applied(s);  // with its stored result: a checkpoint has it
+      return size;
+    }
+    auto reply = std::make_shared<StoredReply>();
+    reply->arrival = arrival;
+    reply->response = std::move(response);
+    if (service_->sessions_.Applied(s, [this, reply](const absl::Status& stored) {
+          reply->stored = stored;
+          if (reply->pending.fetch_sub(1) == 1) AnswerStored(*reply);
+        })) {
+      *waiting = std::move(reply);
+      return absl::OkStatus();
+    }
+    Send(reply->response);
     return absl::OkStatus();
   }
 
