@@ -142,7 +142,8 @@ class LocalRedis:
 
 
 def redis_container(resources):
-    deployment = dc.one(resources, "Deployment", lambda r: r["metadata"]["name"] != "attnserve")
+    deployment = dc.one(resources, "Deployment",
+                        lambda r: r["metadata"]["name"] == "attnserve-redis")
     containers = deployment["spec"]["template"]["spec"]["containers"]
     if len(containers) != 1:
         raise AssertionError(f"expected one container in the Redis pod, found {len(containers)}")
@@ -531,8 +532,11 @@ class OverlayTest:
                 ]), timeout=60))
             session_id = responses[0].opened.session_id
             self.assertEqual(responses[-1].result.position, 5)
-            # Fewer appends than a checkpoint: the drain writes it.
-            self.assertGreater(int(self.config.value("checkpoint_every_appends")), 2)
+            # Fewer appends than a checkpoint: the drain writes it. With a checkpoint at every
+            # append (the gateway overlay) each result came after its write: stored already.
+            if int(self.config.value("checkpoint_every_appends")) <= 2:
+                self.assertTrue(responses[-1].result.stored)
+                self.assertTrue(stored(session_id), "stored before its result was sent")
             code, _ = servers[0].terminate(self.pod["terminationGracePeriodSeconds"])
             self.assertEqual(code, 0, servers[0].text())
             self.assertTrue(stored(session_id), f"{store}: no session {session_id} after the "
@@ -723,6 +727,85 @@ class RedisOverlayTest(OverlayTest, unittest.TestCase):
         finally:
             redis.stop()
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+class GatewayOverlayTest(OverlayTest, unittest.TestCase):
+    """The redis overlay behind HAProxy (deploy/k8s/overlays/gateway)."""
+    overlay = "gateway"
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.gateway = dc.one(cls.resources, "Deployment",
+                             lambda r: r["metadata"]["name"] == "attnserve-gateway")
+        cls.gateway_pod = cls.gateway["spec"]["template"]["spec"]
+        cls.haproxy, = cls.gateway_pod["containers"]
+        cls.gateway_ports = {p["name"]: p["containerPort"] for p in cls.haproxy["ports"]}
+        volume, = [v for v in cls.gateway_pod["volumes"] if "configMap" in v]
+        config_map = dc.one(cls.resources, "ConfigMap",
+                            lambda r: r["metadata"]["name"] == volume["configMap"]["name"])
+        cls.haproxy_cfg = config_map["data"]["haproxy.cfg"]
+
+    def test_the_redis_overlay_with_a_gateway(self):
+        redis = dc.render(dc.overlays(ARGS.source_dir)["redis"])
+        ours = {(r["kind"], r["metadata"]["name"]) for r in self.resources if r["kind"] != "ConfigMap"}
+        theirs = {(r["kind"], r["metadata"]["name"]) for r in redis if r["kind"] != "ConfigMap"}
+        self.assertEqual(sorted(ours - theirs), [("Deployment", "attnserve-gateway"),
+                                                 ("Service", "attnserve-gateway")])
+        # Every acknowledged append is in the store: what a failover needs.
+        self.assertEqual(self.config.value("checkpoint_every_appends"), "1")
+        self.assertGreater(int(self.config.value("session_lease_ms", "5000")), 0)
+        self.assertEqual(self.config.value("session_store"),
+                         dc.ServerConfig(redis).value("session_store"))
+
+    def test_haproxy_config_routes_to_the_server_pods(self):
+        with open(os.path.join(dc.overlays(ARGS.source_dir)["gateway"], "haproxy.cfg")) as f:
+            self.assertEqual(self.haproxy_cfg, f.read())
+        cfg = self.haproxy_cfg
+        # Calls to the headless Service's pods on the gRPC port, checks on the metrics port.
+        headless = dc.one(self.resources, "Service",
+                          lambda r: r["spec"].get("clusterIP") == "None")
+        template = re.search(r"^\s*server-template \S+ \d+ (\S+):(\d+) (.*)$", cfg, re.MULTILINE)
+        self.assertIsNotNone(template)
+        self.assertTrue(template.group(1).startswith(headless["metadata"]["name"] + "."))
+        self.assertEqual(int(template.group(2)), self.ports["grpc"])
+        self.assertIn("proto h2", template.group(3))
+        check_port = re.search(r"^\s*default-server .*\bport (\d+)", cfg, re.MULTILINE)
+        self.assertEqual(int(check_port.group(1)), self.ports["metrics"])
+        self.assertRegex(cfg, r"option httpchk GET /ready")
+        # Routed by the session header, learnt from the replicas' answers.
+        self.assertIn("stick match req.hdr(x-attnserve-session)", cfg)
+        self.assertIn("stick store-response res.hdr(x-attnserve-session)", cfg)
+        # The container listens where the config binds.
+        bind = re.search(r"^frontend grpc\n\s*bind :(\d+) proto h2", cfg, re.MULTILINE)
+        self.assertEqual(int(bind.group(1)), self.gateway_ports["grpc"])
+        haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy"
+                                              if os.path.exists("/usr/sbin/haproxy") else None)
+        if haproxy is None:
+            self.skipTest("haproxy is not installed (Debian: haproxy)")
+        with tempfile.NamedTemporaryFile("w", suffix=".cfg") as f:
+            f.write(cfg)
+            f.flush()
+            checked = subprocess.run([haproxy, "-c", "-f", f.name], capture_output=True,
+                                     text=True, timeout=30)
+        self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
+
+    def test_gateway_service_and_pod(self):
+        service = dc.one(self.resources, "Service",
+                         lambda r: r["metadata"]["name"] == "attnserve-gateway")
+        pod_labels = self.gateway["spec"]["template"]["metadata"]["labels"]
+        self.assertTrue(labels_match(service["spec"]["selector"], pod_labels))
+        self.assertFalse(labels_match(service["spec"]["selector"], self.pod_labels))
+        grpc_port, = [p for p in service["spec"]["ports"] if p["name"] == "grpc"]
+        self.assertEqual(grpc_port["port"], 50051)
+        self.assertEqual(grpc_port["appProtocol"], "kubernetes.io/h2c")
+        self.assertEqual(self.gateway["spec"]["replicas"], 1, "the stick table is in memory")
+        sc = self.haproxy["securityContext"]
+        self.assertTrue(self.gateway_pod["securityContext"]["runAsNonRoot"])
+        self.assertTrue(sc["readOnlyRootFilesystem"])
+        self.assertFalse(sc["allowPrivilegeEscalation"])
+        self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+        self.assertRegex(self.haproxy["image"], r"^haproxy:2\.6")
 
 
 class ReadmeSecrets:

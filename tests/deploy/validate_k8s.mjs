@@ -180,10 +180,15 @@ for (const { label, resource } of resources) {
   }
 }
 failures.push(...strictFields(resources.filter(({ resource }) => kserveKey(resource) === null)));
-// Every folder renders the base's kinds; the redis overlay adds its Redis.
+// Every folder renders the base's kinds; the redis overlay adds its Redis, the gateway overlay
+// Redis and HAProxy.
 const baseKinds = ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
   "Service", "Service", "ServiceMonitor"];
-const added = { "overlays/redis": ["Deployment", "NetworkPolicy", "Service"] };
+const added = {
+  "overlays/redis": ["Deployment", "NetworkPolicy", "Service"],
+  // The redis overlay's, and the gateway's config, Deployment and Service.
+  "overlays/gateway": ["Deployment", "NetworkPolicy", "Service", "ConfigMap", "Deployment", "Service"],
+};
 // The kserve overlay is KServe's resources alone: KServe makes the pods.
 const only = { "overlays/kserve": ["InferenceService", "ServingRuntime"] };
 for (const folder of folders) {
