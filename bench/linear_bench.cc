@@ -4,6 +4,9 @@
 //   skinny f32 / skinny bf16  kernels/common/skinny_gemm.h (what LinearWeight uses: steps up to 64
 //   rows, sequences up to 32) openblas                  at::mv for one row, at::linear (sgemm) for
 //   more: the baseline
+//   int8                      kernels/common/int8_gemm.h (--weight_precision=int8: the int8
+//                             products on the CPU's best instruction set, activations quantized
+//                             inside the timing)
 // Prints ms per product, GB/s of weights read and GFLOP/s, best of --repeats.
 //
 //   attnserve_linear_bench [--threads=2] [--repeats=7]
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "kernels/common/blas_kernels.h"
+#include "kernels/common/int8_gemm.h"
 #include "kernels/common/skinny_gemm.h"
 
 namespace {
@@ -48,14 +52,21 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::atoi(argv[i] + 10);
   }
   at::set_num_threads(threads);
-  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix", "rows", "f32 ms",
-              "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s", "GFLOP/s");
+  std::printf("int8 products: %s\n",
+              attnserve::kernels::Int8IsaName(attnserve::kernels::Int8IsaInUse()));
+  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix",
+              "rows", "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s",
+              "GFLOP/s", "int8 ms", "GB/s", "GOP/s");
   for (auto [name, out, in] : {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
                                {"in_proj", 3072, 768},
                                {"256x256", 256, 256},
                                {"1024x256", 1024, 256}}) {
     const at::Tensor w = at::randn({out, in}).to(at::kBFloat16).to(at::kFloat).contiguous();
     const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
+    const at::Tensor w_int8 = at::empty({out, in}, at::kChar);
+    const at::Tensor w_scales = at::empty({out, in / attnserve::kernels::kInt8Block});
+    attnserve::kernels::QuantizeWeightInt8(w.data_ptr<float>(), out, in, /*per_row=*/false,
+                                           w_int8.data_ptr<int8_t>(), w_scales.data_ptr<float>());
     for (int64_t rows : {1, 4, 8, 16, 24, 32, 48, 64}) {
       const at::Tensor x = at::randn({rows, in});
       at::Tensor y = at::empty({rows, out});
@@ -81,6 +92,12 @@ int main(int argc, char** argv) {
             }
           },
           repeats);
+      const double int8 = BestMs(
+          [&] {
+            attnserve::kernels::Int8Gemm(w_int8.data_ptr<int8_t>(), w_scales.data_ptr<float>(), out,
+                                         in, x.data_ptr<float>(), in, rows, y.data_ptr<float>());
+          },
+          repeats);
       const double flop = 2.0 * out * in * rows, bytes = 4.0 * out * in;
       auto row = [&](double ms, double b) {
         std::printf(" | %9.3f %7.1f %7.1f", ms, b / ms / 1e6, flop / ms / 1e6);
@@ -89,6 +106,7 @@ int main(int argc, char** argv) {
       row(f32, bytes);
       row(bf16, bytes / 2);
       row(blas, bytes);
+      row(int8, bytes / 4 * (1 + 4.0 / attnserve::kernels::kInt8Block));
       std::printf("\n");
     }
   }

@@ -31,6 +31,7 @@
 #include "kernels/common/cpu_share.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
+#include "kernels/common/int8_gemm.h"
 #include "kernels/common/intra_op_threads.h"
 #include "kernels/common/memory_reuse.h"
 #include "server/flags/server_flags.h"
@@ -167,8 +168,12 @@ int main(int argc, char** argv) {
   const std::string precision = absl::GetFlag(FLAGS_weight_precision);
   if (precision == "bf16") {
     model_options.precision = model::WeightPrecision::kBfloat16;
+  } else if (precision == "int8") {
+    if (device->is_cuda()) return Fail("--weight_precision=int8 runs on the CPU only");
+    model_options.precision = model::WeightPrecision::kInt8;
+    std::cout << "int8 products: " << kernels::Int8IsaName(kernels::Int8IsaInUse()) << std::endl;
   } else if (precision != "fp32") {
-    return Fail("--weight_precision=" + precision + ": expected fp32 or bf16");
+    return Fail("--weight_precision=" + precision + ": expected fp32, bf16 or int8");
   }
 
   const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);

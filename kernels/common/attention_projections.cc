@@ -26,13 +26,14 @@ void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen
   }
 }
 
-AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights, bool bf16_copy) {
+AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
+                                                       WeightFormat format) {
   AttentionProjections p;
   p.qkv = LinearWeight(at::cat({weights.at("q_proj.weight"), weights.at("k_proj.weight"),
                                 weights.at("v_proj.weight")},
                                0),
-                       bf16_copy);
-  p.o = LinearWeight(weights.at("o_proj.weight"), bf16_copy);
+                       format);
+  p.o = LinearWeight(weights.at("o_proj.weight"), format);
   return p;
 }
 

@@ -23,8 +23,9 @@ struct AttentionProjections {
   LinearWeight qkv;  // (3 * d_model, d_model): q_proj, k_proj, v_proj stacked
   LinearWeight o;    // (d_model, d_model)
 
-  // bf16_copy: see MixerConfig::bf16_weights.
-  static AttentionProjections FromWeights(const WeightMap& weights, bool bf16_copy = false);
+  // format: see MixerConfig::weight_format.
+  static AttentionProjections FromWeights(const WeightMap& weights,
+                                          WeightFormat format = WeightFormat::kFloat32);
   // Where the weights live; the mixer runs there.
   at::Device device() const { return o.weight().device(); }
 

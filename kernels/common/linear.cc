@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "kernels/common/int8_gemm.h"
 #include "kernels/common/skinny_gemm.h"
 
 namespace attnserve::kernels {
@@ -26,16 +27,21 @@ std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
   return sizes;
 }
 
-// y = x Wᵀ through the skinny kernels; `bf16` (same shape as `weight`) when there is a copy.
+// y = x Wᵀ through the skinny kernels; `bf16` (same shape as `weight`) when there is a copy,
+// else `int8` and its scales when there are.
 at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& weight,
-                         const at::Tensor& bf16) {
+                         const at::Tensor& bf16, const at::Tensor& int8 = {},
+                         const at::Tensor& int8_scales = {}) {
   const int64_t out = weight.size(0), in = weight.size(1);
   TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
               in);
   at::Tensor x2 = x.reshape({rows, in});
   if (x2.stride(1) != 1) x2 = x2.contiguous();
   at::Tensor y = at::empty({rows, out}, x.options());
-  if (bf16.defined()) {
+  if (int8.defined()) {
+    Int8Gemm(int8.data_ptr<int8_t>(), int8_scales.data_ptr<float>(), out, in, x2.data_ptr<float>(),
+             x2.stride(0), rows, y.data_ptr<float>());
+  } else if (bf16.defined()) {
     SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
                    x2.data_ptr<float>(), x2.stride(0), rows, y.data_ptr<float>());
   } else {
@@ -47,14 +53,28 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& we
 
 }  // namespace
 
-LinearWeight::LinearWeight(const at::Tensor& weight, bool bf16_copy)
+LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
     : weight_(weight.contiguous()) {
-  if (bf16_copy && weight_.is_cpu()) bf16_ = weight_.to(at::kBFloat16).contiguous();
+  if (!weight_.is_cpu()) return;
+  if (format == WeightFormat::kBfloat16) bf16_ = weight_.to(at::kBFloat16).contiguous();
+  if (IsInt8(format) && weight_.dim() == 2 && weight_.size(1) % kInt8Block == 0 &&
+      weight_.scalar_type() == at::kFloat) {
+    const int64_t out = weight_.size(0), in = weight_.size(1);
+    int8_ = at::empty({out, in}, weight_.options().dtype(at::kChar));
+    int8_scales_ = at::empty({out, in / kInt8Block}, weight_.options());
+    QuantizeWeightInt8(weight_.data_ptr<float>(), out, in, format == WeightFormat::kInt8PerRow,
+                       int8_.data_ptr<int8_t>(), int8_scales_.data_ptr<float>());
+    // The dequantized W, for the sgemm rows: d · q per block.
+    weight_ =
+        (int8_.to(at::kFloat).view({out, in / kInt8Block, kInt8Block}) * int8_scales_.unsqueeze(2))
+            .view({out, in})
+            .contiguous();
+  }
 }
 
 at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
   if (const int64_t rows = weight_.is_cpu() ? SkinnyRows(x) : 0; rows > 0) {
-    return SkinnyProduct(x, rows, weight_, bf16_);
+    return SkinnyProduct(x, rows, weight_, bf16_, int8_, int8_scales_);
   }
   return at::linear(x, weight_);
 }

@@ -10,25 +10,51 @@
 // depend on the other rows (bit-identical alone or in a batch). More rows (prefill) go to
 // at::linear (OpenBLAS sgemm) on the float32 W, which holds the same values: the paths differ only
 // in summation order.
+//
+// WeightFormat::kInt8 (--weight_precision=int8): W is quantized at construction to int8 with a
+// float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity) and W itself is
+// replaced by the dequantized values; the skinny rows go to Int8Gemm, which quantizes each row of x
+// per block of 32 too and multiplies in integers (AVX512-VNNI, else AVX2, else scalar: the same
+// bits), batch-invariant like the float kernels. Sgemm rows (long prefill chunks) multiply float32
+// x by the dequantized W, so they differ from the int8 rows by x's quantization. A W whose `in`
+// is not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace attnserve::kernels {
 
+// How a LinearWeight keeps its matrix for the skinny products (above). kInt8PerRow: int8 with
+// one scale per row (stored once per block: the same kernel and speed), for accuracy
+// comparisons against kInt8's scale per block of 32.
+enum class WeightFormat { kFloat32, kBfloat16, kInt8, kInt8PerRow };
+
 class LinearWeight {
  public:
   LinearWeight() = default;
-  // `weight` (out, in) float32; made contiguous.
-  explicit LinearWeight(const at::Tensor& weight, bool bf16_copy = false);
+  // `weight` (out, in) float32; made contiguous. With kBfloat16 its values must be
+  // bfloat16-exact; with kInt8 (CPU only) it is quantized and weight() returns the dequantized W.
+  LinearWeight(const at::Tensor& weight, WeightFormat format);
+  explicit LinearWeight(const at::Tensor& weight, bool bf16_copy = false)
+      : LinearWeight(weight, bf16_copy ? WeightFormat::kBfloat16 : WeightFormat::kFloat32) {}
 
   const at::Tensor& weight() const { return weight_; }
+  // Whether the skinny products read int8 (false where kInt8 kept float32: `in` % 32 != 0, or
+  // the weight is not on the CPU).
+  bool int8() const { return int8_.defined(); }
   at::Tensor operator()(const at::Tensor& x) const;
 
  private:
   at::Tensor weight_;
-  at::Tensor bf16_;  // (out, in) bfloat16, or undefined
+  at::Tensor bf16_;         // (out, in) bfloat16, or undefined
+  at::Tensor int8_;         // (out, in) int8, or undefined
+  at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_
 };
+
+// Whether `format` is one of the int8 ones.
+inline bool IsInt8(WeightFormat format) {
+  return format == WeightFormat::kInt8 || format == WeightFormat::kInt8PerRow;
+}
 
 // For a weight without a LinearWeight of its own.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);

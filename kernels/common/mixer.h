@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/linear.h"
 
 namespace attnserve::kernels {
 
@@ -81,9 +82,10 @@ struct MixerConfig {
   int64_t ffn_dim = 0;
   int64_t rwkv_attention_dim = 0;
   double norm_epsilon = 1e-5;
-  // The weights are bfloat16-exact (rounded at load): keep a bfloat16 copy of each matrix for
-  // single-row products (kernels/common/linear.h). A serving option, not part of the model.
-  bool bf16_weights = false;
+  // How each weight matrix is kept for the few-row products (kernels/common/linear.h):
+  // kBfloat16 when the weights are bfloat16-exact (rounded at load), a bfloat16 copy; kInt8, int8
+  // with a scale per block of 32. A serving option, not part of the model.
+  WeightFormat weight_format = WeightFormat::kFloat32;
 
   int64_t head_dim() const { return d_model / num_heads; }
   int64_t d_inner() const { return expand * d_model; }

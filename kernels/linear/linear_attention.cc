@@ -220,7 +220,7 @@ WeightMap RandomLinearWeights(const MixerConfig& config, at::Generator& gen) {
 
 std::unique_ptr<Mixer> CreateLinearMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<LinearAttentionMixer>(
-      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
+      config, AttentionProjections::FromWeights(weights, config.weight_format));
 }
 
 }  // namespace attnserve::kernels

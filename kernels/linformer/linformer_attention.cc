@@ -117,7 +117,7 @@ WeightMap RandomLinformerWeights(const MixerConfig& config, at::Generator& gen) 
 
 std::unique_ptr<Mixer> CreateLinformerMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<LinformerMixer>(
-      config, AttentionProjections::FromWeights(weights, config.bf16_weights),
+      config, AttentionProjections::FromWeights(weights, config.weight_format),
       weights.at(kLinformerE).contiguous(), weights.at(kLinformerF).contiguous());
 }
 

@@ -26,17 +26,17 @@ class MambaMixer final : public Mixer {
       : config_(config),
         d_inner_(config.d_inner()),
         dt_rank_(config.resolved_dt_rank()),
-        in_proj_(w.at("in_proj.weight"), config.bf16_weights),
+        in_proj_(w.at("in_proj.weight"), config.weight_format),
         conv_weight_(w.at("conv1d.weight").view({d_inner_, config.d_conv}).contiguous()),
         conv_weight_t_(conv_weight_.t().contiguous()),
         conv_bias_(w.at("conv1d.bias")),
-        x_proj_(w.at("x_proj.weight"), config.bf16_weights),
-        dt_proj_weight_(w.at("dt_proj.weight"), config.bf16_weights),
+        x_proj_(w.at("x_proj.weight"), config.weight_format),
+        dt_proj_weight_(w.at("dt_proj.weight"), config.weight_format),
         dt_proj_bias_(w.at("dt_proj.bias")),
         a_((-at::exp(w.at("A_log"))).contiguous()),
         a_t_(a_.t().contiguous()),
         d_skip_(w.at("D")),
-        out_proj_(w.at("out_proj.weight"), config.bf16_weights) {}
+        out_proj_(w.at("out_proj.weight"), config.weight_format) {}
 
   const MixerConfig& config() const override { return config_; }
   bool can_stream() const override { return true; }

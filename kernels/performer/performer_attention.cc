@@ -205,7 +205,7 @@ class PerformerMixer final : public Mixer {
 
 std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<PerformerMixer>(
-      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
+      config, AttentionProjections::FromWeights(weights, config.weight_format));
 }
 
 }  // namespace attnserve::kernels

@@ -72,15 +72,15 @@ class RwkvMixer final : public Mixer {
         att_mix_k_(w.at("attention.time_mix_key").view({config.d_model})),
         att_mix_v_(w.at("attention.time_mix_value").view({config.d_model})),
         att_mix_r_(w.at("attention.time_mix_receptance").view({config.d_model})),
-        key_(w.at("attention.key.weight"), config.bf16_weights),
-        value_(w.at("attention.value.weight"), config.bf16_weights),
-        receptance_(w.at("attention.receptance.weight"), config.bf16_weights),
-        output_(w.at("attention.output.weight"), config.bf16_weights),
+        key_(w.at("attention.key.weight"), config.weight_format),
+        value_(w.at("attention.value.weight"), config.weight_format),
+        receptance_(w.at("attention.receptance.weight"), config.weight_format),
+        output_(w.at("attention.output.weight"), config.weight_format),
         ffn_mix_k_(w.at("feed_forward.time_mix_key").view({config.d_model})),
         ffn_mix_r_(w.at("feed_forward.time_mix_receptance").view({config.d_model})),
-        ffn_key_(w.at("feed_forward.key.weight"), config.bf16_weights),
-        ffn_receptance_(w.at("feed_forward.receptance.weight"), config.bf16_weights),
-        ffn_value_(w.at("feed_forward.value.weight"), config.bf16_weights) {}
+        ffn_key_(w.at("feed_forward.key.weight"), config.weight_format),
+        ffn_receptance_(w.at("feed_forward.receptance.weight"), config.weight_format),
+        ffn_value_(w.at("feed_forward.value.weight"), config.weight_format) {}
 
   const MixerConfig& config() const override { return config_; }
   bool can_stream() const override { return true; }

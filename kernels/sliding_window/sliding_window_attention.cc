@@ -231,7 +231,7 @@ class SlidingWindowAttentionMixer final : public Mixer {
 std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,
                                                 const WeightMap& weights) {
   return std::make_unique<SlidingWindowAttentionMixer>(
-      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
+      config, AttentionProjections::FromWeights(weights, config.weight_format));
 }
 
 }  // namespace attnserve::kernels

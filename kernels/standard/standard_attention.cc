@@ -59,7 +59,7 @@ WeightMap RandomStandardWeights(const MixerConfig& config, at::Generator& gen) {
 
 std::unique_ptr<Mixer> CreateStandardMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<StandardAttentionMixer>(
-      config, AttentionProjections::FromWeights(weights, config.bf16_weights));
+      config, AttentionProjections::FromWeights(weights, config.weight_format));
 }
 
 }  // namespace attnserve::kernels

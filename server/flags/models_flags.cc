@@ -22,4 +22,6 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, weight_precision, "fp32",
           "fp32, or bf16: round every weight to bfloat16 at load and let decode steps read "
           "bfloat16 copies of the weight matrices (half the bytes per token; outputs differ from "
-          "fp32 by the rounding of the weights).");
+          "fp32 by the rounding of the weights), or int8 (CPU only): weight matrices quantized "
+          "to int8 with a scale per block of 32 (llama.cpp's Q8_0 granularity) and decode steps "
+          "multiplying them by int8-quantized activations (AVX512-VNNI where the CPU has it).");

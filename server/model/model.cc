@@ -208,6 +208,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
                                                      const ModelOptions& options) {
   const at::Device& device = options.device;
   const bool bf16 = options.precision == WeightPrecision::kBfloat16;
+  const kernels::WeightFormat format =
+      bf16                                                ? kernels::WeightFormat::kBfloat16
+      : options.precision == WeightPrecision::kInt8       ? kernels::WeightFormat::kInt8
+      : options.precision == WeightPrecision::kInt8PerRow ? kernels::WeightFormat::kInt8PerRow
+                                                          : kernels::WeightFormat::kFloat32;
+  if (kernels::IsInt8(format) && !device.is_cpu()) {
+    return absl::InvalidArgumentError("int8 weights are served on the CPU only");
+  }
   RETURN_IF_ERROR(ValidateModelConfig(config));
   const std::vector<WeightSpec> specs = ExpectedTensors(config);
   std::set<std::string> expected;
@@ -241,7 +249,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }));
   }
   // Identifies the weights as served (rounded or not; on the CPU, whatever the device).
-  const uint64_t fingerprint = Fingerprint(config, specs, weights);
+  uint64_t fingerprint = Fingerprint(config, specs, weights);
+  // Int8 weights are quantized inside the LinearWeights, not in `weights`: a state of the
+  // float32 model is not one of the int8 model.
+  if (kernels::IsInt8(format)) {
+    const int tag = static_cast<int>(format);
+    fingerprint = Fnv(fingerprint, &tag, sizeof(tag));
+  }
   if (!device.is_cpu()) {
     RETURN_IF_ERROR(kernels::GuardTorch("moving the weights to the device", [&]() -> absl::Status {
       for (auto& [tensor_name, t] : weights) t = t.to(device);
@@ -264,7 +278,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   if (c.embedding_norm()) m->embedding_norm_ = norm("backbone.embeddings_norm", c.norm_epsilon());
   m->norm_f_ = norm("backbone.norm_f", FinalNormEpsilon(c));
   m->lm_head_ =
-      kernels::LinearWeight(c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), bf16);
+      kernels::LinearWeight(c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), format);
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
     Layer layer;
@@ -278,7 +292,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
         mixer_weights[tensor_name.substr(mixer_prefix.size())] = t;
       }
     }
-    mixer_config.bf16_weights = bf16;
+    mixer_config.weight_format = format;
     absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
         kernels::CreateMixer(mixer_config, std::move(mixer_weights));
     if (!mixer.ok()) {
@@ -299,8 +313,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     if (c.intermediate_size() > 0 && !owns_norms) {
       layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());
       layer.gate_up = kernels::LinearWeight(
-          at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0), bf16);
-      layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), bf16);
+          at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0),
+          format);
+      layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), format);
     }
     m->layers_.push_back(std::move(layer));
   }

@@ -218,9 +218,11 @@ INSTANTIATE_TEST_SUITE_P(Defaults, ModelStreamingTest,
 
 // B sessions of different lengths decoded in one StepBatch equal each session stepped alone
 // (fp32 and bf16 weights: a batch reads the float32 matrices, one row the bfloat16 copies,
-// which hold the same bfloat16-exact values).
+// which hold the same bfloat16-exact values; int8: a row's integer products do not depend on its
+// batch).
 TEST_P(ModelStreamingTest, StepBatchEqualsEverySessionAlone) {
-  for (WeightPrecision precision : {WeightPrecision::kFloat32, WeightPrecision::kBfloat16}) {
+  for (WeightPrecision precision :
+       {WeightPrecision::kFloat32, WeightPrecision::kBfloat16, WeightPrecision::kInt8}) {
     auto model = BuildDefaultModel(GetParam(), {at::Device(at::kCPU), precision});
     ASSERT_TRUE(model.ok());
     const Model& m = **model;
@@ -429,6 +431,40 @@ TEST(ModelTest, Bfloat16WeightsStreamConsistentlyAndDifferOnlyByRounding) {
     // Other weights, another fingerprint: a snapshot of one is refused by the other
     // (tests/unit/session_snapshot_test.cc).
     EXPECT_NE((*fp32)->fingerprint(), (*bf16)->fingerprint());
+  }
+}
+
+// --weight_precision=int8: the matrices are quantized at load (a scale per block of 32) and
+// decode steps quantize their activations too, so the model differs from the float32 one by a
+// little (more than bf16's rounding, well under the logits' scale), a prompt streamed in short
+// chunks (int8 products) stays close to the whole prompt at once (past 32 rows: float32 products
+// of the dequantized weights), and the fingerprint differs from the float32 model's.
+TEST(ModelTest, Int8WeightsStayCloseToFloat32AndStreamConsistently) {
+  for (const std::string name : {"mamba", "hybrid", "standard", "rwkv"}) {
+    SCOPED_TRACE(name);
+    auto fp32 = BuildDefaultModel(name);
+    auto int8 = BuildDefaultModel(name, {at::Device(at::kCPU), WeightPrecision::kInt8});
+    auto rows = BuildDefaultModel(name, {at::Device(at::kCPU), WeightPrecision::kInt8PerRow});
+    ASSERT_TRUE(fp32.ok() && int8.ok() && rows.ok()) << int8.status();
+    EXPECT_NE((*fp32)->fingerprint(), (*int8)->fingerprint());
+    EXPECT_NE((*int8)->fingerprint(), (*rows)->fingerprint());
+    const at::Tensor tokens = RandomTokens(40, (*int8)->vocab_size(), 5);
+    const at::Tensor reference = *(*fp32)->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    const at::Tensor whole = *(*int8)->Forward(tokens, nullptr, OutputKind::kAllLogits);
+    const double quantization = testing::MaxRelativeError(whole, reference);
+    EXPECT_GT(quantization, 1e-4);  // the weights really were quantized
+    EXPECT_LT(quantization, 5e-2);
+
+    auto state = (*int8)->NewState();
+    ASSERT_TRUE(state.ok());
+    std::vector<at::Tensor> parts;
+    for (int64_t t = 0; t < 40; t += t < 24 ? 8 : 1) {  // chunks of 8, then decode steps
+      const int64_t n = t < 24 ? 8 : 1;
+      parts.push_back(*(*int8)->Forward(tokens.narrow(1, t, n), &*state, OutputKind::kAllLogits));
+    }
+    const at::Tensor streamed = at::cat(parts, 1);
+    EXPECT_LT(testing::MaxRelativeError(streamed, whole), 5e-2);
+    EXPECT_LT(testing::MaxRelativeError(streamed, reference), 5e-2);
   }
 }
 

@@ -1,0 +1,343 @@
+#include "kernels/common/int8_gemm.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTNSERVE_INT8_X86 1
+#define ATTNSERVE_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define ATTNSERVE_AVX2_TARGET __attribute__((target("avx2,fma")))
+#else
+#define ATTNSERVE_INT8_X86 0
+#endif
+
+namespace attnserve::kernels {
+namespace {
+
+// One row of X as the products read it: q (in) int8, d (in / kInt8Block) scales, and for
+// vpdpbusd (which multiplies unsigned by signed bytes: it sees q_w + 128) c (in / 4) =
+// -128 · Σ q over each group of 4, so that c + Σ (q_w + 128) q_x = Σ q_w q_x exactly.
+struct QuantizedX {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> c;
+  int64_t in = 0;
+  const int8_t* q_row(int64_t r) const { return q.data() + r * in; }
+  const float* d_row(int64_t r) const { return d.data() + r * (in / kInt8Block); }
+  const int32_t* c_row(int64_t r) const { return c.data() + r * (in / 4); }
+};
+
+// amax / 127 and round(v / d) clamped to [-127, 127] (never -128: the AVX2 path negates), the
+// same plain float arithmetic in every build of this file.
+void QuantizeBlock(const float* v, int64_t n, int8_t* q, float* d_out) {
+  float amax = 0;
+  for (int64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(v[k]));
+  const float d = amax / 127.0f;
+  const float id = d > 0 ? 1.0f / d : 0.0f;
+  for (int64_t k = 0; k < n; ++k) {
+    float s = std::round(v[k] * id);
+    s = s > 127.0f ? 127.0f : (s < -127.0f ? -127.0f : s);
+    q[k] = static_cast<int8_t>(s == s ? s : 0.0f);
+  }
+  *d_out = d;
+}
+
+QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in) {
+  QuantizedX qx;
+  qx.in = in;
+  const int64_t blocks = in / kInt8Block;
+  qx.q.resize(rows * in);
+  qx.d.resize(rows * blocks);
+  qx.c.resize(rows * (in / 4));
+  for (int64_t r = 0; r < rows; ++r) {
+    int8_t* q = qx.q.data() + r * in;
+    for (int64_t b = 0; b < blocks; ++b) {
+      QuantizeBlock(x + r * x_stride + b * kInt8Block, kInt8Block, q + b * kInt8Block,
+                    &qx.d[r * blocks + b]);
+    }
+    int32_t* c = qx.c.data() + r * (in / 4);
+    for (int64_t g = 0; g < in / 4; ++g) {
+      c[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
+    }
+  }
+  return qx;
+}
+
+// The fixed tree of halvings over the 16 lanes (the header's order).
+inline float SumLanes(const float* a) {
+  float h[8];
+  for (int i = 0; i < 8; ++i) h[i] = a[i] + a[i + 8];
+  float g[4];
+  for (int i = 0; i < 4; ++i) g[i] = h[i] + h[i + 4];
+  return (g[0] + g[2]) + (g[1] + g[3]);
+}
+
+// The definition itself, one (weight row, X row) pair at a time.
+void ScalarRows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
+                const QuantizedX& x, int64_t rows, float* y, int64_t out) {
+  const int64_t nb = in / kInt8Block;
+  for (int64_t j = begin; j < end; ++j) {
+    const int8_t* wq = w + j * in;
+    const float* wd = ws + j * nb;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int8_t* xq = x.q_row(r);
+      const float* xd = x.d_row(r);
+      float acc[16] = {};
+      for (int64_t t = 0; t < (nb + 1) / 2; ++t) {
+        for (int l = 0; l < 16; ++l) {
+          const int64_t b = 2 * t + l / 8;
+          int32_t p = 0;
+          float s = 0;
+          if (b < nb) {
+            const int64_t k = b * kInt8Block + 4 * (l % 8);
+            for (int m = 0; m < 4; ++m) p += int32_t{wq[k + m]} * int32_t{xq[k + m]};
+            s = wd[b] * xd[b];
+          }
+          acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
+        }
+      }
+      y[r * out + j] = SumLanes(acc);
+    }
+  }
+}
+
+#if ATTNSERVE_INT8_X86
+
+// Lanes 0-7 of one block, lanes 8-15 of the next, as 256-bit halves: per block, |q_x| times
+// q_w with q_x's sign (vpmaddubsw: pairs of products, at most 2·127² < 2¹⁵), pairs summed
+// into int32 groups of 4 (vpmaddwd), the same groups vpdpbusd forms.
+ATTNSERVE_AVX2_TARGET
+void Avx2Rows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
+              const QuantizedX& x, int64_t rows, float* y, int64_t out) {
+  const int64_t nb = in / kInt8Block;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t j = begin; j < end; ++j) {
+    const int8_t* wq = w + j * in;
+    const float* wd = ws + j * nb;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int8_t* xq = x.q_row(r);
+      const float* xd = x.d_row(r);
+      __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t t = 0; t < (nb + 1) / 2; ++t) {
+        for (int h = 0; h < 2; ++h) {
+          const int64_t b = 2 * t + h;
+          if (b >= nb) {
+            acc[h] = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc[h]);
+            continue;
+          }
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * b));
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
+          const __m256i pairs =
+              _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
+          const __m256i p = _mm256_madd_epi16(pairs, ones);
+          acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd[b] * xd[b]), acc[h]);
+        }
+      }
+      float lanes[16];
+      _mm256_storeu_ps(lanes, acc[0]);
+      _mm256_storeu_ps(lanes + 8, acc[1]);
+      y[r * out + j] = SumLanes(lanes);
+    }
+  }
+}
+
+// [s[0]] * 8 ++ [s[1]] * 8 (lanes 8-15 zero when only one block is left).
+ATTNSERVE_VNNI_TARGET inline __m512 PairScales(const float* s, bool both) {
+  const __m512 lo = _mm512_set1_ps(s[0]);
+  if (!both) return _mm512_maskz_mov_ps(0x00FF, lo);
+  return _mm512_mask_mov_ps(lo, 0xFF00, _mm512_set1_ps(s[1]));
+}
+
+// WR weight rows against XR rows of X, 64 bytes (two blocks) a step: vpdpbusd of (q_w + 128)
+// and q_x from c, as in QuantizedX; the last block of an odd count with the upper half zero.
+template <int WR, int XR>
+ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float* const* wd,
+                                           const QuantizedX& x, int64_t l0, int64_t nb, float* y,
+                                           int64_t out, int64_t j) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[WR][XR];
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) acc[i][l] = _mm512_setzero_ps();
+  }
+  for (int64_t t = 0; t < (nb + 1) / 2; ++t) {
+    const bool both = 2 * t + 1 < nb;
+    const __mmask64 bytes = both ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
+    const __mmask16 groups = both ? 0xFFFF : 0x00FF;
+    const int64_t k = 64 * t;
+    __m512i wv[WR];
+    __m512 ws[WR];
+    for (int i = 0; i < WR; ++i) {
+      __builtin_prefetch(wq[i] + k + 512);
+      wv[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, wq[i] + k), bias);
+      ws[i] = PairScales(wd[i] + 2 * t, both);
+    }
+    for (int l = 0; l < XR; ++l) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(bytes, x.q_row(l0 + l) + k);
+      const __m512i cv = _mm512_maskz_loadu_epi32(groups, x.c_row(l0 + l) + 16 * t);
+      const __m512 xs = PairScales(x.d_row(l0 + l) + 2 * t, both);
+      for (int i = 0; i < WR; ++i) {
+        const __m512i p = _mm512_dpbusd_epi32(cv, wv[i], xv);
+        acc[i][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws[i], xs), acc[i][l]);
+      }
+    }
+  }
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) {
+      float lanes[16];
+      _mm512_storeu_ps(lanes, acc[i][l]);
+      y[(l0 + l) * out + j + i] = SumLanes(lanes);
+    }
+  }
+}
+
+constexpr int kTileW = 4, kTileX = 4;
+
+template <int WR>
+ATTNSERVE_VNNI_TARGET void VnniTileRows(const int8_t* const* wq, const float* const* wd,
+                                        const QuantizedX& x, int64_t rows, int64_t nb, float* y,
+                                        int64_t out, int64_t j) {
+  int64_t l = 0;
+  for (; l + kTileX <= rows; l += kTileX) VnniTile<WR, kTileX>(wq, wd, x, l, nb, y, out, j);
+  switch (rows - l) {
+    case 3:
+      VnniTile<WR, 3>(wq, wd, x, l, nb, y, out, j);
+      break;
+    case 2:
+      VnniTile<WR, 2>(wq, wd, x, l, nb, y, out, j);
+      break;
+    case 1:
+      VnniTile<WR, 1>(wq, wd, x, l, nb, y, out, j);
+      break;
+  }
+}
+
+ATTNSERVE_VNNI_TARGET
+void VnniRows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
+              const QuantizedX& x, int64_t rows, float* y, int64_t out) {
+  const int64_t nb = in / kInt8Block;
+  for (int64_t j = begin; j < end; j += kTileW) {
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
+    const int8_t* wq[kTileW] = {};
+    const float* wd[kTileW] = {};
+    for (int i = 0; i < wr; ++i) {
+      wq[i] = w + (j + i) * in;
+      wd[i] = ws + (j + i) * nb;
+    }
+    switch (wr) {
+      case 4:
+        VnniTileRows<4>(wq, wd, x, rows, nb, y, out, j);
+        break;
+      case 3:
+        VnniTileRows<3>(wq, wd, x, rows, nb, y, out, j);
+        break;
+      case 2:
+        VnniTileRows<2>(wq, wd, x, rows, nb, y, out, j);
+        break;
+      case 1:
+        VnniTileRows<1>(wq, wd, x, rows, nb, y, out, j);
+        break;
+    }
+  }
+}
+
+#endif  // ATTNSERVE_INT8_X86
+
+Int8Isa Resolve(Int8Isa isa) {
+  if (isa != Int8Isa::kAuto) return isa;
+  if (Int8IsaSupported(Int8Isa::kAvx512Vnni)) return Int8Isa::kAvx512Vnni;
+  if (Int8IsaSupported(Int8Isa::kAvx2)) return Int8Isa::kAvx2;
+  return Int8Isa::kScalar;
+}
+
+// Weight rows per task: at least ~256 Ki multiply-adds (as the skinny float kernels).
+int64_t GrainRows(int64_t in, int64_t rows) {
+  const int64_t weight_rows = (int64_t{1} << 18) / std::max<int64_t>(1, in * rows);
+  return (std::max<int64_t>(kTileW, weight_rows) + kTileW - 1) / kTileW * kTileW;
+}
+
+}  // namespace
+
+bool Int8IsaSupported(Int8Isa isa) {
+  switch (isa) {
+    case Int8Isa::kAuto:
+    case Int8Isa::kScalar:
+      return true;
+#if ATTNSERVE_INT8_X86
+    case Int8Isa::kAvx512Vnni:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni");
+    case Int8Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    default:
+      return false;
+#endif
+  }
+  return false;
+}
+
+Int8Isa Int8IsaInUse() {
+  static const Int8Isa isa = Resolve(Int8Isa::kAuto);
+  return isa;
+}
+
+const char* Int8IsaName(Int8Isa isa) {
+  switch (isa) {
+    case Int8Isa::kAuto:
+      return "auto";
+    case Int8Isa::kAvx512Vnni:
+      return "avx512-vnni";
+    case Int8Isa::kAvx2:
+      return "avx2";
+    case Int8Isa::kScalar:
+      return "scalar";
+  }
+  return "?";
+}
+
+void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, int8_t* q,
+                        float* scales) {
+  const int64_t nb = in / kInt8Block;
+  at::parallel_for(0, out, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      if (per_row) {
+        float d = 0;
+        QuantizeBlock(w + j * in, in, q + j * in, &d);
+        std::fill(scales + j * nb, scales + (j + 1) * nb, d);
+      } else {
+        for (int64_t b = 0; b < nb; ++b) {
+          const int64_t k = j * in + b * kInt8Block;
+          QuantizeBlock(w + k, kInt8Block, q + k, scales + j * nb + b);
+        }
+      }
+    }
+  });
+}
+
+void Int8Gemm(const int8_t* q, const float* scales, int64_t out, int64_t in, const float* x,
+              int64_t x_stride, int64_t rows, float* y, Int8Isa isa) {
+  isa = isa == Int8Isa::kAuto ? Int8IsaInUse() : isa;
+  const QuantizedX qx = QuantizeX(x, x_stride, rows, in);
+  at::parallel_for(0, out, GrainRows(in, rows), [&](int64_t begin, int64_t end) {
+    switch (isa) {
+#if ATTNSERVE_INT8_X86
+      case Int8Isa::kAvx512Vnni:
+        VnniRows(q, scales, begin, end, in, qx, rows, y, out);
+        return;
+      case Int8Isa::kAvx2:
+        Avx2Rows(q, scales, begin, end, in, qx, rows, y, out);
+        return;
+#endif
+      default:
+        ScalarRows(q, scales, begin, end, in, qx, rows, y, out);
+        return;
+    }
+  });
+}
+
+}  // namespace attnserve::kernels

@@ -1,0 +1,185 @@
+// kernels/common/int8_gemm.h and LinearWeight's kInt8: the int8 products against a float64
+// evaluation of their definition, the same bits from every instruction set, a row's result
+// independent of its batch, and the quantization error against the float64 product itself.
+#include "kernels/common/int8_gemm.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/common/linear.h"
+#include "kernels/common/skinny_gemm.h"
+#include "tests/unit/test_util.h"
+
+namespace attnserve::kernels {
+namespace {
+
+using testing::MaxRelativeError;
+using testing::RandomTensor;
+
+struct Quantized {
+  at::Tensor q, scales;  // (out, in) int8, (out, in / 32) float32
+};
+
+Quantized Quantize(const at::Tensor& w, bool per_row = false) {
+  Quantized r{at::empty(w.sizes(), at::kChar), at::empty({w.size(0), w.size(1) / kInt8Block})};
+  QuantizeWeightInt8(w.data_ptr<float>(), w.size(0), w.size(1), per_row, r.q.data_ptr<int8_t>(),
+                     r.scales.data_ptr<float>());
+  return r;
+}
+
+at::Tensor Gemm(const Quantized& w, const at::Tensor& x, Int8Isa isa) {
+  at::Tensor y = at::full({x.size(0), w.q.size(0)}, std::nanf(""));
+  Int8Gemm(w.q.data_ptr<int8_t>(), w.scales.data_ptr<float>(), w.q.size(0), w.q.size(1),
+           x.data_ptr<float>(), x.stride(0), x.size(0), y.data_ptr<float>(), isa);
+  return y;
+}
+
+// Blocks of 32 of a (rows, in) tensor, dequantized in float64 from an independent rendering of
+// the header's rule (d = amax / 127, q = round(v / d) in float32): the values the integer
+// products multiply.
+at::Tensor DequantizeBlocksDouble(const at::Tensor& v) {
+  const at::Tensor c = v.contiguous();
+  at::Tensor out = at::empty(c.sizes(), at::kDouble);
+  const float* p = c.data_ptr<float>();
+  double* o = out.data_ptr<double>();
+  for (int64_t b = 0; b < c.numel() / kInt8Block; ++b) {
+    float amax = 0;
+    for (int k = 0; k < kInt8Block; ++k) amax = std::max(amax, std::fabs(p[b * 32 + k]));
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    for (int k = 0; k < kInt8Block; ++k) {
+      o[b * 32 + k] = static_cast<double>(d) * std::round(p[b * 32 + k] * id);
+    }
+  }
+  return out;
+}
+
+std::vector<Int8Isa> SupportedIsas() {
+  std::vector<Int8Isa> isas;
+  for (Int8Isa isa : {Int8Isa::kAvx512Vnni, Int8Isa::kAvx2, Int8Isa::kScalar}) {
+    if (Int8IsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
+  uint64_t seed = 100;
+  // Weight rows around the 4-row tiles, odd and even block counts, X rows around the 4-row
+  // tiles up to the skinny limit.
+  for (int64_t out : {1, 3, 5, 37, 260}) {
+    for (int64_t in : {32, 64, 96, 160, 768}) {
+      for (int64_t rows : {1, 2, 5, 16, 64}) {
+        const at::Tensor w = RandomTensor({out, in}, seed++);
+        const at::Tensor x = RandomTensor({rows, in}, seed++);
+        const Quantized q = Quantize(w);
+        // Both quantized operands in float64: what the int8 product approximates to float32
+        // rounding of the scale products and their sum.
+        const at::Tensor want = at::mm(DequantizeBlocksDouble(x), DequantizeBlocksDouble(w).t());
+        const at::Tensor exact = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+        for (Int8Isa isa : SupportedIsas()) {
+          SCOPED_TRACE(::testing::Message()
+                       << Int8IsaName(isa) << " " << out << " x " << in << ", " << rows << " rows");
+          const at::Tensor y = Gemm(q, x, isa);
+          ASSERT_FALSE(y.isnan().any().item<bool>());
+          EXPECT_LE((y.to(at::kDouble) - want).abs().max().item<double>(),
+                    2e-6 * want.abs().max().item<double>() + 1e-12);
+          // And the quantization error itself: under 2.5% (about 1% on average) of an output's
+          // typical size
+          // (|x| |w| / sqrt(in)) for Gaussian data.
+          const double typical =
+              x.norm().item<double>() * w.norm().item<double>() / std::sqrt(double(in));
+          EXPECT_LE((y.to(at::kDouble) - exact).norm().item<double>() / typical, 0.025);
+        }
+      }
+    }
+  }
+}
+
+TEST(Int8GemmTest, EveryInstructionSetGivesTheSameBits) {
+  const std::vector<Int8Isa> isas = SupportedIsas();
+  if (isas.size() < 2) GTEST_SKIP() << "only the scalar path on this CPU";
+  uint64_t seed = 300;
+  for (int64_t in : {32, 96, 1536}) {
+    for (int64_t rows : {1, 3, 16, 64}) {
+      const at::Tensor w = RandomTensor({203, in}, seed++);
+      // Zero blocks (scale 0) and large values next to small ones.
+      const at::Tensor magnitude = at::exp(RandomTensor({rows, in}, seed++));
+      at::Tensor x = RandomTensor({rows, in}, seed++) * magnitude;
+      x.narrow(1, 0, 32).zero_();
+      const Quantized q = Quantize(w);
+      const at::Tensor reference = Gemm(q, x, Int8Isa::kScalar);
+      for (Int8Isa isa : isas) {
+        SCOPED_TRACE(::testing::Message() << Int8IsaName(isa) << " " << in << ", " << rows);
+        EXPECT_TRUE(at::equal(Gemm(q, x, isa), reference));
+      }
+    }
+  }
+  EXPECT_EQ(Int8IsaInUse(), isas.front());
+}
+
+TEST(Int8GemmTest, EachRowIsBitIdenticalAloneAndInAnyBatch) {
+  const at::Tensor w = RandomTensor({203, 320}, 5);
+  const at::Tensor x = RandomTensor({23, 320}, 6);
+  const Quantized q = Quantize(w);
+  for (Int8Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(Int8IsaName(isa));
+    const at::Tensor batch = Gemm(q, x, isa);
+    EXPECT_TRUE(at::equal(Gemm(q, x.narrow(0, 7, 9).contiguous(), isa), batch.narrow(0, 7, 9)));
+    for (int64_t i = 0; i < x.size(0); ++i) {
+      EXPECT_TRUE(at::equal(Gemm(q, x.narrow(0, i, 1).contiguous(), isa)[0], batch[i]))
+          << "row " << i;
+    }
+  }
+}
+
+// One outlier per row: a scale per block keeps the other blocks' resolution, a scale per row
+// does not (the case for kInt8's granularity).
+TEST(Int8GemmTest, BlockScalesBeatRowScalesOnOutliers) {
+  at::Tensor w = RandomTensor({64, 512}, 7);
+  w.select(1, 3).mul_(8);
+  const at::Tensor exact = w.to(at::kDouble);
+  auto error = [&](bool per_row) {
+    const Quantized q = Quantize(w, per_row);
+    const at::Tensor d = q.q.to(at::kDouble).view({64, 16, 32}) * q.scales.unsqueeze(2);
+    return (d.view({64, 512}) - exact).norm().item<double>() / exact.norm().item<double>();
+  };
+  EXPECT_LT(error(false), error(true) / 2);
+}
+
+TEST(LinearInt8Test, StepsUseTheIntegerProductsAndPrefillTheDequantizedWeights) {
+  const at::Tensor w = RandomTensor({96, 128}, 11);
+  const LinearWeight linear(w, WeightFormat::kInt8);
+  ASSERT_TRUE(linear.int8());
+  const Quantized q = Quantize(w);
+  // weight() holds d · q exactly.
+  const at::Tensor dequantized =
+      (q.q.to(at::kFloat).view({96, 4, 32}) * q.scales.unsqueeze(2)).view({96, 128});
+  EXPECT_TRUE(at::equal(linear.weight(), dequantized));
+  for (int64_t rows : {int64_t{1}, int64_t{7}, kSkinnyGemmMaxRows}) {
+    const at::Tensor x = RandomTensor({rows, 128}, 12 + rows);
+    EXPECT_TRUE(at::equal(linear(x), Gemm(q, x, Int8Isa::kAuto)));
+    EXPECT_TRUE(at::equal(linear(x.unsqueeze(1)).squeeze(1), Gemm(q, x, Int8Isa::kAuto)));
+    // A strided view gives the same rows.
+    const at::Tensor wide = RandomTensor({rows, 200}, 40 + rows);
+    EXPECT_TRUE(at::equal(linear(wide.narrow(1, 50, 128)),
+                          Gemm(q, wide.narrow(1, 50, 128).contiguous(), Int8Isa::kAuto)));
+  }
+  // Beyond the skinny rows: sgemm on the dequantized float32 weights.
+  const at::Tensor many = RandomTensor({kSkinnyGemmMaxRows + 1, 128}, 99);
+  EXPECT_TRUE(at::equal(linear(many), at::linear(many, dequantized)));
+}
+
+TEST(LinearInt8Test, WidthsThatAreNotBlocksOf32StayFloat32) {
+  const at::Tensor w = RandomTensor({40, 48}, 13);
+  const LinearWeight linear(w, WeightFormat::kInt8);
+  EXPECT_FALSE(linear.int8());
+  EXPECT_TRUE(at::equal(linear.weight(), w));
+  const at::Tensor x = RandomTensor({3, 48}, 14);
+  EXPECT_LE(MaxRelativeError(linear(x), at::linear(x, w)), 1e-5);
+}
+
+}  // namespace
+}  // namespace attnserve::kernels
