@@ -47,7 +47,13 @@ done
 
 die() { echo "cluster: $*" >&2; exit 1; }
 [[ "$build_dir" == /* ]] || build_dir="$ROOT/$build_dir"
-alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# Whether the process of pid file $1 runs (a zombie that no init reaps does not count).
+alive() {
+  [[ -f "$1" ]] || return 1
+  local state
+  state=$(awk '{print $3}' "/proc/$(cat "$1")/stat" 2>/dev/null) || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}
 # Waits until 127.0.0.1:$1 accepts connections (bash's /dev/tcp), up to $2 seconds, while the
 # process of pid file $3 (if given) lives.
 wait_port() {

@@ -15,6 +15,10 @@ The documented retry, as code:
     order. Sequence numbers make this exact: an append the new replica has is answered from
     its stored results (`replayed`), one it lacks is applied.
 
+A stream lives as long as the session is used: by default it has no deadline
+(`call_timeout_s` sets one for each stream, after which its append fails with
+DEADLINE_EXCEEDED, not retried).
+
 The generated modules (attnserve.v1.inference_pb2 and _pb2_grpc) are passed in, so this file
 works with the stubs a program generates for itself.
 
@@ -51,7 +55,7 @@ def retryable(error):
 
 class ResumableSession:
     def __init__(self, channel, pb, pb_grpc, model="auto", session_id="", retry_deadline_s=30.0,
-                 call_timeout_s=120.0, output_kind=None):
+                 call_timeout_s=None, output_kind=None):
         self.pb = pb
         self.stub = pb_grpc.AttnServeStub(channel)
         self.model = model
@@ -86,8 +90,7 @@ class ResumableSession:
         while True:
             try:
                 if self._responses is None:
-                    self._resume(deadline)
-                    # _resume sent every kept append after the store's last one, this one too.
+                    self._resume(deadline, seq, request)
                     return self._collect(seq)
                 self._requests.put(request)
                 return self._collect(seq)
@@ -123,7 +126,10 @@ class ResumableSession:
         self.opened = first.opened
         self.session_id = first.opened.session_id
 
-    def _resume(self, deadline):
+    def _resume(self, deadline, seq, request):
+        """Resumes the session and sends again what the store lacks, and append `seq`
+        (`request`) when the store has it already (its reply was lost: the result comes back
+        replayed from the session's stored results)."""
         while True:
             try:
                 self._open(resume=True)
@@ -136,8 +142,10 @@ class ResumableSession:
         self.resumes += 1
         stored = self.opened.last_sequence_number
         self.kept = [(s, r) for s, r in self.kept if s > stored]
-        for s, request in self.kept:
+        if seq <= stored:
             self._requests.put(request)
+        for _, kept in self.kept:
+            self._requests.put(kept)
         # Results of the resent appends before the newest come first; _collect skips them.
 
     def _collect(self, seq):

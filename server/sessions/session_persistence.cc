@@ -255,12 +255,13 @@ void SessionPersistence::SetLeaseLostListener(std::function<void(const std::stri
   lease_lost_ = std::move(listener);
 }
 
-void SessionPersistence::DropQueued(const std::string& id) {
+std::vector<SessionPersistence::StoredCallback> SessionPersistence::DropQueued(
+    const std::string& id) {
   std::vector<StoredCallback> waiting;
   {
     absl::MutexLock lock(&mu_);
     auto it = queued_.find(id);
-    if (it == queued_.end()) return;
+    if (it == queued_.end()) return waiting;
     if (it->second.snapshot != nullptr) {
       queued_bytes_ -= static_cast<int64_t>(it->second.snapshot->size());
     }
@@ -268,11 +269,12 @@ void SessionPersistence::DropQueued(const std::string& id) {
     queued_.erase(it);  // its entries in order_ and retries_ are skipped when they come up
     if (metrics_ != nullptr) metrics_->SetStoreQueuedBytes(queued_bytes_);
   }
-  Notify(waiting, LeaseLost(id, ""));
+  return waiting;
 }
 
 void SessionPersistence::LeaseLostNow(const std::string& id) {
-  DropQueued(id);
+  std::vector<StoredCallback> waiting = DropQueued(id);
+  Notify(waiting, LeaseLost(id, ""));
   {
     absl::MutexLock lock(&lease_mu_);
     held_.erase(id);
@@ -285,6 +287,7 @@ void SessionPersistence::LeaseLostNow(const std::string& id) {
 
 absl::Status SessionPersistence::AcquireLease(const std::string& id, bool fresh) {
   if (leases_ == nullptr) return absl::OkStatus();
+  NotifyOnExit dropped{{}, LeaseLost(id, "")};
   absl::MutexLock call_lock(&lease_call_mu_);
   const absl::Time start = absl::Now();
   absl::StatusOr<SessionLeases::Acquired> acquired = leases_->Acquire(id);
@@ -297,7 +300,7 @@ absl::Status SessionPersistence::AcquireLease(const std::string& id, bool fresh)
   }
   // Another holder (or none) had it last: what this process has queued of `id` is older
   // than the store's copy.
-  if (*acquired == SessionLeases::Acquired::kTaken) DropQueued(id);
+  if (*acquired == SessionLeases::Acquired::kTaken) dropped.callbacks = DropQueued(id);
   absl::MutexLock lock(&lease_mu_);
   held_[id] = LeaseEntry{start + leases_->duration() * 0.9, true};
   return absl::OkStatus();
@@ -339,6 +342,7 @@ bool SessionPersistence::LeaseFresh(const std::string& id) const {
 
 absl::Status SessionPersistence::ConfirmLease(const std::string& id) {
   if (leases_ == nullptr) return absl::OkStatus();
+  NotifyOnExit dropped{{}, LeaseLost(id, "")};
   absl::MutexLock call_lock(&lease_call_mu_);
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<bool>> lost = leases_->Renew({id});
@@ -348,7 +352,7 @@ absl::Status SessionPersistence::ConfirmLease(const std::string& id) {
                                                id, "': ", lost.status().message()));
   }
   if ((*lost)[0]) {
-    DropQueued(id);
+    dropped.callbacks = DropQueued(id);
     absl::MutexLock lock(&lease_mu_);
     held_.erase(id);
     return LeaseLost(id, "");

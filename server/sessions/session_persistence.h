@@ -152,11 +152,19 @@ class SessionPersistence {
     bool in_memory = true;   // false once spilled: its write releases it
   };
   void RenewerLoop();
-  // Drops the queued operations of `id` (its lease was lost or taken from another holder);
-  // their on_stored callbacks get LeaseLost.
-  void DropQueued(const std::string& id);
+  // Drops the queued operations of `id` (its lease was lost or taken from another holder) and
+  // returns their on_stored callbacks, for the caller to call with LeaseLost once it holds no
+  // lock of this class (a callback may call ConfirmLease, which takes lease_call_mu_).
+  [[nodiscard]] std::vector<StoredCallback> DropQueued(const std::string& id);
   // Calls each callback with `status` (no lock held).
   static void Notify(std::vector<StoredCallback>& callbacks, const absl::Status& status);
+  // Calls its callbacks with `status` when it goes: declared before a lock, after the lock is
+  // released.
+  struct NotifyOnExit {
+    std::vector<StoredCallback> callbacks;
+    absl::Status status;
+    ~NotifyOnExit() { Notify(callbacks, status); }
+  };
   void LeaseLostNow(const std::string& id);
   void WriterLoop();
   void Queue(const std::string& id, Operation op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -23,7 +23,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+import urllib.error
+import urllib.request
 
 import numpy as np
 
@@ -245,7 +248,20 @@ class GatewayTest(unittest.TestCase):
         def terminate_one(owners):
             first = owners[0]
             stopped.append(first)
-            self.cluster.run("kill", str(self.cluster.replica_of(first)), "TERM")
+            replica = self.cluster.replica_of(first)
+            self.cluster.run("kill", str(replica), "TERM")
+            # Draining once its /ready says so (in Kubernetes the preStop pause covers this).
+            ready = "http://127.0.0.1:%d/ready" % (self.cluster.port + 100 + replica)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(ready, timeout=1).read()
+                except urllib.error.HTTPError as e:
+                    self.assertEqual(e.code, 503)
+                    break
+                except OSError:
+                    break  # gone already
+                time.sleep(0.02)
             # Between turns the clients' streams end (as a chat client's do); the drain, which
             # waits for open streams, then saves and releases the sessions at once.
             for session in self.sessions:
