@@ -8,6 +8,9 @@
 //
 //   attnserve_chunked_prefill_bench [--repository=DIR] [--lengths=1024,4096]
 //                                   [--chunks=256,64,16] [--threads=2] [--reps=3]
+//                                   [--models=standard,sparse] (default: every one)
+// The models are measured length by length, in rounds of every model once (best of --reps
+// rounds), so their ratios at one length come from the same minutes of a noisy machine.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "server/model/model_repository.h"
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
   using namespace attnserve;
   bench::SweepFlags flags;
   flags.lengths = "1024,4096";
-  std::string repository, chunk_list = "256,64,16";
+  std::string repository, chunk_list = "256,64,16", model_list;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (flags.Parse(arg)) continue;
@@ -77,6 +81,8 @@ int main(int argc, char** argv) {
       repository = v;
     } else if (const char* v = bench::FlagValue(arg, "--chunks")) {
       chunk_list = v;
+    } else if (const char* v = bench::FlagValue(arg, "--models")) {
+      model_list = v;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
       return 2;
@@ -100,22 +106,45 @@ int main(int argc, char** argv) {
   for (int64_t c : *chunks)
     std::printf(" %10s%-4lld %7s", "chunk ", static_cast<long long>(c), "x");
   std::printf("\n");
+  const std::vector<std::string> wanted = absl::StrSplit(model_list, ',', absl::SkipEmpty());
+  std::vector<const model::Model*> models;
   for (const model::Model* m : (*repo)->models()) {
     if (!m->can_stream()) continue;
-    for (int64_t length : lengths) {
-      const at::Tensor tokens =
-          at::randint(0, m->config().vocab_size(), {1, length}, at::TensorOptions(at::kLong));
-      Seconds(*m, tokens, 0, 1);  // warm
-      const double whole = Seconds(*m, tokens, 0, reps);
-      std::printf("%-15s %7lld %12.0f", m->name().c_str(), static_cast<long long>(length),
+    if (wanted.empty() || std::find(wanted.begin(), wanted.end(), m->name()) != wanted.end()) {
+      models.push_back(m);
+    }
+  }
+  for (int64_t length : lengths) {
+    // Best of `reps` rounds, each round every model once (whole, then each chunk size): a
+    // slow minute of a shared machine then weighs on every model of the length alike.
+    const size_t n = models.size(), columns = 1 + chunks->size();
+    std::vector<at::Tensor> tokens;
+    for (const model::Model* m : models) {
+      tokens.push_back(
+          at::randint(0, m->config().vocab_size(), {1, length}, at::TensorOptions(at::kLong)));
+      Seconds(*m, tokens.back(), 0, 1);  // warm
+    }
+    std::vector<double> best(n * columns, 1e30);
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < n; ++i) {
+        best[i * columns] = std::min(best[i * columns], Seconds(*models[i], tokens[i], 0, 1));
+        for (size_t c = 0; c < chunks->size(); ++c) {
+          best[i * columns + 1 + c] =
+              std::min(best[i * columns + 1 + c], Seconds(*models[i], tokens[i], (*chunks)[c], 1));
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const double whole = best[i * columns];
+      std::printf("%-15s %7lld %12.0f", models[i]->name().c_str(), static_cast<long long>(length),
                   length / whole);
-      for (int64_t c : *chunks) {
-        const double s = Seconds(*m, tokens, c, reps);
+      for (size_t c = 0; c < chunks->size(); ++c) {
+        const double s = best[i * columns + 1 + c];
         std::printf(" %14.0f %6.2fx", length / s, s / whole);
       }
       std::printf("\n");
-      std::fflush(stdout);
     }
+    std::fflush(stdout);
   }
   return 0;
 }
