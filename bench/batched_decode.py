@@ -13,9 +13,13 @@ attnserve-export-model --config):
               converter: llama-batched-bench S_TG at B = N (-npp --prompt -ntg --generate) and
               llama-bench tg128;
 
-for fp32 (F32 GGUF) and bf16 (--weight_precision=bf16, BF16 GGUF), then the built-in default
-models (standard, linear, mamba, hybrid) at 1 and 16 sessions. Prints the tables and the
-issue's targets as ratios measured in this run; --json writes every figure.
+for fp32 (F32 GGUF), bf16 (--weight_precision=bf16, BF16 GGUF) and int8 (--weight_precision=int8,
+Q8_0 GGUF), then the built-in default models (standard, linear, mamba, hybrid) at 1 and 16
+sessions. Prints the CPU (model, the flags the kernels choose by, the int8 products the server
+picked), the tables and the issue's targets as ratios measured in this run, and each aggregate
+as a fraction of its memory bound: the bytes of weight matrices one step reads (once for all
+the step's sessions) at the read bandwidth measured here (torch sum of 1 GiB, 2 threads);
+--json writes every figure.
 
   /usr/bin/python3 bench/batched_decode.py --build-dir build [--json FILE]
 """
@@ -48,7 +52,7 @@ def parse_args():
     p.add_argument("--sessions", default="1,4,16,64")
     p.add_argument("--prompt", type=int, default=8)
     p.add_argument("--generate", type=int, default=64)
-    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--precisions", default="fp32,bf16,int8")
     p.add_argument("--workdir", help="keep the model folder and GGUFs here (default: a temp dir)")
     p.add_argument("--skip-defaults", action="store_true")
     p.add_argument("--json", metavar="FILE")
@@ -61,6 +65,7 @@ def run(cmd, **kw):
 
 class Server:
     def __init__(self, build, *flags):
+        self.int8_isa = None
         self.proc = subprocess.Popen(
             [str(build / "server" / "attnserve-server"), "--port=0", "--metrics_port=-1",
              "--host=127.0.0.1", "--intra_op_threads=2", "--max_new_tokens=4096", *flags],
@@ -68,6 +73,9 @@ class Server:
         deadline = time.time() + 300
         for line in self.proc.stdout:
             m = re.search(r"listening on [^ ]*:(\d+)", line)
+            isa = re.search(r"int8 products: (\S+)", line)
+            if isa:
+                self.int8_isa = isa.group(1)
             if m:
                 self.target = f"127.0.0.1:{m.group(1)}"
                 return
@@ -106,6 +114,43 @@ def llama_tg128(script, gguf):
     return next(r["avg_ts"] for r in results if r.get("n_gen") == 128)
 
 
+GGUF_TYPE = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0"}
+CPU_FLAGS = ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
+             "amx_bf16", "amx_int8"]
+
+
+def cpu_description():
+    info = Path("/proc/cpuinfo").read_text()
+    model = re.search(r"model name\s*:\s*(.*)", info)
+    flags = set(re.search(r"flags\s*:\s*(.*)", info).group(1).split())
+    return {"model": model.group(1) if model else "?", "cores": os.cpu_count(),
+            "flags": [f for f in CPU_FLAGS if f in flags],
+            "missing": [f for f in CPU_FLAGS if f not in flags]}
+
+
+def read_bandwidth_gbs():
+    """Best of 5 sums of a 1 GiB float32 tensor on 2 threads (/usr/bin/python3's torch)."""
+    code = ("import time, torch; torch.set_num_threads(2); x = torch.ones(1 << 28); x.sum(); "
+            "b = min((lambda t: (x.sum(), time.perf_counter() - t)[1])(time.perf_counter()) "
+            "for _ in range(5)); print(4 * x.numel() / b / 1e9)")
+    try:
+        return float(run(["/usr/bin/python3", "-c", code]).stdout)
+    except (subprocess.CalledProcessError, ValueError):
+        return None
+
+
+def step_weight_bytes(config, precision):
+    """Bytes of weight matrices one decode step reads (tied lm_head once; norms etc. left out)."""
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    di, n = config["expand"] * h, config["state_size"]
+    r = (h + 15) // 16
+    # Per element: int8 1 byte + a float32 scale per 32 (dt_proj, 48 wide, stays float32).
+    per = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0 + 4.0 / 32}[precision]
+    blocked = layers * (2 * di * h + (r + 2 * n) * di + h * di) + config["vocab_size"] * h
+    dt = layers * di * r * (4.0 if precision == "int8" else per)
+    return blocked * per + dt
+
+
 def verdict(ok):
     return "PASS" if ok else "MISS"
 
@@ -127,14 +172,23 @@ def main():
     ns = [int(n) for n in args.sessions.split(",")]
     report = {"model": MODEL, "config": MAMBA_130M_CONFIG, "prompt": args.prompt,
               "generate": args.generate, "sessions": ns, "precisions": {}}
+    cpu = cpu_description()
+    bandwidth = read_bandwidth_gbs()
+    report["cpu"], report["read_bandwidth_gbs"] = cpu, bandwidth
     print(f"{MODEL} (random weights), prompt {args.prompt}, generate {args.generate}, 2 threads; "
           f"attnserve through gRPC on loopback, llama.cpp {'in the same run' if have_llama else 'not found'}")
+    print(f"CPU: {cpu['model']}, {cpu['cores']} cores; has {' '.join(cpu['flags'])}; "
+          f"lacks {' '.join(cpu['missing']) or '-'}; read bandwidth "
+          f"{bandwidth if bandwidth else float('nan'):.1f} GB/s")
     for precision in args.precisions.split(","):
-        gguf = work / f"{MODEL}-{'f32' if precision == 'fp32' else 'bf16'}.gguf"
+        gguf = work / f"{MODEL}-{GGUF_TYPE[precision]}.gguf"
         if have_llama and not gguf.exists():
-            run([script, "convert", repo / MODEL, gguf, "f32" if precision == "fp32" else "bf16"])
+            run([script, "convert", repo / MODEL, gguf, GGUF_TYPE[precision]])
         server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
                         f"--weight_precision={precision}")
+        if server.int8_isa:
+            print(f"\nint8 products: {server.int8_isa}")
+            report["int8_products"] = server.int8_isa
         try:
             decode_bench(build, server.target, MODEL, "1", args.prompt, 8, 50280)  # warm
             ours = decode_bench(build, server.target, MODEL, args.sessions, args.prompt,
@@ -144,23 +198,32 @@ def main():
         llama = llama_batched(script, gguf, args.sessions, args.prompt, args.generate) \
             if have_llama else {}
         tg128 = llama_tg128(script, gguf) if have_llama else None
+        step_bytes = step_weight_bytes(MAMBA_130M_CONFIG, precision)
+        bound = (lambda n: n * bandwidth * 1e9 / step_bytes) if bandwidth else (lambda n: None)
         report["precisions"][precision] = {"attnserve": ours, "llama_batched": llama,
-                                           "llama_tg128": tg128}
+                                           "llama_tg128": tg128, "step_weight_bytes": step_bytes,
+                                           "memory_bound_tok_s": {n: bound(n) for n in ns}}
         one = ours[ns[0]]["aggregate_tok_s"]
-        print(f"\n{precision}: aggregate decode tokens/s")
+        print(f"\n{precision}: aggregate decode tokens/s ({GGUF_TYPE[precision].upper()} for "
+              f"llama.cpp); bound: {step_bytes / 1e6:.0f} MB of weights a step at the bandwidth")
         print(f"{'sessions':>8} {'attnserve':>10} {'x 1-session':>11} {'p50 gap':>8} {'p99 gap':>8}"
-              f" {'p99 all':>8} {'llama S_TG':>10} {'ratio':>6}")
+              f" {'p99 all':>8} {'llama S_TG':>10} {'ratio':>6} {'bound':>8} {'ours/b':>6}"
+              f" {'llama/b':>7}")
         for n in ns:
             r = ours[n]
             l = llama.get(n, {}).get("S_TG")
             print(f"{n:>8} {r['aggregate_tok_s']:>10.1f} {r['aggregate_tok_s'] / one:>10.2f}x"
                   f" {r['gap_p50_ms']:>7.1f}m {r['gap_p99_ms']:>7.1f}m {r['gap_p99_all_ms']:>7.1f}m"
                   f" {l if l else float('nan'):>10.1f} "
-                  f"{r['aggregate_tok_s'] / l if l else float('nan'):>5.2f}x")
+                  f"{r['aggregate_tok_s'] / l if l else float('nan'):>5.2f}x"
+                  f" {bound(n) or float('nan'):>8.0f} "
+                  f"{r['aggregate_tok_s'] / bound(n) if bound(n) else float('nan'):>5.1%}"
+                  f" {l / bound(n) if l and bound(n) else float('nan'):>6.1%}")
         print("targets:")
         if tg128:
-            print(f"  1 session >= 1.0x llama.cpp tg128 ({tg128:.1f}): {one / tg128:.2f}x "
-                  f"{verdict(one >= tg128)}")
+            want = {"fp32": 1.0, "bf16": 1.3, "int8": 1.2}[precision]
+            print(f"  1 session >= {want}x llama.cpp tg128 ({tg128:.1f}): {one / tg128:.2f}x "
+                  f"{verdict(one >= want * tg128)}")
         if 16 in ours:
             r16 = ours[16]["aggregate_tok_s"]
             if 16 in llama:
