@@ -259,6 +259,8 @@ int main(int argc, char** argv) {
   cache_options.interval = absl::GetFlag(FLAGS_prefix_cache_interval) > 0
                                ? absl::GetFlag(FLAGS_prefix_cache_interval)
                                : absl::GetFlag(FLAGS_max_batch_tokens);
+  if (absl::GetFlag(FLAGS_prefix_cache_tail) < 0) return Fail("--prefix_cache_tail must be >= 0");
+  cache_options.tail = absl::GetFlag(FLAGS_prefix_cache_tail);
   const std::string cache_scope = absl::GetFlag(FLAGS_prefix_cache_scope);
   if (cache_scope != "principal" && cache_scope != "global") {
     return Fail("--prefix_cache_scope=" + cache_scope + ": expected principal or global");
@@ -267,7 +269,8 @@ int main(int argc, char** argv) {
   std::cout << "prefix cache "
             << (prefix_cache.enabled()
                     ? absl::StrCat(cache_options.max_bytes, " bytes, every ",
-                                   cache_options.interval, " tokens, shared by ", cache_scope)
+                                   cache_options.interval, " tokens and ", cache_options.tail,
+                                   " before the end, shared by ", cache_scope)
                     : std::string("off"))
             << std::endl;
   server::scheduler::SchedulerOptions scheduler_options;

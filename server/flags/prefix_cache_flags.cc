@@ -10,9 +10,12 @@ ABSL_FLAG(int64_t, prefix_cache_bytes, -1,
           "of --state_budget_bytes, so that the cache costs at most an eighth of what live "
           "sessions may hold; it is counted apart from their budget).");
 ABSL_FLAG(int64_t, prefix_cache_interval, 0,
-          "Inside a long prompt, cache the state every this many tokens (at the end of the "
-          "chunk that crosses it; 0: --max_batch_tokens), besides the state at the prompt's "
-          "end.");
+          "Inside a long prompt, cache the state every this many tokens (chunks end there; "
+          "0: --max_batch_tokens), besides the state at the prompt's end.");
+ABSL_FLAG(int64_t, prefix_cache_tail, 64,
+          "Also cache the state this many tokens before the end of each prompt (0: not), so "
+          "that a prompt that differs from an earlier one only in its last tokens computes at "
+          "most this many more (llama.cpp's server checkpoints 64 tokens before the end).");
 ABSL_FLAG(std::string, prefix_cache_scope, "principal",
           "Who shares cached prefixes: principal (a principal's requests only; without "
           "authentication every caller is the same principal) or global (every principal: "

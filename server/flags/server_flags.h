@@ -81,4 +81,5 @@ ABSL_DECLARE_FLAG(int64_t, max_free_heap_bytes);
 // server/flags/prefix_cache_flags.cc
 ABSL_DECLARE_FLAG(int64_t, prefix_cache_bytes);
 ABSL_DECLARE_FLAG(int64_t, prefix_cache_interval);
+ABSL_DECLARE_FLAG(int64_t, prefix_cache_tail);
 ABSL_DECLARE_FLAG(std::string, prefix_cache_scope);

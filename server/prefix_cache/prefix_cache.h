@@ -5,8 +5,11 @@
 // Entries. Each holds a copy of the state after exactly `tokens` (its prefix, from position 0)
 // on one model, for one scope (the principal of the request that computed it with
 // --prefix_cache_scope=principal, "" with global), and its bytes (ModelState::Bytes()). The
-// scheduler inserts the state at the end of each such prompt and every `interval` tokens inside
-// it (--prefix_cache_interval), at the end of the chunk that crosses the interval.
+// scheduler inserts the state at the end of each such prompt, every `interval` tokens inside
+// it (--prefix_cache_interval; the scheduler ends its chunks there), and `tail` tokens before
+// its end (--prefix_cache_tail; a chunk ends there too), so that a prompt that differs from an
+// earlier one only in its last few tokens (a retried or edited last line) computes at most
+// `tail` + those tokens. llama.cpp's server keeps the same checkpoint, 64 tokens before the end.
 //
 // Lookup. A hash chain over the prompt (h_k from h_{k-1} and token k, seeded by the scope and
 // the model's identity) finds candidates for every prefix length from the longest allowed down;
@@ -42,6 +45,7 @@ struct PrefixCacheOptions {
   int64_t interval = 256;                // --prefix_cache_interval (tokens)
   // Only for tests: replaces the hash chain's step (to force collisions).
   uint64_t (*hash_step)(uint64_t h, int64_t token) = nullptr;
+  int64_t tail = 64;  // --prefix_cache_tail (tokens; 0: none)
 };
 
 class PrefixCache {
@@ -51,6 +55,7 @@ class PrefixCache {
   bool enabled() const { return options_.max_bytes > 0; }
   int64_t max_bytes() const { return options_.max_bytes; }
   int64_t interval() const { return options_.interval; }
+  int64_t tail() const { return options_.tail; }
 
   struct Hit {
     model::ModelState state;  // a copy, at position `tokens`

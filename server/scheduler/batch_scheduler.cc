@@ -344,10 +344,22 @@ void BatchScheduler::StartFromCachedPrefix(Active& a) {
 void BatchScheduler::MaybeCache(Active& a, const model::ModelState& state) {
   PrefixCache* cache = options_.prefix_cache;
   if (!a.cacheable || cache == nullptr) return;
-  if (a.remaining() > 0 && a.consumed - a.last_cached < cache->interval()) return;
+  const bool tail_point = cache->tail() > 0 && a.remaining() == cache->tail();
+  if (a.remaining() > 0 && !tail_point && a.consumed - a.last_cached < cache->interval()) return;
   cache->Insert(a.job->cache_scope, *a.job->model, a.job->tokens.data_ptr<int64_t>(), a.consumed,
                 state);
   a.last_cached = a.consumed;
+}
+
+int64_t BatchScheduler::EndAtCachePoint(const Active& a, int64_t chunk) const {
+  const PrefixCache& cache = *options_.prefix_cache;
+  int64_t end = a.consumed + chunk;
+  if (cache.interval() > 0) {
+    end = std::min(end, (a.consumed / cache.interval() + 1) * cache.interval());
+  }
+  const int64_t tail_point = a.prompt_length() - cache.tail();
+  if (cache.tail() > 0 && a.consumed < tail_point && tail_point < end) end = tail_point;
+  return end - a.consumed;
 }
 
 BatchScheduler::Batch BatchScheduler::FormBatch(const std::vector<Active*>& live) const {
@@ -386,6 +398,7 @@ BatchScheduler::Batch BatchScheduler::FormBatch(const std::vector<Active*>& live
       chunk = remaining;
     } else {
       chunk = std::min(remaining, std::max<int64_t>(budget, 1));
+      if (a->cacheable) chunk = EndAtCachePoint(*a, chunk);
     }
     batch.prefill.emplace_back(a, chunk);
     budget -= chunk;

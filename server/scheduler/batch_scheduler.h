@@ -123,6 +123,9 @@ class BatchScheduler {
   void MaybeCache(Active& a, const model::ModelState& state);
   absl::Status CheckStillWanted(const Active& a) const;  // cancelled, deadline, closed
   Batch FormBatch(const std::vector<Active*>& ready) const;
+  // `chunk` of a prompt the prefix cache keeps, shortened to end at its next cache point: a
+  // multiple of the cache's interval, or `tail` tokens before the prompt's end.
+  int64_t EndAtCachePoint(const Active& a, int64_t chunk) const;
   void RunDecodeRows(const std::vector<Active*>& rows);
   void RunPrefillChunk(Active& a, int64_t chunk);
   // After a computation that produced `logits` (1, vocab) for `a`: samples the next token or
