@@ -155,6 +155,18 @@ def verdict(ok):
     return "PASS" if ok else "MISS"
 
 
+def mamba_130m_repository(build, work):
+    """A model repository in `work`/repo holding the random-weight mamba-130m-shaped folder
+    (written by attnserve-export-model once; kept when it is there). Returns its path."""
+    repo = work / "repo"
+    if not (repo / MODEL / "model.safetensors").exists():
+        config = work / "config.json"
+        config.write_text(json.dumps(MAMBA_130M_CONFIG))
+        run([build / "server" / "model" / "attnserve-export-model", f"--config={config}",
+             f"--name={MODEL}", f"--out={repo}"])
+    return repo
+
+
 def main():
     args = parse_args()
     build = Path(args.build_dir).resolve()
@@ -163,12 +175,7 @@ def main():
     tmp = tempfile.TemporaryDirectory(prefix="attnserve-batched-")
     work = Path(args.workdir or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
-    repo = work / "repo"
-    if not (repo / MODEL / "model.safetensors").exists():
-        config = work / "config.json"
-        config.write_text(json.dumps(MAMBA_130M_CONFIG))
-        run([build / "server" / "model" / "attnserve-export-model", f"--config={config}",
-             f"--name={MODEL}", f"--out={repo}"])
+    repo = mamba_130m_repository(build, work)
     ns = [int(n) for n in args.sessions.split(",")]
     report = {"model": MODEL, "config": MAMBA_130M_CONFIG, "prompt": args.prompt,
               "generate": args.generate, "sessions": ns, "precisions": {}}

@@ -35,7 +35,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from batched_decode import MAMBA_130M_CONFIG, MODEL  # noqa: E402
+from batched_decode import MODEL, mamba_130m_repository  # noqa: E402
 from bench_server import Server, cpu_name  # noqa: E402
 from prefix_cache_bench import time_to_first_token  # noqa: E402
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -80,13 +80,7 @@ def main():
     tmp = tempfile.TemporaryDirectory(prefix="attnserve-prefix-llama-")
     work = Path(args.workdir or tmp.name)
     work.mkdir(parents=True, exist_ok=True)
-    repo = work / "repo"
-    if not (repo / MODEL / "model.safetensors").exists():
-        config = work / "config.json"
-        config.write_text(json.dumps(MAMBA_130M_CONFIG))
-        subprocess.run([str(build / "server" / "model" / "attnserve-export-model"),
-                        f"--config={config}", f"--name={MODEL}", f"--out={repo}"], check=True,
-                       capture_output=True)
+    repo = mamba_130m_repository(build, work)
     gguf = work / f"{MODEL}-f32.gguf"
     if not gguf.exists():
         subprocess.run([args.llamacpp, "convert", str(repo / MODEL), str(gguf), "f32"],
