@@ -66,22 +66,58 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
       Touch(*e);
       hits_.fetch_add(1);
       hit_tokens_.fetch_add(k);
-      return Hit{e->state.Clone(), k};
+      Hit hit{e->state.Clone(), k, Branch(*e, tokens, k, longest)};
+      AddContinuation(*e, tokens, k, n);
+      return hit;
     }
   }
   return std::nullopt;
 }
 
+int64_t PrefixCache::EntryBytes(const model::ModelState& state) const {
+  // The continuations are counted at their longest, so that an entry's bytes never grow.
+  return std::max<int64_t>(1, state.Bytes()) +
+         kContinuations * ContinuationLength() * static_cast<int64_t>(sizeof(int64_t));
+}
+
+int64_t PrefixCache::ContinuationLength() const {
+  return options_.interval > 0 ? options_.interval : kMaxContinuation;
+}
+
+void PrefixCache::AddContinuation(Entry& e, const int64_t* prompt, int64_t n,
+                                  int64_t prompt_length) {
+  const int64_t length = std::min(prompt_length - n, ContinuationLength());
+  if (length <= 0) return;
+  std::vector<int64_t> next(prompt + n, prompt + n + length);
+  auto same = std::find(e.continuations.begin(), e.continuations.end(), next);
+  if (same != e.continuations.end()) e.continuations.erase(same);
+  e.continuations.insert(e.continuations.begin(), std::move(next));
+  if (e.continuations.size() > static_cast<size_t>(kContinuations)) e.continuations.pop_back();
+}
+
+int64_t PrefixCache::Branch(const Entry& e, const int64_t* tokens, int64_t k,
+                            int64_t max_length) const {
+  int64_t best = 0;
+  for (const std::vector<int64_t>& c : e.continuations) {
+    const int64_t limit = std::min(static_cast<int64_t>(c.size()), max_length - k);
+    int64_t agree = 0;
+    while (agree < limit && c[agree] == tokens[k + agree]) ++agree;
+    best = std::max(best, agree);
+  }
+  return best >= kMinBranch ? k + best : 0;
+}
+
 void PrefixCache::Insert(const std::string& scope, const model::Model& model, const int64_t* tokens,
-                         int64_t n, const model::ModelState& state) {
+                         int64_t n, const model::ModelState& state, int64_t prompt_length) {
   if (!enabled() || n < 1) return;
   uint64_t key = Seed(scope, model);
   for (int64_t k = 0; k < n; ++k) key = Step(key, tokens[k]);
   if (Entry* e = Find(key, scope, model, tokens, n); e != nullptr) {
     Touch(*e);
+    AddContinuation(*e, tokens, n, prompt_length);
     return;
   }
-  const int64_t bytes = std::max<int64_t>(1, state.Bytes());
+  const int64_t bytes = EntryBytes(state);
   if (bytes > options_.max_bytes) return;
   while (bytes_.load() + bytes > options_.max_bytes && !store_.empty()) EvictOne();
   store_.emplace_back();
@@ -90,6 +126,7 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   e.scope = scope;
   e.model = &model;
   e.tokens.assign(tokens, tokens + n);
+  AddContinuation(e, tokens, n, prompt_length);
   e.state = state.Clone();
   e.bytes = bytes;
   e.key = key;

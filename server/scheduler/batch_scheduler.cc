@@ -31,6 +31,7 @@ struct BatchScheduler::Active {
   bool stopped = false;     // the last sampled token is a stop token: no more after it
   bool cacheable = false;   // its prompt starts at 0: the prefix cache serves and keeps it
   int64_t last_cached = 0;  // prompt tokens whose state was last cached (or came from it)
+  int64_t branch_point = 0;  // where the prompt leaves an earlier one (PrefixCache::Hit::branch)
   int64_t pending_token = 0;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
@@ -339,15 +340,20 @@ void BatchScheduler::StartFromCachedPrefix(Active& a) {
     a.own_state = std::move(hit->state);
   }
   a.consumed = a.last_cached = hit->tokens;
+  a.branch_point = hit->branch;
 }
 
 void BatchScheduler::MaybeCache(Active& a, const model::ModelState& state) {
   PrefixCache* cache = options_.prefix_cache;
   if (!a.cacheable || cache == nullptr) return;
   const bool tail_point = cache->tail() > 0 && a.remaining() == cache->tail();
-  if (a.remaining() > 0 && !tail_point && a.consumed - a.last_cached < cache->interval()) return;
+  const bool branch_point = a.consumed == a.branch_point;
+  if (a.remaining() > 0 && !tail_point && !branch_point &&
+      a.consumed - a.last_cached < cache->interval()) {
+    return;
+  }
   cache->Insert(a.job->cache_scope, *a.job->model, a.job->tokens.data_ptr<int64_t>(), a.consumed,
-                state);
+                state, a.prompt_length());
   a.last_cached = a.consumed;
 }
 
@@ -359,6 +365,7 @@ int64_t BatchScheduler::EndAtCachePoint(const Active& a, int64_t chunk) const {
   }
   const int64_t tail_point = a.prompt_length() - cache.tail();
   if (cache.tail() > 0 && a.consumed < tail_point && tail_point < end) end = tail_point;
+  if (a.consumed < a.branch_point && a.branch_point < end) end = a.branch_point;
   return end - a.consumed;
 }
 

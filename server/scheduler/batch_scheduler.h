@@ -124,7 +124,8 @@ class BatchScheduler {
   absl::Status CheckStillWanted(const Active& a) const;  // cancelled, deadline, closed
   Batch FormBatch(const std::vector<Active*>& ready) const;
   // `chunk` of a prompt the prefix cache keeps, shortened to end at its next cache point: a
-  // multiple of the cache's interval, or `tail` tokens before the prompt's end.
+  // multiple of the cache's interval, `tail` tokens before the prompt's end, or where it leaves
+  // an earlier prompt (its branch point, PrefixCache::Hit::branch).
   int64_t EndAtCachePoint(const Active& a, int64_t chunk) const;
   void RunDecodeRows(const std::vector<Active*>& rows);
   void RunPrefillChunk(Active& a, int64_t chunk);

@@ -108,6 +108,31 @@ TEST(PrefixCacheTest, OutputsDoNotDependOnTheCacheWithBf16Weights) {
 
 // All logits or hidden states need every position: such prompts are not served from the
 // cache (they still give what a server without it gives).
+// Conversations on one 300-token system prompt, each with its own 100 tokens: the first is
+// computed in full, the second from the entry at 256 (where the first prompt's chunk ended),
+// and it caches the state at 300 where it leaves the first, so the third and fourth start
+// exactly there. Outputs equal a server's without the cache, for every streaming model.
+TEST(PrefixCacheTest, PromptsAfterTheSecondStartWhereTheyBranch) {
+  PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr});
+  auto cached = ServerWith(&cache);
+  auto plain = ServerWith(nullptr);
+  const std::vector<int64_t> system = RandomTokens(300, 21);
+  for (const std::string& model : StreamingModels()) {
+    SCOPED_TRACE(model);
+    std::vector<int64_t> saved;  // each conversation's hit tokens
+    for (int64_t c = 0; c < 4; ++c) {
+      const std::vector<int64_t> prompt = Concat(system, RandomTokens(100, 30 + c));
+      const int64_t before = cache.hit_tokens();
+      const Outcome want = SessionPrompt(*plain, model, prompt);
+      const Outcome got = SessionPrompt(*cached, model, prompt);
+      saved.push_back(cache.hit_tokens() - before);
+      EXPECT_LT(MaxRelativeError(got.logits, want.logits), 1e-5);
+      EXPECT_EQ(got.greedy, want.greedy);
+    }
+    EXPECT_THAT(saved, ::testing::ElementsAre(0, 256, 300, 300));
+  }
+}
+
 TEST(PrefixCacheTest, AllLogitsArePromptsComputedInFull) {
   PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr});
   auto cached = ServerWith(&cache);

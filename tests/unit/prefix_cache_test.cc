@@ -59,7 +59,8 @@ TEST(PrefixCacheUnitTest, TheLongestExactPrefixHitsAndCollisionsNeverServeAWrong
 }
 
 TEST(PrefixCacheUnitTest, EvictionKeepsWithinTheBoundAndPrefersWhatSavesMostPerByte) {
-  const int64_t one = StateAfter({1}).Bytes();  // a recurrent state: the same bytes at any length
+  // A recurrent state: the same bytes at any length.
+  const int64_t one = PrefixCache(PrefixCacheOptions{}).EntryBytes(StateAfter({1}));
   PrefixCache cache(PrefixCacheOptions{3 * one, 256, nullptr});
   std::vector<int64_t> long_prefix(200, 7);
   cache.Insert("", Mamba(), long_prefix.data(), 200, StateAfter(long_prefix));
@@ -77,6 +78,40 @@ TEST(PrefixCacheUnitTest, EvictionKeepsWithinTheBoundAndPrefersWhatSavesMostPerB
   off.Insert("", Mamba(), long_prefix.data(), 200, StateAfter(long_prefix));
   EXPECT_EQ(off.entries(), 0);
   EXPECT_FALSE(off.Lookup("", Mamba(), long_prefix.data(), 200, 200).has_value());
+}
+
+// Prompts of a shared 300-token prefix and suffixes of their own, an entry every 256 tokens:
+// the second prompt's hit at 256 says where it leaves the first (300), and once that state is
+// cached the third hits it exactly.
+TEST(PrefixCacheUnitTest, AHitReportsWhereThePromptLeavesAnEarlierOne) {
+  PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr});
+  std::vector<int64_t> shared(300);
+  for (int64_t i = 0; i < 300; ++i) shared[i] = 1 + i % 50;
+  auto prompt = [&](int64_t own) {
+    std::vector<int64_t> p = shared;
+    for (int64_t i = 0; i < 100; ++i) p.push_back(1000 + own * 100 + i);
+    return p;
+  };
+  const std::vector<int64_t> first = prompt(1), second = prompt(2), third = prompt(3);
+  const std::vector<int64_t> at256(first.begin(), first.begin() + 256);
+  cache.Insert("", Mamba(), first.data(), 256, StateAfter(at256), 400);
+  auto hit = cache.Lookup("", Mamba(), second.data(), 400, 399);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 256);
+  EXPECT_EQ(hit->branch, 300);
+  // Not past the longest allowed.
+  EXPECT_EQ(cache.Lookup("", Mamba(), second.data(), 400, 290)->branch, 290);
+  // The scheduler caches the branch point; the third prompt starts there, with no branch left
+  // (its suffix agrees with nobody's).
+  cache.Insert("", Mamba(), second.data(), 300, StateAfter(shared), 400);
+  hit = cache.Lookup("", Mamba(), third.data(), 400, 399);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(hit->tokens, 300);
+  EXPECT_EQ(hit->branch, 0);
+  // An agreement shorter than kMinBranch is not a branch.
+  std::vector<int64_t> near = first;
+  near[256 + PrefixCache::kMinBranch - 1] = 7;
+  EXPECT_EQ(cache.Lookup("", Mamba(), near.data(), 400, 399)->branch, 0);
 }
 
 }  // namespace
