@@ -13,7 +13,8 @@ attnserve-export-model --config):
               converter: llama-batched-bench S_TG at B = N (-npp --prompt -ntg --generate) and
               llama-bench tg128;
 
-for fp32 (F32 GGUF), bf16 (--weight_precision=bf16, BF16 GGUF) and int8 (--weight_precision=int8,
+for fp32 (F32 GGUF), bf16 (--weight_precision=bf16, BF16 GGUF), bf16dot (bf16 with
+--activation_precision=bf16: vdpbf16ps, BF16 GGUF) and int8 (--weight_precision=int8,
 Q8_0 GGUF), then the built-in default models (standard, linear, mamba, hybrid) at 1 and 16
 sessions. Prints the CPU (model, the flags the kernels choose by, the int8 products the server
 picked), the tables and the issue's targets as ratios measured in this run, and each aggregate
@@ -52,7 +53,7 @@ def parse_args():
     p.add_argument("--sessions", default="1,4,16,64")
     p.add_argument("--prompt", type=int, default=8)
     p.add_argument("--generate", type=int, default=64)
-    p.add_argument("--precisions", default="fp32,bf16,int8")
+    p.add_argument("--precisions", default="fp32,bf16,bf16dot,int8")
     p.add_argument("--workdir", help="keep the model folder and GGUFs here (default: a temp dir)")
     p.add_argument("--skip-defaults", action="store_true")
     p.add_argument("--json", metavar="FILE")
@@ -65,7 +66,7 @@ def run(cmd, **kw):
 
 class Server:
     def __init__(self, build, *flags):
-        self.int8_isa = None
+        self.int8_isa = self.bf16_isa = None
         self.proc = subprocess.Popen(
             [str(build / "server" / "attnserve-server"), "--port=0", "--metrics_port=-1",
              "--host=127.0.0.1", "--intra_op_threads=2", "--max_new_tokens=4096", *flags],
@@ -76,6 +77,9 @@ class Server:
             isa = re.search(r"int8 products: (\S+)", line)
             if isa:
                 self.int8_isa = isa.group(1)
+            bf16 = re.search(r"bf16 products: (\S+)", line)
+            if bf16:
+                self.bf16_isa = bf16.group(1)
             if m:
                 self.target = f"127.0.0.1:{m.group(1)}"
                 return
@@ -114,7 +118,12 @@ def llama_tg128(script, gguf):
     return next(r["avg_ts"] for r in results if r.get("n_gen") == 128)
 
 
-GGUF_TYPE = {"fp32": "f32", "bf16": "bf16", "int8": "q8_0"}
+GGUF_TYPE = {"fp32": "f32", "bf16": "bf16", "bf16dot": "bf16", "int8": "q8_0"}
+# The server's flags per precision; bf16dot: bfloat16 activations too (vdpbf16ps), as llama.cpp's
+# BF16 product does.
+PRECISION_FLAGS = {"fp32": ["--weight_precision=fp32"], "bf16": ["--weight_precision=bf16"],
+                   "bf16dot": ["--weight_precision=bf16", "--activation_precision=bf16"],
+                   "int8": ["--weight_precision=int8"]}
 CPU_FLAGS = ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
              "amx_bf16", "amx_int8"]
 
@@ -145,7 +154,7 @@ def step_weight_bytes(config, precision):
     di, n = config["expand"] * h, config["state_size"]
     r = (h + 15) // 16
     # Per element: int8 1 byte + a float32 scale per 32 (dt_proj, 48 wide, stays float32).
-    per = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0 + 4.0 / 32}[precision]
+    per = {"fp32": 4.0, "bf16": 2.0, "bf16dot": 2.0, "int8": 1.0 + 4.0 / 32}[precision]
     blocked = layers * (2 * di * h + (r + 2 * n) * di + h * di) + config["vocab_size"] * h
     dt = layers * di * r * (4.0 if precision == "int8" else per)
     return blocked * per + dt
@@ -192,10 +201,13 @@ def main():
         if have_llama and not gguf.exists():
             run([script, "convert", repo / MODEL, gguf, GGUF_TYPE[precision]])
         server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
-                        f"--weight_precision={precision}")
+                        *PRECISION_FLAGS[precision])
         if server.int8_isa:
             print(f"\nint8 products: {server.int8_isa}")
             report["int8_products"] = server.int8_isa
+        if server.bf16_isa:
+            print(f"\nbf16 products: {server.bf16_isa}")
+            report["bf16_products"] = server.bf16_isa
         try:
             decode_bench(build, server.target, MODEL, "1", args.prompt, 8, 50280)  # warm
             ours = decode_bench(build, server.target, MODEL, args.sessions, args.prompt,
@@ -228,7 +240,7 @@ def main():
                   f" {l / bound(n) if l and bound(n) else float('nan'):>6.1%}")
         print("targets:")
         if tg128:
-            want = {"fp32": 1.0, "bf16": 1.3, "int8": 1.2}[precision]
+            want = {"fp32": 1.0, "bf16": 1.3, "bf16dot": 1.3, "int8": 1.2}[precision]
             print(f"  1 session >= {want}x llama.cpp tg128 ({tg128:.1f}): {one / tg128:.2f}x "
                   f"{verdict(one >= want * tg128)}")
         if 16 in ours:

@@ -4,7 +4,8 @@
 // attnserve_decode_bench, it tells the model's time from the serving overhead.
 //
 //   attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20] [--threads=2]
-//                        [--bf16 | --int8]
+//                        [--bf16 | --bf16-dot | --int8]
+// (--bf16-dot: bfloat16 weights and activations, --activation_precision=bf16.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (arg.rfind("--steps=", 0) == 0) steps = std::atoi(arg.c_str() + 8);
     if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
     if (arg == "--bf16") options.precision = model::WeightPrecision::kBfloat16;
+    if (arg == "--bf16-dot") options.precision = model::WeightPrecision::kBfloat16Dot;
     if (arg == "--int8") options.precision = model::WeightPrecision::kInt8;
   }
   at::set_num_threads(threads);

@@ -31,6 +31,7 @@
 #include "kernels/common/cpu_share.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
+#include "kernels/common/bf16_dot_gemm.h"
 #include "kernels/common/int8_gemm.h"
 #include "kernels/common/intra_op_threads.h"
 #include "kernels/common/memory_reuse.h"
@@ -174,6 +175,16 @@ int main(int argc, char** argv) {
     std::cout << "int8 products: " << kernels::Int8IsaName(kernels::Int8IsaInUse()) << std::endl;
   } else if (precision != "fp32") {
     return Fail("--weight_precision=" + precision + ": expected fp32, bf16 or int8");
+  }
+  const std::string activations = absl::GetFlag(FLAGS_activation_precision);
+  if (activations == "bf16") {
+    if (precision != "bf16") return Fail("--activation_precision=bf16 needs --weight_precision=bf16");
+    if (device->is_cuda()) return Fail("--activation_precision=bf16 runs on the CPU only");
+    model_options.precision = model::WeightPrecision::kBfloat16Dot;
+    std::cout << "bf16 products: " << kernels::Bf16DotIsaName(kernels::Bf16DotIsaInUse())
+              << std::endl;
+  } else if (activations != "fp32") {
+    return Fail("--activation_precision=" + activations + ": expected fp32 or bf16");
   }
 
   const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);

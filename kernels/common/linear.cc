@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <vector>
 
+#include "kernels/common/bf16_dot_gemm.h"
 #include "kernels/common/int8_gemm.h"
 #include "kernels/common/skinny_gemm.h"
 
@@ -27,11 +29,12 @@ std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
   return sizes;
 }
 
-// y = x Wᵀ through the skinny kernels; `bf16` (same shape as `weight`) when there is a copy,
-// else `int8` and its scales when there are.
+// y = x Wᵀ through the skinny kernels; `bf16` (same shape as `weight`) when there is a copy
+// (`bf16_dot`: multiplied by bfloat16-rounded x where `in` is even), else `int8` and its scales
+// when there are.
 at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& weight,
-                         const at::Tensor& bf16, const at::Tensor& int8 = {},
-                         const at::Tensor& int8_scales = {}) {
+                         const at::Tensor& bf16, bool bf16_dot = false,
+                         const at::Tensor& int8 = {}, const at::Tensor& int8_scales = {}) {
   const int64_t out = weight.size(0), in = weight.size(1);
   TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
               in);
@@ -41,6 +44,9 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& we
   if (int8.defined()) {
     Int8Gemm(int8.data_ptr<int8_t>(), int8_scales.data_ptr<float>(), out, in, x2.data_ptr<float>(),
              x2.stride(0), rows, y.data_ptr<float>());
+  } else if (bf16.defined() && bf16_dot && in % 2 == 0) {
+    SkinnyGemmBf16Dot(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
+                      x2.data_ptr<float>(), x2.stride(0), rows, y.data_ptr<float>());
   } else if (bf16.defined()) {
     SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
                    x2.data_ptr<float>(), x2.stride(0), rows, y.data_ptr<float>());
@@ -56,7 +62,16 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& we
 LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
     : weight_(weight.contiguous()) {
   if (!weight_.is_cpu()) return;
-  if (format == WeightFormat::kBfloat16) bf16_ = weight_.to(at::kBFloat16).contiguous();
+  if (IsBfloat16(format)) {
+    at::Tensor values = weight_;
+    if (format == WeightFormat::kBfloat16Dot) {
+      // vdpbf16ps reads bfloat16 denormals as zero: so does every path here.
+      values = at::where(values.abs() < std::numeric_limits<float>::min(),
+                         at::zeros_like(values), values);
+      bf16_dot_ = true;
+    }
+    bf16_ = values.to(at::kBFloat16).contiguous();
+  }
   if (IsInt8(format) && weight_.dim() == 2 && weight_.size(1) % kInt8Block == 0 &&
       weight_.scalar_type() == at::kFloat) {
     const int64_t out = weight_.size(0), in = weight_.size(1);
@@ -74,7 +89,7 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
 
 at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
   if (const int64_t rows = weight_.is_cpu() ? SkinnyRows(x) : 0; rows > 0) {
-    return SkinnyProduct(x, rows, weight_, bf16_, int8_, int8_scales_);
+    return SkinnyProduct(x, rows, weight_, bf16_, bf16_dot_, int8_, int8_scales_);
   }
   return at::linear(x, weight_);
 }

@@ -11,6 +11,12 @@
 // at::linear (OpenBLAS sgemm) on the float32 W, which holds the same values: the paths differ only
 // in summation order.
 //
+// WeightFormat::kBfloat16Dot (--weight_precision=bf16 --activation_precision=bf16): the skinny rows
+// also round x to bfloat16 and multiply through bf16_dot_gemm.h (vdpbf16ps where the CPU has
+// it, llama.cpp's BF16 arithmetic): half the instructions of widening the weights, at the cost of
+// the activations' rounding. Its bfloat16 copy has no denormals (flushed to zero, as the
+// instruction reads them). A W whose `in` is odd keeps kBfloat16's exact products.
+//
 // WeightFormat::kInt8 (--weight_precision=int8): W is quantized at construction to int8 with a
 // float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity) and W itself is
 // replaced by the dequantized values; the skinny rows go to Int8Gemm, which quantizes each row of x
@@ -27,12 +33,12 @@ namespace attnserve::kernels {
 // How a LinearWeight keeps its matrix for the skinny products (above). kInt8PerRow: int8 with
 // one scale per row (stored once per block: the same kernel and speed), for accuracy
 // comparisons against kInt8's scale per block of 32.
-enum class WeightFormat { kFloat32, kBfloat16, kInt8, kInt8PerRow };
+enum class WeightFormat { kFloat32, kBfloat16, kBfloat16Dot, kInt8, kInt8PerRow };
 
 class LinearWeight {
  public:
   LinearWeight() = default;
-  // `weight` (out, in) float32; made contiguous. With kBfloat16 its values must be
+  // `weight` (out, in) float32; made contiguous. With kBfloat16(Dot) its values must be
   // bfloat16-exact; with kInt8 (CPU only) it is quantized and weight() returns the dequantized W.
   LinearWeight(const at::Tensor& weight, WeightFormat format);
   explicit LinearWeight(const at::Tensor& weight, bool bf16_copy = false)
@@ -47,9 +53,15 @@ class LinearWeight {
  private:
   at::Tensor weight_;
   at::Tensor bf16_;         // (out, in) bfloat16, or undefined
+  bool bf16_dot_ = false;   // kBfloat16Dot: bf16_ multiplies bfloat16-rounded activations
   at::Tensor int8_;         // (out, in) int8, or undefined
   at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_
 };
+
+// Whether `format` keeps a bfloat16 copy.
+inline bool IsBfloat16(WeightFormat format) {
+  return format == WeightFormat::kBfloat16 || format == WeightFormat::kBfloat16Dot;
+}
 
 // Whether `format` is one of the int8 ones.
 inline bool IsInt8(WeightFormat format) {

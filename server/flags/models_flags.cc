@@ -25,3 +25,9 @@ ABSL_FLAG(std::string, weight_precision, "fp32",
           "fp32 by the rounding of the weights), or int8 (CPU only): weight matrices quantized "
           "to int8 with a scale per block of 32 (llama.cpp's Q8_0 granularity) and decode steps "
           "multiplying them by int8-quantized activations (AVX512-VNNI where the CPU has it).");
+ABSL_FLAG(std::string, activation_precision, "fp32",
+          "fp32, or bf16 (with --weight_precision=bf16, CPU only): decode steps also round "
+          "their activations to bfloat16 and multiply bfloat16 by bfloat16 (AVX512_BF16's "
+          "vdpbf16ps where the CPU has it, else the same arithmetic in portable code), as "
+          "llama.cpp's BF16 models do: fewer instructions per weight, outputs a little further "
+          "from fp32's.");

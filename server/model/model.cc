@@ -207,14 +207,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
                                                      std::map<std::string, at::Tensor> weights,
                                                      const ModelOptions& options) {
   const at::Device& device = options.device;
-  const bool bf16 = options.precision == WeightPrecision::kBfloat16;
+  const bool bf16 = options.precision == WeightPrecision::kBfloat16 ||
+                    options.precision == WeightPrecision::kBfloat16Dot;
   const kernels::WeightFormat format =
-      bf16                                                ? kernels::WeightFormat::kBfloat16
+      options.precision == WeightPrecision::kBfloat16      ? kernels::WeightFormat::kBfloat16
+      : options.precision == WeightPrecision::kBfloat16Dot ? kernels::WeightFormat::kBfloat16Dot
       : options.precision == WeightPrecision::kInt8       ? kernels::WeightFormat::kInt8
       : options.precision == WeightPrecision::kInt8PerRow ? kernels::WeightFormat::kInt8PerRow
                                                           : kernels::WeightFormat::kFloat32;
   if (kernels::IsInt8(format) && !device.is_cpu()) {
     return absl::InvalidArgumentError("int8 weights are served on the CPU only");
+  }
+  if (format == kernels::WeightFormat::kBfloat16Dot && !device.is_cpu()) {
+    return absl::InvalidArgumentError("bfloat16 activations are served on the CPU only");
   }
   RETURN_IF_ERROR(ValidateModelConfig(config));
   const std::vector<WeightSpec> specs = ExpectedTensors(config);
@@ -250,9 +255,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   }
   // Identifies the weights as served (rounded or not; on the CPU, whatever the device).
   uint64_t fingerprint = Fingerprint(config, specs, weights);
-  // Int8 weights are quantized inside the LinearWeights, not in `weights`: a state of the
-  // float32 model is not one of the int8 model.
-  if (kernels::IsInt8(format)) {
+  // Int8 weights are quantized inside the LinearWeights, not in `weights`, and bfloat16
+  // activations change every product: a state of the float32 (or bf16) model is not one of these.
+  if (kernels::IsInt8(format) || format == kernels::WeightFormat::kBfloat16Dot) {
     const int tag = static_cast<int>(format);
     fingerprint = Fnv(fingerprint, &tag, sizeof(tag));
   }

@@ -42,7 +42,7 @@ enum class OutputKind {
 
 // kInt8PerRow is kInt8 with one scale per weight row instead of per block of 32: compared in
 // bench/int8_accuracy.cc, not served (no flag value).
-enum class WeightPrecision { kFloat32, kBfloat16, kInt8, kInt8PerRow };
+enum class WeightPrecision { kFloat32, kBfloat16, kBfloat16Dot, kInt8, kInt8PerRow };
 
 // How a model is made ready to serve; none of it changes the checkpoint format.
 struct ModelOptions {
@@ -52,6 +52,9 @@ struct ModelOptions {
   // hold) and weight matrices keep a bfloat16 copy, which single-row products (decode steps)
   // read: half the bytes per token (kernels/common/linear.h). Outputs then differ from the
   // float32 model by bfloat16 weight rounding (~0.4% relative per weight).
+  // kBfloat16Dot (--activation_precision=bf16): kBfloat16, and those single-row products also
+  // round their activations to bfloat16 and multiply on the CPU's vdpbf16ps where it has it
+  // (kernels/common/bf16_dot_gemm.h; llama.cpp's BF16 arithmetic). CPU only.
   // kInt8: every weight matrix whose width is a multiple of 32 is quantized at load to int8 with a
   // float32 scale per block of 32 (llama.cpp's Q8_0 granularity) and decode steps multiply it by
   // activations quantized the same way, in integers (kernels/common/int8_gemm.h; a quarter of

@@ -7,7 +7,8 @@
 // --prefix_cache_scope=principal, "" with global), and its bytes (ModelState::Bytes()). The
 // scheduler inserts the state at the end of each such prompt, every `interval` tokens inside
 // it (--prefix_cache_interval; the scheduler ends its chunks there), and `tail` tokens before
-// its end (--prefix_cache_tail; a chunk ends there too), so that a prompt that differs from an
+// its end (--prefix_cache_tail; a chunk ends there too; only where that is `tail` tokens or more
+// past the entry the prompt started from), so that a prompt that differs from an
 // earlier one only in its last few tokens (a retried or edited last line) computes at most
 // `tail` + those tokens. llama.cpp's server keeps the same checkpoint, 64 tokens before the end.
 //

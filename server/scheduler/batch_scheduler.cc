@@ -32,6 +32,13 @@ struct BatchScheduler::Active {
   bool cacheable = false;   // its prompt starts at 0: the prefix cache serves and keeps it
   int64_t last_cached = 0;  // prompt tokens whose state was last cached (or came from it)
   int64_t branch_point = 0;  // where the prompt leaves an earlier one (PrefixCache::Hit::branch)
+  int64_t cache_start = 0;   // the cached prefix it started from (0: none)
+  // Whether it keeps the state `tail` tokens before its end: only where that saves at least
+  // `tail` tokens over the entry it started from (a 96-token suffix on a hit does not pay for
+  // the extra chunk: a later prompt computes at most 2 · tail tokens from that entry anyway).
+  bool TailPoint(int64_t tail) const {
+    return tail > 0 && prompt_length() - tail - cache_start >= tail;
+  }
   int64_t pending_token = 0;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
@@ -341,12 +348,13 @@ void BatchScheduler::StartFromCachedPrefix(Active& a) {
   }
   a.consumed = a.last_cached = hit->tokens;
   a.branch_point = hit->branch;
+  a.cache_start = hit->tokens;
 }
 
 void BatchScheduler::MaybeCache(Active& a, const model::ModelState& state) {
   PrefixCache* cache = options_.prefix_cache;
   if (!a.cacheable || cache == nullptr) return;
-  const bool tail_point = cache->tail() > 0 && a.remaining() == cache->tail();
+  const bool tail_point = a.TailPoint(cache->tail()) && a.remaining() == cache->tail();
   const bool branch_point = a.consumed == a.branch_point;
   if (a.remaining() > 0 && !tail_point && !branch_point &&
       a.consumed - a.last_cached < cache->interval()) {
@@ -364,7 +372,7 @@ int64_t BatchScheduler::EndAtCachePoint(const Active& a, int64_t chunk) const {
     end = std::min(end, (a.consumed / cache.interval() + 1) * cache.interval());
   }
   const int64_t tail_point = a.prompt_length() - cache.tail();
-  if (cache.tail() > 0 && a.consumed < tail_point && tail_point < end) end = tail_point;
+  if (a.TailPoint(cache.tail()) && a.consumed < tail_point && tail_point < end) end = tail_point;
   if (a.consumed < a.branch_point && a.branch_point < end) end = a.branch_point;
   return end - a.consumed;
 }

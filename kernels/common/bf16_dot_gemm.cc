@@ -1,0 +1,233 @@
+#include "kernels/common/bf16_dot_gemm.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/common/skinny_tiles.h"
+#include "kernels/common/vector_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTNSERVE_BF16DOT_X86 1
+#define ATTNSERVE_BF16DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#else
+#define ATTNSERVE_BF16DOT_X86 0
+#endif
+
+namespace attnserve::kernels {
+namespace {
+
+using namespace skinny;  // NOLINT: the skinny products' shared pieces
+using vec::Float16;
+
+constexpr int64_t kChunkWords = 16;  // 32 bfloat16 columns: one vector of pairs
+
+// One chunk of the portable definition: 32 columns of WR weight rows against XR rows of X
+// (bfloat16 pairs, one uint32 word per pair).
+template <int WR, int XR>
+ATTNSERVE_VEC_INLINE void PortableChunk(const uint16_t* const* w, const uint32_t* const* x,
+                                        Float16 (&acc)[WR][XR]) {
+  Float16 we[WR], wo[WR];
+  for (int i = 0; i < WR; ++i) LoadBf16Pairs(w[i], &we[i], &wo[i]);
+  for (int l = 0; l < XR; ++l) {
+    Float16 xe, xo;
+    LoadBf16Pairs(reinterpret_cast<const uint16_t*>(x[l]), &xe, &xo);
+    // Exact products: a fused multiply-add the compiler may form rounds the same.
+    for (int i = 0; i < WR; ++i) acc[i][l] = (acc[i][l] + wo[i] * xo) + we[i] * xe;
+  }
+}
+
+// The portable definition: one tile of WR weight rows against XR rows of X, `words` = in / 2
+// pairs each.
+template <int WR, int XR>
+ATTNSERVE_VEC_INLINE void PortableTile(const uint16_t* const* w, const uint32_t* const* x,
+                                       int64_t words, float* const* y, int64_t j) {
+  Float16 acc[WR][XR] = {};
+  const uint16_t* wc[WR];
+  const uint32_t* xc[XR];
+  const int64_t full = words - words % kChunkWords;
+  for (int64_t k = 0; k < full; k += kChunkWords) {
+    for (int i = 0; i < WR; ++i) {
+      __builtin_prefetch(w[i] + 2 * k + kPrefetchBytes / sizeof(uint16_t));
+      wc[i] = w[i] + 2 * k;
+    }
+    for (int l = 0; l < XR; ++l) xc[l] = x[l] + k;
+    PortableChunk<WR, XR>(wc, xc, acc);
+  }
+  if (full < words) {  // the last chunk, padded with zeros
+    const int64_t rest = words - full;
+    uint16_t wt[WR][2 * kChunkWords] = {};
+    uint32_t xt[XR][kChunkWords] = {};
+    for (int i = 0; i < WR; ++i) {
+      std::memcpy(wt[i], w[i] + 2 * full, rest * 2 * sizeof(uint16_t));
+      wc[i] = wt[i];
+    }
+    for (int l = 0; l < XR; ++l) {
+      std::memcpy(xt[l], x[l] + full, rest * sizeof(uint32_t));
+      xc[l] = xt[l];
+    }
+    PortableChunk<WR, XR>(wc, xc, acc);
+  }
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) y[l][j + i] = Sum(acc[i][l]);
+  }
+}
+
+#if ATTNSERVE_BF16DOT_X86
+// The same tile on vdpbf16ps; the last chunk's missing pairs are masked loads' zeros.
+template <int WR, int XR>
+ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
+                                                  const uint32_t* const* x, int64_t words,
+                                                  float* const* y, int64_t j) {
+  __m512 acc[WR][XR];
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) acc[i][l] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + kChunkWords <= words; k += kChunkWords) {
+    __m512i wv[WR];
+    for (int i = 0; i < WR; ++i) {
+      __builtin_prefetch(w[i] + 2 * k + kPrefetchBytes / sizeof(uint16_t));
+      wv[i] = _mm512_loadu_si512(w[i] + 2 * k);
+    }
+    for (int l = 0; l < XR; ++l) {
+      const __m512i xv = _mm512_loadu_si512(x[l] + k);
+      for (int i = 0; i < WR; ++i) {
+        acc[i][l] = _mm512_dpbf16_ps(acc[i][l], (__m512bh)wv[i], (__m512bh)xv);
+      }
+    }
+  }
+  if (k < words) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (words - k)) - 1);
+    __m512i wv[WR];
+    for (int i = 0; i < WR; ++i) wv[i] = _mm512_maskz_loadu_epi32(mask, w[i] + 2 * k);
+    for (int l = 0; l < XR; ++l) {
+      const __m512i xv = _mm512_maskz_loadu_epi32(mask, x[l] + k);
+      for (int i = 0; i < WR; ++i) {
+        acc[i][l] = _mm512_dpbf16_ps(acc[i][l], (__m512bh)wv[i], (__m512bh)xv);
+      }
+    }
+  }
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) {
+      Float16 v;
+      std::memcpy(&v, &acc[i][l], sizeof(v));
+      y[l][j + i] = Sum(v);
+    }
+  }
+}
+#endif  // ATTNSERVE_BF16DOT_X86
+
+// Weight rows [begin, end) against every row of X: one task. `Tile` is a tile template's name.
+#define ATTNSERVE_BF16DOT_ROWS(Tile)                                                     \
+  for (int64_t j = begin; j < end; j += kTileW) {                                        \
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));                 \
+    const uint16_t* wp[kTileW] = {};                                                     \
+    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;                        \
+    for (int64_t l = 0; l < rows; l += kTileX) {                                         \
+      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));              \
+      const uint32_t* xp[kTileX] = {};                                                   \
+      float* yp[kTileX] = {};                                                            \
+      for (int r = 0; r < xr; ++r) {                                                     \
+        xp[r] = x + (l + r) * words;                                                     \
+        yp[r] = y + (l + r) * out;                                                       \
+      }                                                                                  \
+      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j)                          \
+    }                                                                                    \
+  }
+
+ATTNSERVE_MULTIVERSION
+void PortableRows(const uint16_t* w, int64_t begin, int64_t end, int64_t words, const uint32_t* x,
+                  int64_t rows, float* y, int64_t out) {
+  ATTNSERVE_BF16DOT_ROWS(PortableTile)
+}
+
+#if ATTNSERVE_BF16DOT_X86
+ATTNSERVE_BF16DOT_TARGET
+void HardwareRows(const uint16_t* w, int64_t begin, int64_t end, int64_t words, const uint32_t* x,
+                  int64_t rows, float* y, int64_t out) {
+  ATTNSERVE_BF16DOT_ROWS(HardwareTile)
+}
+#endif
+
+Bf16DotIsa Resolve(Bf16DotIsa isa) {
+  if (isa != Bf16DotIsa::kAuto) return isa;
+  return Bf16DotIsaSupported(Bf16DotIsa::kAvx512Bf16) ? Bf16DotIsa::kAvx512Bf16
+                                                      : Bf16DotIsa::kPortable;
+}
+
+}  // namespace
+
+bool Bf16DotIsaSupported(Bf16DotIsa isa) {
+  switch (isa) {
+    case Bf16DotIsa::kAuto:
+    case Bf16DotIsa::kPortable:
+      return true;
+    case Bf16DotIsa::kAvx512Bf16:
+#if ATTNSERVE_BF16DOT_X86
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512bf16");
+#else
+      return false;
+#endif
+  }
+  return false;
+}
+
+Bf16DotIsa Bf16DotIsaInUse() {
+  static const Bf16DotIsa isa = Resolve(Bf16DotIsa::kAuto);
+  return isa;
+}
+
+const char* Bf16DotIsaName(Bf16DotIsa isa) {
+  switch (isa) {
+    case Bf16DotIsa::kAuto:
+      return "auto";
+    case Bf16DotIsa::kAvx512Bf16:
+      return "avx512-bf16";
+    case Bf16DotIsa::kPortable:
+      return "portable";
+  }
+  return "?";
+}
+
+uint16_t RoundToBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  if ((bits & 0x7F800000u) == 0) return static_cast<uint16_t>((bits >> 16) & 0x8000);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x,
+                       int64_t x_stride, int64_t rows, float* y, Bf16DotIsa isa) {
+  isa = isa == Bf16DotIsa::kAuto ? Bf16DotIsaInUse() : isa;
+  const int64_t words = in / 2;
+  std::vector<uint32_t> pairs(static_cast<size_t>(rows * words));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * x_stride;
+    uint32_t* p = pairs.data() + r * words;
+    for (int64_t c = 0; c < words; ++c) {
+      p[c] = RoundToBf16(row[2 * c]) | static_cast<uint32_t>(RoundToBf16(row[2 * c + 1])) << 16;
+    }
+  }
+  const uint32_t* xp = pairs.data();
+  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows),
+                   [&](int64_t begin, int64_t end) {
+                     begin *= kTileW;
+                     end = std::min(out, end * kTileW);
+#if ATTNSERVE_BF16DOT_X86
+                     if (isa == Bf16DotIsa::kAvx512Bf16) {
+                       HardwareRows(w, begin, end, words, xp, rows, y, out);
+                       return;
+                     }
+#endif
+                     PortableRows(w, begin, end, words, xp, rows, y, out);
+                   });
+}
+
+}  // namespace attnserve::kernels

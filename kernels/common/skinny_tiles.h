@@ -1,0 +1,119 @@
+// What the skinny products (skinny_gemm.cc, bf16_dot_gemm.cc) share: the fixed horizontal sum,
+// bfloat16 pairs widened to float32, the tile shapes and their switch, the weight prefetch
+// distance and the work per task. Internal to kernels/common; include only from .cc files.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/vector_math.h"
+
+namespace attnserve::kernels::skinny {
+
+using vec::Float16;
+using vec::kLanes;
+typedef uint32_t UInt32x16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+
+typedef float Float8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Float4 __attribute__((vector_size(4 * sizeof(float))));
+
+// A horizontal sum as a fixed tree of halvings (three vector adds and two scalar ones), the
+// same for every tile shape.
+ATTNSERVE_VEC_INLINE float Sum(Float16 v) {
+  const Float8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                   __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Float4 b =
+      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+inline float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+// 16 uint32 words hold 32 bfloat16 weights, two per word: the even-indexed one in the low
+// half. Each becomes a float32 by moving its bits to the top of the word.
+ATTNSERVE_VEC_INLINE void LoadBf16Pairs(const uint16_t* p, Float16* even, Float16* odd) {
+  UInt32x16 words;
+  std::memcpy(&words, p, sizeof(words));
+  const UInt32x16 lo = words << 16;
+  const UInt32x16 hi = words & 0xFFFF0000u;
+  std::memcpy(even, &lo, sizeof(*even));
+  std::memcpy(odd, &hi, sizeof(*odd));
+}
+
+// How far ahead of the current column each weight row is prefetched. A tile streams 4 rows at
+// once and rows are short (1.5-3 KB), too short for the hardware prefetcher to get ahead of
+// them: without this, a decode step's mid-sized matrices stream at 14 GB/s (bfloat16) instead
+// of the ~30 GB/s the memory gives. Past the end of a row it fetches the next tile's rows.
+constexpr int64_t kPrefetchBytes = 512;
+
+constexpr int kTileW = 4, kTileX = 4;
+
+// Calls Tile<wr, xr>(args...) for run-time sizes wr, xr in [1, 4] (every shape inlined).
+#define ATTNSERVE_TILE_SWITCH(Tile, wr, xr, ...) \
+  switch ((wr)*8 + (xr)) {                       \
+    case 9:                                      \
+      Tile<1, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 10:                                     \
+      Tile<1, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 11:                                     \
+      Tile<1, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 12:                                     \
+      Tile<1, 4>(__VA_ARGS__);                   \
+      break;                                     \
+    case 17:                                     \
+      Tile<2, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 18:                                     \
+      Tile<2, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 19:                                     \
+      Tile<2, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 20:                                     \
+      Tile<2, 4>(__VA_ARGS__);                   \
+      break;                                     \
+    case 25:                                     \
+      Tile<3, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 26:                                     \
+      Tile<3, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 27:                                     \
+      Tile<3, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 28:                                     \
+      Tile<3, 4>(__VA_ARGS__);                   \
+      break;                                     \
+    case 33:                                     \
+      Tile<4, 1>(__VA_ARGS__);                   \
+      break;                                     \
+    case 34:                                     \
+      Tile<4, 2>(__VA_ARGS__);                   \
+      break;                                     \
+    case 35:                                     \
+      Tile<4, 3>(__VA_ARGS__);                   \
+      break;                                     \
+    case 36:                                     \
+      Tile<4, 4>(__VA_ARGS__);                   \
+      break;                                     \
+  }
+
+// Weight-row tiles per task: at least ~256 Ki multiply-adds, so that the small matrices of a
+// one-row step stay on the calling thread (waking another costs tens of µs) while a batch of
+// rows spreads them over the threads.
+inline int64_t GrainTiles(int64_t in, int64_t rows) {
+  const int64_t work_per_row = std::max<int64_t>(1, in * rows);
+  const int64_t weight_rows = std::max<int64_t>(kTileW, (int64_t{1} << 18) / work_per_row);
+  return (weight_rows + kTileW - 1) / kTileW;
+}
+
+}  // namespace attnserve::kernels::skinny
