@@ -2,7 +2,7 @@
 // for bench/int8_accuracy.py: the first --prompt ids of --tokens as one chunk, then one decode
 // step per remaining id (teacher-forced), and separately --generate greedy ids after the prompt.
 //
-//   attnserve_logits_dump --folder=DIR --precision=fp32|bf16|int8|int8_row --tokens=FILE
+//   attnserve_logits_dump --folder=DIR --precision=fp32|bf16|bf16dot|int8|int8_row --tokens=FILE
 //                         [--prompt=8] [--generate=32] [--threads=2] --out=PREFIX
 //
 // FILE: whitespace-separated token ids (T of them). Writes PREFIX.logits, float32 little-endian
@@ -54,12 +54,14 @@ int main(int argc, char** argv) {
   model::ModelOptions options;
   if (precision == "bf16") {
     options.precision = model::WeightPrecision::kBfloat16;
+  } else if (precision == "bf16dot") {  // --weight_precision=bf16 --activation_precision=bf16
+    options.precision = model::WeightPrecision::kBfloat16Dot;
   } else if (precision == "int8") {
     options.precision = model::WeightPrecision::kInt8;
   } else if (precision == "int8_row") {
     options.precision = model::WeightPrecision::kInt8PerRow;
   } else if (precision != "fp32") {
-    std::cerr << "--precision: expected fp32, bf16, int8 or int8_row" << std::endl;
+    std::cerr << "--precision: expected fp32, bf16, bf16dot, int8 or int8_row" << std::endl;
     return 2;
   }
   std::vector<int64_t> ids;
