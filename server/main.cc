@@ -27,11 +27,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/parse_flags.h"
+#include "kernels/common/bf16_dot_gemm.h"
 #include "kernels/common/blas_kernels.h"
 #include "kernels/common/cpu_share.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
-#include "kernels/common/bf16_dot_gemm.h"
 #include "kernels/common/int8_gemm.h"
 #include "kernels/common/intra_op_threads.h"
 #include "kernels/common/memory_reuse.h"
@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
   }
   const std::string activations = absl::GetFlag(FLAGS_activation_precision);
   if (activations == "bf16") {
-    if (precision != "bf16") return Fail("--activation_precision=bf16 needs --weight_precision=bf16");
+    if (precision != "bf16")
+      return Fail("--activation_precision=bf16 needs --weight_precision=bf16");
     if (device->is_cuda()) return Fail("--activation_precision=bf16 runs on the CPU only");
     model_options.precision = model::WeightPrecision::kBfloat16Dot;
     std::cout << "bf16 products: " << kernels::Bf16DotIsaName(kernels::Bf16DotIsaInUse())

@@ -122,35 +122,30 @@ ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
 #endif  // ATTNSERVE_BF16DOT_X86
 
 // Weight rows [begin, end) against every row of X: one task. `Tile` is a tile template's name.
-#define ATTNSERVE_BF16DOT_ROWS(Tile)                                                     \
-  for (int64_t j = begin; j < end; j += kTileW) {                                        \
-    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));                 \
-    const uint16_t* wp[kTileW] = {};                                                     \
-    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;                        \
-    for (int64_t l = 0; l < rows; l += kTileX) {                                         \
-      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));              \
-      const uint32_t* xp[kTileX] = {};                                                   \
-      float* yp[kTileX] = {};                                                            \
-      for (int r = 0; r < xr; ++r) {                                                     \
-        xp[r] = x + (l + r) * words;                                                     \
-        yp[r] = y + (l + r) * out;                                                       \
-      }                                                                                  \
-      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j)                          \
-    }                                                                                    \
+#define ATTNSERVE_BF16DOT_ROWS(Tile)                                        \
+  for (int64_t j = begin; j < end; j += kTileW) {                           \
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));    \
+    const uint16_t* wp[kTileW] = {};                                        \
+    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;           \
+    for (int64_t l = 0; l < rows; l += kTileX) {                            \
+      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l)); \
+      const uint32_t* xp[kTileX] = {};                                      \
+      float* yp[kTileX] = {};                                               \
+      for (int r = 0; r < xr; ++r) {                                        \
+        xp[r] = x + (l + r) * words;                                        \
+        yp[r] = y + (l + r) * out;                                          \
+      }                                                                     \
+      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j)             \
+    }                                                                       \
   }
 
 ATTNSERVE_MULTIVERSION
 void PortableRows(const uint16_t* w, int64_t begin, int64_t end, int64_t words, const uint32_t* x,
-                  int64_t rows, float* y, int64_t out) {
-  ATTNSERVE_BF16DOT_ROWS(PortableTile)
-}
-
+                  int64_t rows, float* y, int64_t out){ATTNSERVE_BF16DOT_ROWS(PortableTile)}
 #if ATTNSERVE_BF16DOT_X86
-ATTNSERVE_BF16DOT_TARGET
-void HardwareRows(const uint16_t* w, int64_t begin, int64_t end, int64_t words, const uint32_t* x,
-                  int64_t rows, float* y, int64_t out) {
-  ATTNSERVE_BF16DOT_ROWS(HardwareTile)
-}
+ATTNSERVE_BF16DOT_TARGET void HardwareRows(const uint16_t* w, int64_t begin, int64_t end,
+                                           int64_t words, const uint32_t* x, int64_t rows, float* y,
+                                           int64_t out){ATTNSERVE_BF16DOT_ROWS(HardwareTile)}
 #endif
 
 Bf16DotIsa Resolve(Bf16DotIsa isa) {
@@ -203,8 +198,8 @@ uint16_t RoundToBf16(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x,
-                       int64_t x_stride, int64_t rows, float* y, Bf16DotIsa isa) {
+void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                       int64_t rows, float* y, Bf16DotIsa isa) {
   isa = isa == Bf16DotIsa::kAuto ? Bf16DotIsaInUse() : isa;
   const int64_t words = in / 2;
   std::vector<uint32_t> pairs(static_cast<size_t>(rows * words));

@@ -35,8 +35,7 @@ const char* Bf16DotIsaName(Bf16DotIsa isa);
 // float32 -> bfloat16 bits as defined above (NaN stays a quiet NaN).
 uint16_t RoundToBf16(float value);
 
-void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x,
-                       int64_t x_stride, int64_t rows, float* y,
-                       Bf16DotIsa isa = Bf16DotIsa::kAuto);
+void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                       int64_t rows, float* y, Bf16DotIsa isa = Bf16DotIsa::kAuto);
 
 }  // namespace attnserve::kernels

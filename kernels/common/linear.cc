@@ -33,8 +33,8 @@ std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
 // (`bf16_dot`: multiplied by bfloat16-rounded x where `in` is even), else `int8` and its scales
 // when there are.
 at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& weight,
-                         const at::Tensor& bf16, bool bf16_dot = false,
-                         const at::Tensor& int8 = {}, const at::Tensor& int8_scales = {}) {
+                         const at::Tensor& bf16, bool bf16_dot = false, const at::Tensor& int8 = {},
+                         const at::Tensor& int8_scales = {}) {
   const int64_t out = weight.size(0), in = weight.size(1);
   TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
               in);
@@ -66,8 +66,8 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
     at::Tensor values = weight_;
     if (format == WeightFormat::kBfloat16Dot) {
       // vdpbf16ps reads bfloat16 denormals as zero: so does every path here.
-      values = at::where(values.abs() < std::numeric_limits<float>::min(),
-                         at::zeros_like(values), values);
+      values = at::where(values.abs() < std::numeric_limits<float>::min(), at::zeros_like(values),
+                         values);
       bf16_dot_ = true;
     }
     bf16_ = values.to(at::kBFloat16).contiguous();

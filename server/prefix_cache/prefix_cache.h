@@ -21,13 +21,13 @@
 // Branch points. An entry also keeps what followed its prefix in the last few prompts that
 // computed or hit it (up to kContinuations of them, each up to the next cache point such a
 // prompt could have: `interval` tokens, or kMaxContinuation without an interval). A hit on a
-// prompt that agrees with one of them for kMinBranch tokens or more beyond the entry reports where it leaves it (Hit::branch):
-// the state there is the common prefix of two prompts, which the scheduler then caches (its
-// chunk ends there), so that every later prompt sharing that prefix hits it exactly. 32
-// conversations on one 4000-token system prompt: the first computes it all, the second from the
-// last interval point before 4000 (and caches 4000), every other one only its own tokens. This
-// is the branch node a radix tree would make, found without one: a recurrent state cannot be
-// cut back to the branch afterwards, so it is taken when the second prompt passes it.
+// prompt that agrees with one of them for kMinBranch tokens or more beyond the entry reports where
+// it leaves it (Hit::branch): the state there is the common prefix of two prompts, which the
+// scheduler then caches (its chunk ends there), so that every later prompt sharing that prefix hits
+// it exactly. 32 conversations on one 4000-token system prompt: the first computes it all, the
+// second from the last interval point before 4000 (and caches 4000), every other one only its own
+// tokens. This is the branch node a radix tree would make, found without one: a recurrent state
+// cannot be cut back to the branch afterwards, so it is taken when the second prompt passes it.
 //
 // Eviction: GreedyDual-Size (Cao and Irani, 1997) with cost = the prefix's tokens (the
 // prefill an entry saves) and size = its bytes: an entry's priority is the clock plus

@@ -24,13 +24,13 @@ struct BatchScheduler::Active {
   QueueKey key = nullptr;
   bool started = false;
   bool done = false;
-  bool reserved = false;    // the session's state budget was raised for this job
-  int64_t consumed = 0;     // prompt tokens computed
-  int generated = 0;        // tokens sampled
-  bool pending = false;     // the last sampled token has not been fed back yet
-  bool stopped = false;     // the last sampled token is a stop token: no more after it
-  bool cacheable = false;   // its prompt starts at 0: the prefix cache serves and keeps it
-  int64_t last_cached = 0;  // prompt tokens whose state was last cached (or came from it)
+  bool reserved = false;     // the session's state budget was raised for this job
+  int64_t consumed = 0;      // prompt tokens computed
+  int generated = 0;         // tokens sampled
+  bool pending = false;      // the last sampled token has not been fed back yet
+  bool stopped = false;      // the last sampled token is a stop token: no more after it
+  bool cacheable = false;    // its prompt starts at 0: the prefix cache serves and keeps it
+  int64_t last_cached = 0;   // prompt tokens whose state was last cached (or came from it)
   int64_t branch_point = 0;  // where the prompt leaves an earlier one (PrefixCache::Hit::branch)
   int64_t cache_start = 0;   // the cached prefix it started from (0: none)
   // Whether it keeps the state `tail` tokens before its end: only where that saves at least

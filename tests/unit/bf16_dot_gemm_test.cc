@@ -89,7 +89,8 @@ TEST(Bf16DotGemmTest, EveryInstructionSetGivesTheDefinitionsBits) {
     SCOPED_TRACE("out " + std::to_string(out) + " in " + std::to_string(in) + " rows " +
                  std::to_string(rows));
     // Mixed magnitudes, so that the additions round (a sum of exact products would not).
-    const at::Tensor w = RandomTensor({out, in}, trial) * at::exp(RandomTensor({out, in}, 50 + trial));
+    const at::Tensor w =
+        RandomTensor({out, in}, trial) * at::exp(RandomTensor({out, in}, 50 + trial));
     const at::Tensor x = RandomTensor({rows, in}, 100 + trial) * 30.0;
     const std::vector<uint16_t> bits = Bits(w);
     const std::vector<float> want = Definition(bits, out, in, x);
@@ -127,9 +128,9 @@ TEST(Bf16DotGemmTest, RoundToBf16RoundsToNearestEvenAndFlushesDenormals) {
   // Halfway between two bfloat16 values (their step at 1 is 2^-7): to the even one.
   EXPECT_EQ(RoundToBf16(1.0f + 1.0f / 256), 0x3F80);
   EXPECT_EQ(RoundToBf16(Widen(0x3F81) + 1.0f / 256), 0x3F82);
-  EXPECT_EQ(RoundToBf16(Widen(0x3F81) + 1.0f / 512), 0x3F81);  // below halfway
-  EXPECT_EQ(RoundToBf16(-1e-40f), 0x8000);                             // a denormal: -0
-  EXPECT_EQ(RoundToBf16(std::numeric_limits<float>::max()), 0x7F80);    // rounds to infinity
+  EXPECT_EQ(RoundToBf16(Widen(0x3F81) + 1.0f / 512), 0x3F81);         // below halfway
+  EXPECT_EQ(RoundToBf16(-1e-40f), 0x8000);                            // a denormal: -0
+  EXPECT_EQ(RoundToBf16(std::numeric_limits<float>::max()), 0x7F80);  // rounds to infinity
   EXPECT_TRUE(std::isnan(Widen(RoundToBf16(std::nanf("")))));
 }
 
