@@ -327,7 +327,61 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
 
   m->fingerprint_ = fingerprint;
   m->weights_ = std::move(weights);
+  if (m->can_stream_) {
+    ASSIGN_OR_RETURN(ModelState fresh, m->NewState(1));
+    for (const kernels::MixerState& layer : fresh.layers) {
+      std::vector<bool>& flags = m->growing_caches_.emplace_back();
+      for (const at::Tensor& t : layer.tensors) {
+        flags.push_back(t.defined() && t.dim() > 2 && t.size(2) == 0);
+      }
+    }
+  }
   return m;
+}
+
+namespace {
+
+// Whether tensor k of layer i is a growing cache by `flags` (Model::growing_caches()).
+bool IsGrowing(const std::vector<std::vector<bool>>& flags, size_t i, size_t k) {
+  return i < flags.size() && k < flags[i].size() && flags[i][k];
+}
+
+}  // namespace
+
+ModelState Model::CloneSharingCaches(const ModelState& state) const {
+  ModelState copy = state;  // shallow: every tensor shared
+  for (size_t i = 0; i < copy.layers.size(); ++i) {
+    std::vector<at::Tensor>& tensors = copy.layers[i].tensors;
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      if (!IsGrowing(growing_caches_, i, k) && tensors[k].defined())
+        tensors[k] = tensors[k].clone();
+    }
+  }
+  return copy;
+}
+
+ModelState Model::CompactClone(const ModelState& state, int64_t reserve) const {
+  ModelState copy;
+  copy.position = state.position;
+  for (size_t i = 0; i < state.layers.size(); ++i) {
+    const kernels::MixerState& layer = state.layers[i];
+    kernels::MixerState& out = copy.layers.emplace_back();
+    out.position = layer.position;
+    for (size_t k = 0; k < layer.tensors.size(); ++k) {
+      const at::Tensor& t = layer.tensors[k];
+      if (!IsGrowing(growing_caches_, i, k) || !t.defined() ||
+          t.size(2) == layer.position + reserve) {
+        out.tensors.push_back(t.defined() ? t.clone() : t);
+        continue;
+      }
+      std::vector<int64_t> sizes = t.sizes().vec();
+      sizes[2] = layer.position + reserve;
+      at::Tensor compact = at::empty(sizes, t.options());
+      compact.narrow(2, 0, layer.position).copy_(t.narrow(2, 0, layer.position));
+      out.tensors.push_back(std::move(compact));
+    }
+  }
+  return copy;
 }
 
 int64_t Model::StepKeysRead(int64_t position) const {

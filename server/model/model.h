@@ -111,6 +111,24 @@ class Model {
   // A fresh state for `batch` sequences; FailedPrecondition when the model cannot stream.
   absl::StatusOr<ModelState> NewState(int64_t batch = 1) const;
 
+  // [layer][tensor]: which tensors of this model's states are growing KV caches, those empty
+  // along dim 2 in a fresh state, of which only the first `position` entries along dim 2 are
+  // valid (kernels/standard/kv_cache.h); empty for a model that cannot stream.
+  const std::vector<std::vector<bool>>& growing_caches() const { return growing_caches_; }
+  // A deep copy of `state` (one of this model's) whose growing caches have a capacity of their
+  // valid entries plus `reserve` (the room uninitialised, never read): a KV cache that grew by
+  // doubling keeps up to half its capacity spare, which a plain Clone copies and pages in, and a
+  // copy about to take `reserve` tokens does not regrow (a copy of all of it) on the way. Other
+  // tensors are cloned whole.
+  ModelState CompactClone(const ModelState& state, int64_t reserve = 0) const;
+  // A copy of `state` that shares its growing caches instead of copying them: their first
+  // `position` entries never change (new tokens are written past `position`, in place or into a
+  // new buffer: kernels/standard/kv_cache.h), so a state that is only read, and copied with
+  // CompactClone before anything computes on it (a prefix-cache entry), can share them with the
+  // live session that goes on appending. It keeps their whole buffers alive: Bytes() counts
+  // them. Every other tensor is cloned.
+  ModelState CloneSharingCaches(const ModelState& state) const;
+
   // tokens: (B, L) int64 ids in [0, vocab_size), on the CPU; the result is on the CPU. With a
   // state, continues it (a chunk of a stream) and updates it; without, runs the whole sequence (the
   // only form a non-streaming model takes). A single token with a state takes the mixers' Step
@@ -164,6 +182,7 @@ class Model {
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights
+  std::vector<std::vector<bool>> growing_caches_;
   bool can_stream_ = true;
   int64_t max_sequence_length_ = 0;
   uint64_t fingerprint_ = 0;

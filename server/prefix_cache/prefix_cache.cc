@@ -66,7 +66,9 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
       Touch(*e);
       hits_.fetch_add(1);
       hit_tokens_.fetch_add(k);
-      Hit hit{e->state.Clone(), k, Branch(*e, tokens, k, longest)};
+      // Room for the rest of the prompt and a first generated token: no KV cache regrows
+      // (a copy of all of it) before the first token is out.
+      Hit hit{model.CompactClone(e->state, n - k + 1), k, Branch(*e, tokens, k, longest)};
       AddContinuation(*e, tokens, k, n);
       return hit;
     }
@@ -117,7 +119,10 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
     AddContinuation(*e, tokens, n, prompt_length);
     return;
   }
-  const int64_t bytes = EntryBytes(state);
+  // The session goes on computing on `state`: its recurrent tensors are copied, its KV caches
+  // shared (their prefix never changes; a hit copies it out with CompactClone).
+  model::ModelState copy = model.CloneSharingCaches(state);
+  const int64_t bytes = EntryBytes(copy);
   if (bytes > options_.max_bytes) return;
   while (bytes_.load() + bytes > options_.max_bytes && !store_.empty()) EvictOne();
   store_.emplace_back();
@@ -127,7 +132,7 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   e.model = &model;
   e.tokens.assign(tokens, tokens + n);
   AddContinuation(e, tokens, n, prompt_length);
-  e.state = state.Clone();
+  e.state = std::move(copy);
   e.bytes = bytes;
   e.key = key;
   e.order = order_.end();

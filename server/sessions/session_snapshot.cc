@@ -7,9 +7,7 @@
 #include <memory>
 #include <new>
 
-#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "attnserve/v1/session_snapshot.pb.h"
 #include "kernels/common/tensor_checks.h"
 #include "server/client_text.h"
@@ -32,25 +30,6 @@ T LoadLittleEndian(const char* p) {
 // `position` entries are valid, the rest is spare capacity.
 bool IsGrowingCache(const at::Tensor& fresh) { return fresh.dim() > 2 && fresh.size(2) == 0; }
 
-// Which of a model's state tensors are growing caches ([layer][tensor]), worked out once per
-// model from a fresh state.
-const std::vector<std::vector<bool>>& GrowingCaches(const model::Model& m) {
-  static absl::Mutex mu;
-  // Node-based: the references handed out stay valid while other models are added.
-  static auto* cache = new absl::node_hash_map<const model::Model*, std::vector<std::vector<bool>>>;
-  absl::MutexLock lock(&mu);
-  auto [it, inserted] = cache->try_emplace(&m);
-  if (inserted) {
-    if (absl::StatusOr<model::ModelState> fresh = m.NewState(1); fresh.ok()) {
-      for (const kernels::MixerState& layer : fresh->layers) {
-        std::vector<bool>& flags = it->second.emplace_back();
-        for (const at::Tensor& t : layer.tensors) flags.push_back(IsGrowingCache(t));
-      }
-    }
-  }
-  return it->second;
-}
-
 absl::Status Corrupt(const std::string& why) {
   return absl::DataLossError(absl::StrCat("session snapshot is corrupt: ", why));
 }
@@ -60,7 +39,7 @@ absl::Status Corrupt(const std::string& why) {
 std::string EncodeSessionSnapshot(const Session& session) {
   const model::Model& m = *session.model();
   const model::ModelState& state = session.state;
-  const std::vector<std::vector<bool>>& growing_caches = GrowingCaches(m);
+  const std::vector<std::vector<bool>>& growing_caches = m.growing_caches();
   v1::SessionSnapshotHeader header;
   header.set_session_id(session.id());
   header.set_owner(session.owner());

@@ -548,3 +548,50 @@ TEST(ModelIoTest, FolderErrorsNameTheTensorAndBothShapes) {
 
 }  // namespace
 }  // namespace attnserve::model
+
+namespace attnserve::model {
+namespace {
+
+// The hybrid's state after `n` tokens and one step (its KV cache grown by doubling).
+ModelState HybridStateAfter(const Model& m, int64_t n) {
+  ModelState state = *m.NewState(1);
+  at::Tensor tokens = at::randint(1, 100, {1, n}, at::kLong);
+  EXPECT_TRUE(m.Forward(tokens, &state, OutputKind::kLastLogits).ok());
+  EXPECT_TRUE(m.Forward(at::full({1, 1}, 7, at::kLong), &state, OutputKind::kLastLogits).ok());
+  return state;
+}
+
+// CompactClone: the KV cache (the hybrid's last layer) keeps its valid entries plus `reserve`,
+// the recurrent layers are copied, and computing on the copy equals computing on the original;
+// CloneSharingCaches: the KV buffers are the original's, the recurrent tensors copies, and the
+// original appending past the shared prefix leaves the copy's results unchanged.
+TEST(ModelTest, CompactAndSharingClonesComputeLikeTheOriginal) {
+  auto repo = ModelRepository::BuildDefault();
+  const Model& m = *(*repo)->Find("hybrid");
+  const std::vector<std::vector<bool>>& growing = m.growing_caches();
+  ASSERT_EQ(growing.size(), 4u);
+  EXPECT_FALSE(growing[0][0]);
+  EXPECT_TRUE(growing[3][0]);
+  at::manual_seed(3);
+  ModelState state = HybridStateAfter(m, 100);
+  ASSERT_GT(state.layers[3].tensors[0].size(2), 106) << "the cache grew by doubling";
+  const at::Tensor next = at::randint(1, 100, {1, 5}, at::kLong);
+
+  ModelState compact = m.CompactClone(state, 5);
+  EXPECT_EQ(compact.layers[3].tensors[0].size(2), 101 + 5);
+  ModelState shared = m.CloneSharingCaches(state);
+  EXPECT_EQ(shared.layers[3].tensors[0].data_ptr(), state.layers[3].tensors[0].data_ptr());
+  EXPECT_NE(shared.layers[0].tensors[0].data_ptr(), state.layers[0].tensors[0].data_ptr());
+
+  ModelState plain = state.Clone();
+  const at::Tensor want = *m.Forward(next, &plain, OutputKind::kLastLogits);
+  // The original goes on (writing past position 101 of the shared buffer) ...
+  ASSERT_TRUE(m.Forward(at::full({1, 3}, 9, at::kLong), &state, OutputKind::kLastLogits).ok());
+  // ... and neither copy sees it.
+  ModelState from_shared = m.CompactClone(shared, 5);
+  EXPECT_TRUE(at::equal(*m.Forward(next, &compact, OutputKind::kLastLogits), want));
+  EXPECT_TRUE(at::equal(*m.Forward(next, &from_shared, OutputKind::kLastLogits), want));
+}
+
+}  // namespace
+}  // namespace attnserve::model

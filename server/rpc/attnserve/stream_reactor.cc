@@ -215,7 +215,7 @@ class AttnServeService::StreamReactor final
     job->on_start = [this, from, to]() -> absl::StatusOr<bool> {
       RETURN_IF_ERROR(service_->sessions_.Reserve(
           *to, to->model()->StateBytesPerSequence(from->state.position)));
-      to->state = from->state.Clone();
+      to->state = from->model()->CompactClone(from->state);  // no spare KV capacity
       to->Publish();
       service_->sessions_.Applied(*to);
       return true;
