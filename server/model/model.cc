@@ -207,14 +207,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
                                                      std::map<std::string, at::Tensor> weights,
                                                      const ModelOptions& options) {
   const at::Device& device = options.device;
-  const bool bf16 = options.precision == WeightPrecision::kBfloat16 ||
-                    options.precision == WeightPrecision::kBfloat16Dot;
   const kernels::WeightFormat format =
       options.precision == WeightPrecision::kBfloat16      ? kernels::WeightFormat::kBfloat16
       : options.precision == WeightPrecision::kBfloat16Dot ? kernels::WeightFormat::kBfloat16Dot
       : options.precision == WeightPrecision::kInt8        ? kernels::WeightFormat::kInt8
       : options.precision == WeightPrecision::kInt8PerRow  ? kernels::WeightFormat::kInt8PerRow
                                                            : kernels::WeightFormat::kFloat32;
+  const bool bf16 = kernels::IsBfloat16(format);  // the weights rounded at load
   if (kernels::IsInt8(format) && !device.is_cpu()) {
     return absl::InvalidArgumentError("int8 weights are served on the CPU only");
   }

@@ -26,10 +26,6 @@ T LoadLittleEndian(const char* p) {
   return v;
 }
 
-// A tensor that is empty along dim 2 in a fresh state is a growing KV cache: only its first
-// `position` entries are valid, the rest is spare capacity.
-bool IsGrowingCache(const at::Tensor& fresh) { return fresh.dim() > 2 && fresh.size(2) == 0; }
-
 absl::Status Corrupt(const std::string& why) {
   return absl::DataLossError(absl::StrCat("session snapshot is corrupt: ", why));
 }
@@ -199,7 +195,7 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
     for (int k = 0; k < layer.tensors_size(); ++k) {
       const v1::StateTensor& t = layer.tensors(k);
       std::vector<int64_t> expected(like[k].sizes().begin(), like[k].sizes().end());
-      if (IsGrowingCache(like[k])) expected[2] = layer.position();
+      if (m->growing_caches()[i][k]) expected[2] = layer.position();  // its valid part
       const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
       if (t.dtype() != v1::DATA_TYPE_FLOAT32 || shape != expected) {
         return Corrupt(absl::StrCat("layer ", i, " tensor ", k, " has shape ",

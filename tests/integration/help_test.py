@@ -79,6 +79,16 @@ class HelpTest(unittest.TestCase):
             self.assertIn(name, known)
             self.assertIn("--" + name, readme)
 
+    def test_server_refuses_precisions_it_cannot_serve(self):
+        server = self.binary("server", "attnserve-server")
+        for flags, words in ((["--activation_precision=bf16"], "needs --weight_precision=bf16"),
+                             (["--weight_precision=bf16", "--activation_precision=int4"],
+                              "expected fp32 or bf16"),
+                             (["--weight_precision=int4"], "expected fp32, bf16 or int8")):
+            code, out = run(server, "--port=0", "--metrics_port=-1", *flags)
+            self.assertNotEqual(code, 0, out)
+            self.assertIn(words, out)
+
     def test_load_lists_its_flags(self):
         self.check_lists_its_own_flags(self.binary("client", "attnserve-load"))
 
