@@ -532,8 +532,14 @@ class TestServer {
   // A client on the server's own channel.
   Client& client() { return *client_; }
   // A client on a channel (and connection) of its own.
+  // It waits (up to 30 s) for the connection, so that a test's first calls do not fail fast
+  // on a channel still connecting on a loaded machine.
   std::unique_ptr<Client> NewClient() const {
-    return std::make_unique<Client>(NewChannel(target()));
+    std::shared_ptr<grpc::Channel> channel = NewChannel(target());
+    if (!channel->WaitForConnected(DeadlineIn(absl::Seconds(30)))) {
+      ADD_FAILURE() << "cannot connect to the test server at " << target();
+    }
+    return std::make_unique<Client>(std::move(channel));
   }
   AttnServeService& service() { return service_; }
   SessionTable& sessions() { return sessions_; }
