@@ -4,7 +4,8 @@
 // attnserve_decode_bench, it tells the model's time from the serving overhead.
 //
 //   attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20] [--threads=2]
-//                        [--bf16 | --bf16-dot | --int8]
+//                        [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8]
+// (--models: only these models of the repository; default: every streaming one.)
 // (--bf16-dot: bfloat16 weights and activations, --activation_precision=bf16.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -26,13 +27,14 @@ int main(int argc, char** argv) {
   // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve;
-  std::string repository, batches = "1,4,16,64";
+  std::string repository, batches = "1,4,16,64", models;
   int steps = 20, threads = 2;
   model::ModelOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--repository=", 0) == 0) repository = arg.substr(13);
     if (arg.rfind("--batches=", 0) == 0) batches = arg.substr(10);
+    if (arg.rfind("--models=", 0) == 0) models = "," + arg.substr(9) + ",";
     if (arg.rfind("--steps=", 0) == 0) steps = std::atoi(arg.c_str() + 8);
     if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
     if (arg == "--bf16") options.precision = model::WeightPrecision::kBfloat16;
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   std::printf("%-12s %6s %12s %14s\n", "model", "B", "ms/step", "tokens/s");
   for (const model::Model* m : (*repo)->models()) {
     if (!m->can_stream()) continue;
+    if (!models.empty() && models.find("," + m->name() + ",") == std::string::npos) continue;
     for (const int64_t b : *batch_sizes) {
       std::vector<model::ModelState> states;
       std::vector<model::ModelState*> pointers;

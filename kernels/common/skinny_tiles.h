@@ -1,6 +1,6 @@
-// What the skinny products (skinny_gemm.cc, bf16_dot_gemm.cc) share: the fixed horizontal sum,
-// bfloat16 pairs widened to float32, the tile shapes and their switch, the weight prefetch
-// distance and the work per task. Internal to kernels/common; include only from .cc files.
+// What the skinny products (skinny_gemm.cc, bf16_dot_gemm.cc) share: bfloat16 pairs widened to
+// float32, the tile shapes and their switch, the weight prefetch distance and the work per task.
+// Internal to kernels/common; include only from .cc files.
 #pragma once
 
 #include <algorithm>
@@ -15,18 +15,8 @@ using vec::Float16;
 using vec::kLanes;
 typedef uint32_t UInt32x16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
 
-typedef float Float8 __attribute__((vector_size(8 * sizeof(float))));
-typedef float Float4 __attribute__((vector_size(4 * sizeof(float))));
-
-// A horizontal sum as a fixed tree of halvings (three vector adds and two scalar ones), the
-// same for every tile shape.
-ATTNSERVE_VEC_INLINE float Sum(Float16 v) {
-  const Float8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-                   __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Float4 b =
-      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  return (b[0] + b[2]) + (b[1] + b[3]);
-}
+// The fixed horizontal sum of every tile shape: vector_math.h's.
+using vec::Sum;
 
 inline float Bf16ToFloat(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;

@@ -38,6 +38,19 @@ ATTNSERVE_VEC_INLINE void StorePartial(float* p, Float16 v, int n) {
   for (int i = 0; i < n; ++i) p[i] = v[i];
 }
 
+typedef float Float8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Float4 __attribute__((vector_size(4 * sizeof(float))));
+
+// The sum of v's lanes as a fixed tree of halvings (three vector adds and two scalar ones):
+// the same rounding wherever it is used.
+ATTNSERVE_VEC_INLINE float Sum(Float16 v) {
+  const Float8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                   __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+  const Float4 b =
+      __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
 // exp(x), Cephes' single-precision polynomial after a Cody-Waite range reduction.
 ATTNSERVE_VEC_INLINE Float16 Exp(Float16 x) {
   const Float16 lo = Broadcast(-87.3f), hi = Broadcast(88.3f);

@@ -212,6 +212,7 @@ class MambaMixer final : public Mixer {
     scan.bc_batch_stride = b_mat.stride(0);
     scan.bc_seq_stride = b_mat.stride(1);
     scan.A_t = a_t_.data_ptr<float>();
+    scan.A = a_.data_ptr<float>();
     scan.D = d_skip_.data_ptr<float>();
     scan.out = y.data_ptr<float>();
     scan.state = row_states ? nullptr : ssm_state.data_ptr<float>();

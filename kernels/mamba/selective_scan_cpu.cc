@@ -66,10 +66,63 @@ void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
   }
 }
 
+// One decode step (seqlen 1) of channels [c0, c0 + width) of batch b, for dstate a multiple of
+// kLanes and A given as (dim, dstate): each channel's state row is contiguous, so it is read,
+// updated and written in place as dstate / kLanes vectors (no transposition in and out, which
+// costs more than the step's arithmetic), and its read-out is one horizontal sum.
+ATTNSERVE_MULTIVERSION
+void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int width) {
+  const int64_t n_state = p.dstate;
+  const bool full = width == kLanes;
+  auto load = [&](const float* ptr) {
+    return full ? vec::Load(ptr) : vec::LoadPartial(ptr, width);
+  };
+  float* state = (p.row_states ? p.row_states[b] : p.state + b * p.dim * n_state) + c0 * n_state;
+  const Float16 u = load(p.u + b * p.u_batch_stride + c0);
+  Float16 dt = load(p.delta + b * p.delta_batch_stride + c0);
+  if (p.delta_bias != nullptr) dt += load(p.delta_bias + c0);
+  if (p.delta_softplus) dt = vec::Softplus(dt);
+  const Float16 dt_u = dt * u;
+  const float* bt = p.B + b * p.bc_batch_stride;
+  const float* ct = p.C + b * p.bc_batch_stride;
+  Float16 read_out = Float16{};
+  for (int i = 0; i < width; ++i) {
+    const float* a = p.A + (c0 + i) * n_state;
+    float* h = state + i * n_state;
+    Float16 acc = Float16{};
+    for (int64_t n = 0; n < n_state; n += kLanes) {
+      const Float16 h_n =
+          vec::Exp(dt[i] * vec::Load(a + n)) * vec::Load(h + n) + dt_u[i] * vec::Load(bt + n);
+      vec::Store(h + n, h_n);
+      acc += h_n * vec::Load(ct + n);
+    }
+    read_out[i] = vec::Sum(acc);
+  }
+  const Float16 y =
+      (read_out + load(p.D + c0) * u) * vec::Silu(load(p.z + b * p.z_batch_stride + c0));
+  float* out = p.out + b * p.dim + c0;
+  if (full) {
+    vec::Store(out, y);
+  } else {
+    vec::StorePartial(out, y, width);
+  }
+}
+
 }  // namespace
 
 void SelectiveScanCpu(const SelectiveScanParams& p) {
   const int64_t blocks = (p.dim + kLanes - 1) / kLanes;
+  if (p.seqlen == 1 && p.A != nullptr && p.dstate % kLanes == 0) {
+    at::parallel_for(0, p.batch * blocks, std::max<int64_t>(1, 2048 / p.dstate),
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t i = begin; i < end; ++i) {
+                         const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
+                         StepChannelBlock(p, b, c0,
+                                          static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0)));
+                       }
+                     });
+    return;
+  }
   // A decode step's blocks are small (one token each): enough of them per task that a
   // one-row step runs on the calling thread instead of paying a parallel region.
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, p.seqlen * p.dstate));

@@ -26,9 +26,12 @@ struct SelectiveScanParams {
   const float* B = nullptr;    // (batch, seqlen, dstate)
   const float* C = nullptr;    // (batch, seqlen, dstate)
   const float* A_t = nullptr;  // (dstate, dim) contiguous: A = -exp(A_log), transposed
-  const float* D = nullptr;    // (dim)
-  float* out = nullptr;        // (batch, seqlen, dim), contiguous
-  float* state = nullptr;      // (batch, dim, dstate) contiguous, read and updated in place
+  // (dim, dstate) contiguous: A itself, for the decode-step path (seqlen 1, dstate a multiple of
+  // 16), which keeps each channel's state row in place; null: the step runs as a sequence.
+  const float* A = nullptr;
+  const float* D = nullptr;  // (dim)
+  float* out = nullptr;      // (batch, seqlen, dim), contiguous
+  float* state = nullptr;    // (batch, dim, dstate) contiguous, read and updated in place
   // Or one state per batch row, each (dim, dstate) contiguous, wherever it lives (the states of
   // separate sessions decoded in one batch, as mamba's selective_state_update takes state
   // indices): when set, `state` is ignored.
@@ -41,7 +44,9 @@ struct SelectiveScanParams {
   int64_t bc_batch_stride = 0, bc_seq_stride = 0;  // shared by B and C (slices of x_proj)
 };
 
-// Parallel over (batch, blocks of 16 channels) with ATen's thread pool.
+// Parallel over (batch, blocks of 16 channels) with ATen's thread pool. A decode step (seqlen 1)
+// with `A` set sums each channel's read-out in a different order than a sequence does: equal
+// to float32 rounding, not bit for bit.
 void SelectiveScanCpu(const SelectiveScanParams& params);
 
 }  // namespace attnserve::kernels::mamba

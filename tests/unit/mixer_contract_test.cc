@@ -48,6 +48,14 @@ MixerConfig Sparse(const char* pattern, int64_t stride, int64_t summary) {
   return c;
 }
 
+// d_model 36: d_inner 72, a partial block of 8 channels in the decode step's scan; d_state 32:
+// two vectors of state per channel (the step path), 12: a state the step runs as a sequence.
+MixerConfig Mamba(int64_t d_model, int64_t d_state) {
+  MixerConfig c = Config(MixerKind::kMamba, d_model, 1);
+  c.d_state = d_state;
+  return c;
+}
+
 MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
   MixerConfig c = Config(MixerKind::kRwkv, d_model, 1);
   c.rwkv_attention_dim = attention_dim;
@@ -60,6 +68,8 @@ std::vector<ContractCase> StreamingCases() {
           {"linear", Config(MixerKind::kLinear, 64, 2)},
           {"linear_many_heads", Config(MixerKind::kLinear, 128, 8)},
           {"mamba", Config(MixerKind::kMamba, 40, 1)},
+          {"mamba_partial_block_wide_state", Mamba(36, 32)},
+          {"mamba_narrow_state", Mamba(40, 12)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
           {"sliding_window_with_sinks", SlidingWindow(64, 4, 29, 5)},
