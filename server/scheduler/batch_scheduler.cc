@@ -40,6 +40,13 @@ struct BatchScheduler::Active {
     return tail > 0 && prompt_length() - tail - cache_start >= tail;
   }
   int64_t pending_token = 0;
+  // The next token, sampled and already handed to on_token by RunDecodeRows' parallel pass;
+  // Advance takes it instead of sampling.
+  struct Next {
+    int64_t token = 0;
+    bool stop = false;
+  };
+  std::optional<Next> next;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
   std::mt19937_64 rng;
@@ -84,6 +91,10 @@ namespace {
 // Durations (queue, compute, iteration) use the monotonic clock, the one the service times
 // whole calls with: a wall clock (absl's is interpolated from the cycle counter) can step or
 // drift apart from it, and a compute time longer than its call's total was once reported.
+// Decode rows per task of the parallel sample-and-send after a step: a task's sampling and
+// writes (~10-30 µs a row) outweigh the task's start.
+constexpr int64_t kRowsPerSendTask = 4;
+
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -437,29 +448,46 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
     for (Active* a : rows) Finish(*a, logits.status());
     return;
   }
-  for (size_t i = 0; i < rows.size(); ++i) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  // The rows' next tokens, sampled and handed to their clients (a message serialized and
+  // written) on the kernels' threads, a few rows a task: a batch's per-token work, which ran on
+  // this thread alone after the step while the others waited.
+  at::parallel_for(0, n, kRowsPerSendTask, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      Active& a = *rows[i];
+      const int64_t left = a.remaining() - (a.pending ? 0 : 1);  // after this step
+      if (left == 0 && a.generated < a.job->max_new_tokens && !a.stopped) {
+        SampleAndSend(a, logits->narrow(0, i, 1));
+      }
+    }
+  });
+  int64_t decoded = 0, prefilled = 0, sampled = 0;
+  for (int64_t i = 0; i < n; ++i) {
     Active& a = *rows[i];
-    at::Tensor row = logits->narrow(0, static_cast<int64_t>(i), 1);  // (1, vocab)
+    at::Tensor row = logits->narrow(0, i, 1);  // (1, vocab)
     if (a.pending) {
       a.pending = false;
-      if (options_.metrics != nullptr) options_.metrics->AddTokens(m.name(), "decode", 1);
-      Advance(a, row);
+      ++decoded;
+      sampled += Advance(a, row);
       continue;
     }
     // The last token of a prompt (or the only one).
     a.consumed += 1;
     MaybeCache(a, *a.state());
     a.result.prompt_applied = a.session() != nullptr;
-    if (options_.metrics != nullptr) {
-      options_.metrics->AddTokens(m.name(), a.prompt_length() == 1 ? "decode" : "prefill", 1);
-    }
+    ++(a.prompt_length() == 1 ? decoded : prefilled);
     if (a.job->output == model::OutputKind::kAllLogits) {
       a.chunk_outputs.push_back(row.unsqueeze(1));
       a.result.output = at::cat(a.chunk_outputs, 1);
     } else {
       a.result.output = row;
     }
-    Advance(a, row);
+    sampled += Advance(a, row);
+  }
+  if (options_.metrics != nullptr) {  // once an iteration: each call looks its labels up
+    options_.metrics->AddTokens(m.name(), "decode", decoded);
+    options_.metrics->AddTokens(m.name(), "prefill", prefilled);
+    options_.metrics->AddTokens(m.name(), "generate", sampled);
   }
 }
 
@@ -511,33 +539,44 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
   } else if (a.job->output == model::OutputKind::kAllLogits) {
     logits = out->select(1, out->size(1) - 1);
   }
-  Advance(a, logits);
+  if (Advance(a, logits) && options_.metrics != nullptr) {
+    options_.metrics->AddTokens(m.name(), "generate", 1);
+  }
 }
 
-void BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
-  if (a.remaining() > 0) return;
+bool BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
+  if (a.remaining() > 0) return false;
   if (a.generated >= a.job->max_new_tokens || a.stopped) {
     Finish(a, absl::OkStatus());
-    return;
+    return false;
   }
   if (!logits.defined()) {
     Finish(a, absl::InvalidArgumentError("generate needs logits, not hidden states"));
-    return;
+    return false;
   }
+  if (!a.next.has_value()) SampleAndSend(a, logits);
+  const Active::Next next = *a.next;
+  a.next.reset();
+  a.result.generated.push_back(next.token);
+  ++a.generated;
+  a.stopped = next.stop;
+  a.pending = true;
+  a.pending_token = next.token;
+  return true;
+}
+
+void BatchScheduler::SampleAndSend(Active& a, const at::Tensor& logits) {
   float logprob = 0;
   const Sampling& sampling = a.job->sampling;
   const bool limited = sampling.vocab_limit > 0 && sampling.vocab_limit < logits.size(-1);
-  const int64_t token = SampleToken(limited ? logits.narrow(-1, 0, sampling.vocab_limit) : logits,
-                                    sampling.temperature, sampling.top_k, a.rng, &logprob);
-  a.result.generated.push_back(token);
-  if (a.job->on_token) a.job->on_token(token, logprob, a.generated);
-  if (options_.metrics != nullptr) options_.metrics->AddTokens(a.job->model->name(), "generate", 1);
-  ++a.generated;
-  a.stopped = std::find(sampling.stop_tokens.begin(), sampling.stop_tokens.end(), token) !=
+  Active::Next next;
+  next.token = SampleToken(limited ? logits.narrow(-1, 0, sampling.vocab_limit) : logits,
+                           sampling.temperature, sampling.top_k, a.rng, &logprob);
+  if (a.job->on_token) a.job->on_token(next.token, logprob, a.generated);
+  next.stop = std::find(sampling.stop_tokens.begin(), sampling.stop_tokens.end(), next.token) !=
                   sampling.stop_tokens.end() ||
               (a.job->stop_requested && a.job->stop_requested());
-  a.pending = true;
-  a.pending_token = token;
+  a.next = next;
 }
 
 void BatchScheduler::Finish(Active& a, const absl::Status& status) {

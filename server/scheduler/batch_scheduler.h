@@ -129,9 +129,13 @@ class BatchScheduler {
   int64_t EndAtCachePoint(const Active& a, int64_t chunk) const;
   void RunDecodeRows(const std::vector<Active*>& rows);
   void RunPrefillChunk(Active& a, int64_t chunk);
-  // After a computation that produced `logits` (1, vocab) for `a`: samples the next token or
-  // ends the job.
-  void Advance(Active& a, const at::Tensor& logits);
+  // After a computation that produced `logits` (1, vocab) for `a`: samples the next token
+  // (returns true) or ends the job.
+  bool Advance(Active& a, const at::Tensor& logits);
+  // The part of Advance that touches only `a` and its job's hooks, so that RunDecodeRows can run
+  // it for its rows in parallel: sets a.next to the token sampled from `logits`, handed to
+  // on_token, and whether it ends the generation (a stop token, stop_requested).
+  static void SampleAndSend(Active& a, const at::Tensor& logits);
   void Finish(Active& a, const absl::Status& status);
 
   const SchedulerOptions options_;

@@ -3,11 +3,13 @@
 // whole sequence, for a request without a session), then optionally tokens to generate.
 //
 // Threads: the submitter fills a Job and hands it over; from then on the scheduler owns it and
-// calls its hooks on the scheduler's thread only, in this order: on_start (once, when the job
-// reaches the head of its session's queue), on_token (once per generated token), on_done
-// (exactly once, last; the job is destroyed after it). is_cancelled may be called on the
-// scheduler's thread at any time before on_done. Hooks must not block: they queue gRPC writes
-// or finish a call, nothing more.
+// calls its hooks one at a time, in this order: on_start (once, when the job reaches the head of
+// its session's queue), on_token (once per generated token), on_done (exactly once, last; the
+// job is destroyed after it). is_cancelled may be called at any time before on_done. Hooks run
+// on the scheduler's thread, except on_token and stop_requested, which after a decode step run
+// on one of the kernels' threads (ATen's pool, several jobs' at once; never two of one job's at
+// once, and each before the job's next hook). Hooks must not block: they queue gRPC writes or
+// finish a call, nothing more.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,0 +1,134 @@
+"""Per-token serving cost on the built-in default models: what the server spends per generated
+token outside the model (issue #25 item 4).
+
+For each default model and session count (1 and 16 by default) it measures, in one run:
+  model     attnserve_step_bench: the in-process StepBatch of B rows (no gRPC, no scheduler),
+            ms per step;
+  served    attnserve-server (--intra_op_threads=2) driven by attnserve_decode_bench over gRPC on
+            loopback: aggregate tokens/s, the wall time of one token-step (B / aggregate), the
+            server's CPU time per token (utime + stime from /proc) and the client's;
+  overhead  served step time - model step time, per step and per token: what serving adds.
+With --builds A,B (two build folders) it alternates them --reps times and prints medians, so
+that a change to the serving path is compared on the same minutes of this noisy machine.
+
+  /usr/bin/python3 bench/serving_cost.py --build-dir build [--models mamba,hybrid] [--reps 3]
+  /usr/bin/python3 bench/serving_cost.py --builds /tmp/before,build --reps 5
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_server import Server, cpu_name  # noqa: E402
+
+DEFAULT_MODELS = ["standard", "linear", "mamba", "hybrid", "rwkv"]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def children_cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def model_step_ms(build, models, batches):
+    out = subprocess.run([str(Path(build) / "bench" / "attnserve_step_bench"),
+                          f"--models={','.join(models)}", f"--batches={','.join(map(str, batches))}",
+                          "--steps=400"], check=True, capture_output=True, text=True).stdout
+    steps = {}
+    for line in out.splitlines():
+        cells = line.split()
+        if len(cells) == 4 and cells[1].isdigit():
+            steps[(cells[0], int(cells[1]))] = float(cells[2])
+    return steps
+
+
+def served(build, server, model, sessions, generate):
+    bench = [str(Path(build) / "bench" / "attnserve_decode_bench"), f"--target={server.target}",
+             f"--model={model}", "--prompt=8", "--vocab=4096", "--json"]
+    subprocess.run(bench + ["--sessions=1", "--generate=8"], check=True, capture_output=True)
+    server_before, client_before = process_cpu_seconds(server.proc.pid), children_cpu_seconds()
+    out = subprocess.run(bench + [f"--sessions={sessions}", f"--generate={generate}"], check=True,
+                         capture_output=True, text=True).stdout
+    server_cpu = process_cpu_seconds(server.proc.pid) - server_before
+    client_cpu = children_cpu_seconds() - client_before
+    row = next(json.loads(l) for l in out.splitlines() if l.startswith("{"))
+    tokens = sessions * generate
+    return {"aggregate_tok_s": row["aggregate_tok_s"],
+            "server_cpu_us_per_token": 1e6 * server_cpu / tokens,
+            "client_cpu_us_per_token": 1e6 * client_cpu / tokens}
+
+
+def measure(build, models, sessions, generate):
+    steps = model_step_ms(build, models, sessions)
+    server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096")
+    try:
+        results = {}
+        for m in models:
+            for n in sessions:
+                r = served(build, server, m, n, generate)
+                r["model_step_ms"] = steps[(m, n)]
+                r["served_step_ms"] = 1000.0 * n / r["aggregate_tok_s"]
+                r["overhead_us_per_token"] = 1000.0 * (r["served_step_ms"] - r["model_step_ms"]) / n
+                results[(m, n)] = r
+        return results
+    finally:
+        server.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--build-dir", default="build")
+    p.add_argument("--builds", help="two build folders, comma-separated, alternated --reps times")
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    p.add_argument("--sessions", default="1,16")
+    p.add_argument("--generate", type=int, default=512)
+    p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--json", help="write the medians here")
+    args = p.parse_args()
+    builds = args.builds.split(",") if args.builds else [args.build_dir]
+    models = args.models.split(",")
+    sessions = [int(s) for s in args.sessions.split(",")]
+    runs = {b: [] for b in builds}
+    for rep in range(args.reps):
+        for b in builds:
+            runs[b].append(measure(b, models, sessions, args.generate))
+            print(f"rep {rep + 1}/{args.reps} {b} done", file=sys.stderr)
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
+          f"{args.reps} rep(s), medians; {args.generate} tokens a session")
+    keys = ["aggregate_tok_s", "model_step_ms", "served_step_ms", "overhead_us_per_token",
+            "server_cpu_us_per_token", "client_cpu_us_per_token"]
+    report = {}
+    print(f"{'build':>14} {'model':>9} {'B':>3} {'tok/s':>8} {'x 1-sess':>8} {'model ms':>9} "
+          f"{'served ms':>9} {'ovh us/tok':>10} {'srv cpu us':>10} {'cli cpu us':>10}")
+    for b in builds:
+        for m in models:
+            one = None
+            for n in sessions:
+                med = {k: statistics.median(r[(m, n)][k] for r in runs[b]) for k in keys}
+                report.setdefault(b, {}).setdefault(m, {})[n] = med
+                one = med["aggregate_tok_s"] if n == sessions[0] else one
+                print(f"{Path(b).name[-14:]:>14} {m:>9} {n:>3} {med['aggregate_tok_s']:>8.0f} "
+                      f"{med['aggregate_tok_s'] / one:>8.2f} {med['model_step_ms']:>9.3f} "
+                      f"{med['served_step_ms']:>9.3f} {med['overhead_us_per_token']:>10.1f} "
+                      f"{med['server_cpu_us_per_token']:>10.1f} "
+                      f"{med['client_cpu_us_per_token']:>10.1f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
