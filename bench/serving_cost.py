@@ -10,15 +10,22 @@ For each default model and session count (1 and 16 by default) it measures, in o
   overhead  served step time - model step time, per step and per token: what serving adds.
 With --builds A,B (two build folders) it alternates them --reps times and prints medians, so
 that a change to the serving path is compared on the same minutes of this noisy machine.
+With --perf, one more run per model at the largest session count under `perf record` (DWARF
+call stacks) splits the server's CPU time per token into the model's computation, the kernels'
+team waiting (libgomp barriers and spinning), sampling and writing tokens, the scheduler's
+other work and gRPC's own threads.
 
   /usr/bin/python3 bench/serving_cost.py --build-dir build [--models mamba,hybrid] [--reps 3]
   /usr/bin/python3 bench/serving_cost.py --builds /tmp/before,build --reps 5
+  /usr/bin/python3 bench/serving_cost.py --perf --models mamba   # needs perf (linux-perf)
 """
 
 import argparse
 import json
 import os
 import resource
+import signal
+import tempfile
 import statistics
 import subprocess
 import sys
@@ -88,6 +95,67 @@ def measure(build, models, sessions, generate):
         server.stop()
 
 
+PERF_HZ = 1000
+CATEGORIES = ["model compute", "kernel team waits", "sample + write", "scheduler other",
+              "gRPC threads"]
+
+
+def classify(comm, frames):
+    """A perf sample's category from its thread name and stack (leaf first)."""
+    symbols = " ".join(f[0] for f in frames)
+    if "SampleAndSend" in symbols:
+        return "sample + write"
+    # In libgomp (a barrier, a spin, its futex) before any of the server's or ATen's code.
+    for _, dso in frames:
+        if "libgomp" in dso:
+            return "kernel team waits"
+        if "attnserve-server" in dso or "libtorch" in dso:
+            break
+    if any(k in symbols for k in ("Model::StepBatch", "Model::Forward", "attnserve::kernels")):
+        return "model compute"
+    if comm != "scheduler":
+        return "gRPC threads"
+    return "scheduler other"
+
+
+def perf_breakdown(build, model, sessions, generate):
+    """Server CPU microseconds per generated token, per category, from one profiled run."""
+    server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096")
+    data = tempfile.mktemp(suffix=".perf")
+    try:
+        bench = [str(Path(build) / "bench" / "attnserve_decode_bench"),
+                 f"--target={server.target}", f"--model={model}", "--prompt=8", "--vocab=4096"]
+        subprocess.run(bench + ["--sessions=1", "--generate=8"], check=True, capture_output=True)
+        perf = subprocess.Popen(["perf", "record", "-F", str(PERF_HZ), "--call-graph",
+                                 "dwarf,16384", "-p", str(server.proc.pid), "-o", data],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        subprocess.run(bench + [f"--sessions={sessions}", f"--generate={generate}"], check=True,
+                       capture_output=True)
+        perf.send_signal(signal.SIGINT)
+        perf.wait(60)
+    finally:
+        server.stop()
+    script = subprocess.run(["perf", "script", "-i", data, "-F", "comm,ip,sym,dso"],
+                            capture_output=True, text=True).stdout
+    os.unlink(data)
+    counts = {c: 0 for c in CATEGORIES}
+    for block in script.split("\n\n"):
+        lines = [l for l in block.splitlines() if l.strip()]
+        if not lines:
+            continue
+        comm = lines[0].split()[0] if not lines[0].startswith((" ", "\t")) else ""
+        frames = []
+        for l in lines[1:] if comm else lines:
+            parts = l.strip().split(" ", 1)
+            rest = parts[1] if len(parts) > 1 else ""
+            sym, _, dso = rest.rpartition(" (")
+            frames.append((sym, dso))
+        counts[classify(comm, frames)] += 1
+    tokens = sessions * generate
+    return {c: 1e6 * n / PERF_HZ / tokens for c, n in counts.items()}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--build-dir", default="build")
@@ -97,6 +165,8 @@ def main():
     p.add_argument("--generate", type=int, default=512)
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--json", help="write the medians here")
+    p.add_argument("--perf", action="store_true",
+                   help="also split the server's CPU per token by category with perf")
     args = p.parse_args()
     builds = args.builds.split(",") if args.builds else [args.build_dir]
     models = args.models.split(",")
@@ -125,6 +195,15 @@ def main():
                       f"{med['served_step_ms']:>9.3f} {med['overhead_us_per_token']:>10.1f} "
                       f"{med['server_cpu_us_per_token']:>10.1f} "
                       f"{med['client_cpu_us_per_token']:>10.1f}")
+    if args.perf:
+        n = max(sessions)
+        print(f"\nserver CPU µs per token by category (perf, {n} sessions, {builds[-1]}):")
+        print(f"{'model':>9} " + " ".join(f"{c:>17}" for c in CATEGORIES) + f" {'total':>8}")
+        for m in models:
+            split = perf_breakdown(builds[-1], m, n, args.generate)
+            report.setdefault("perf", {})[m] = split
+            print(f"{m:>9} " + " ".join(f"{split[c]:>17.1f}" for c in CATEGORIES) +
+                  f" {sum(split.values()):>8.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
