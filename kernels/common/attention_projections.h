@@ -27,7 +27,7 @@ struct AttentionProjections {
   static AttentionProjections FromWeights(const WeightMap& weights,
                                           WeightFormat format = WeightFormat::kFloat32);
   // Where the weights live; the mixer runs there.
-  at::Device device() const { return o.weight().device(); }
+  at::Device device() const { return o.device(); }
 
   // x (B, L, D) -> q, k, v as (B, H, L, d), contiguous.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ProjectQkv(const at::Tensor& x,

@@ -1,7 +1,10 @@
 #include "kernels/common/linear.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -29,13 +32,12 @@ std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
   return sizes;
 }
 
-// y = x Wᵀ through the skinny kernels; `bf16` (same shape as `weight`) when there is a copy
-// (`bf16_dot`: multiplied by bfloat16-rounded x where `in` is even), else `int8` and its scales
-// when there are.
-at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& weight,
-                         const at::Tensor& bf16, bool bf16_dot = false, const at::Tensor& int8 = {},
-                         const at::Tensor& int8_scales = {}) {
-  const int64_t out = weight.size(0), in = weight.size(1);
+// y = x Wᵀ (W (out, in)) through the skinny kernels: `int8` and its scales when there are, else
+// `bf16` when there is a copy (`bf16_dot`: multiplied by bfloat16-rounded x where `in` is even),
+// else the float32 `weight`.
+at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, int64_t out, int64_t in,
+                         const at::Tensor& weight, const at::Tensor& bf16, bool bf16_dot = false,
+                         const at::Tensor& int8 = {}, const at::Tensor& int8_scales = {}) {
   TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
               in);
   at::Tensor x2 = x.reshape({rows, in});
@@ -57,11 +59,27 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, const at::Tensor& we
   return y.view(OutputSizes(x, out));
 }
 
+// Float32 elements of W widened per block of WidenedProduct: in cache, and enough rows that each
+// block's sgemm runs near its full speed.
+constexpr int64_t kWidenedBlockElements = int64_t{1} << 16;
+
 }  // namespace
 
 LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
-    : weight_(weight.contiguous()) {
+    : out_(weight.size(0)),
+      in_(weight.size(1)),
+      device_(weight.device()),
+      weight_(weight.contiguous()) {
   if (!weight_.is_cpu()) return;
+  if (IsInt8(format) && weight_.dim() == 2 && in_ % kInt8Block == 0 &&
+      weight_.scalar_type() == at::kFloat) {
+    int8_ = at::empty({out_, in_}, weight_.options().dtype(at::kChar));
+    int8_scales_ = at::empty({out_, in_ / kInt8Block}, weight_.options());
+    QuantizeWeightInt8(weight_.data_ptr<float>(), out_, in_, format == WeightFormat::kInt8PerRow,
+                       int8_.data_ptr<int8_t>(), int8_scales_.data_ptr<float>());
+    weight_ = at::Tensor();  // the sgemm rows widen int8_
+    return;
+  }
   if (IsBfloat16(format)) {
     at::Tensor values = weight_;
     if (format == WeightFormat::kBfloat16Dot) {
@@ -71,27 +89,67 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
       bf16_dot_ = true;
     }
     bf16_ = values.to(at::kBFloat16).contiguous();
-  }
-  if (IsInt8(format) && weight_.dim() == 2 && weight_.size(1) % kInt8Block == 0 &&
-      weight_.scalar_type() == at::kFloat) {
-    const int64_t out = weight_.size(0), in = weight_.size(1);
-    int8_ = at::empty({out, in}, weight_.options().dtype(at::kChar));
-    int8_scales_ = at::empty({out, in / kInt8Block}, weight_.options());
-    QuantizeWeightInt8(weight_.data_ptr<float>(), out, in, format == WeightFormat::kInt8PerRow,
-                       int8_.data_ptr<int8_t>(), int8_scales_.data_ptr<float>());
-    // The dequantized W, for the sgemm rows: d · q per block.
-    weight_ =
-        (int8_.to(at::kFloat).view({out, in / kInt8Block, kInt8Block}) * int8_scales_.unsqueeze(2))
-            .view({out, in})
-            .contiguous();
+    weight_ = at::Tensor();  // the sgemm rows widen bf16_ (exactly: its values are bfloat16)
   }
 }
 
-at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
-  if (const int64_t rows = weight_.is_cpu() ? SkinnyRows(x) : 0; rows > 0) {
-    return SkinnyProduct(x, rows, weight_, bf16_, bf16_dot_, int8_, int8_scales_);
+void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
+  at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / in_), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* dst = out + r * in_;
+      if (int8_.defined()) {
+        const int8_t* q = int8_.data_ptr<int8_t>() + (first + r) * in_;
+        const float* d = int8_scales_.data_ptr<float>() + (first + r) * (in_ / kInt8Block);
+        for (int64_t c = 0; c < in_; ++c) dst[c] = static_cast<float>(q[c]) * d[c / kInt8Block];
+      } else {
+        const uint16_t* b = reinterpret_cast<const uint16_t*>(bf16_.data_ptr()) + (first + r) * in_;
+        for (int64_t c = 0; c < in_; ++c) {
+          const uint32_t bits = static_cast<uint32_t>(b[c]) << 16;
+          std::memcpy(dst + c, &bits, sizeof(float));
+        }
+      }
+    }
+  });
+}
+
+at::Tensor LinearWeight::WidenedProduct(const at::Tensor& x) const {
+  TORCH_CHECK(x.size(-1) == in_, "linear: input has ", x.size(-1), " features, the weight expects ",
+              in_);
+  const at::Tensor x2 = x.reshape({-1, in_});
+  const int64_t block = std::min(out_, std::max<int64_t>(16, kWidenedBlockElements / in_));
+  at::Tensor y = at::empty({x2.size(0), out_}, x.options());
+  at::Tensor scratch = at::empty({block, in_}, x.options());
+  for (int64_t first = 0; first < out_; first += block) {
+    const int64_t rows = std::min(block, out_ - first);
+    at::Tensor w = scratch.narrow(0, 0, rows);
+    Widen(first, rows, w.data_ptr<float>());
+    y.narrow(1, first, rows).copy_(at::linear(x2, w));
   }
-  return at::linear(x, weight_);
+  return y.view(OutputSizes(x, out_));
+}
+
+at::Tensor LinearWeight::Float32Weight() const {
+  if (weight_.defined() || !defined()) return weight_;
+  at::Tensor w = at::empty({out_, in_}, at::kFloat);
+  Widen(0, out_, w.data_ptr<float>());
+  return w;
+}
+
+int64_t LinearWeight::Bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor* t : {&weight_, &bf16_, &int8_, &int8_scales_}) {
+    if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  return bytes;
+}
+
+at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
+  if (!device_.is_cpu()) return at::linear(x, weight_);
+  if (const int64_t rows = SkinnyRows(x); rows > 0) {
+    return SkinnyProduct(x, rows, out_, in_, weight_, bf16_, bf16_dot_, int8_, int8_scales_);
+  }
+  if (weight_.defined()) return at::linear(x, weight_);
+  return WidenedProduct(x);
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
@@ -100,7 +158,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
               ? SkinnyRows(x)
               : 0;
       rows > 0) {
-    return SkinnyProduct(x, rows, weight, at::Tensor());
+    return SkinnyProduct(x, rows, weight.size(0), weight.size(1), weight, at::Tensor());
   }
   return at::linear(x, weight);
 }

@@ -18,12 +18,17 @@
 // instruction reads them). A W whose `in` is odd keeps kBfloat16's exact products.
 //
 // WeightFormat::kInt8 (--weight_precision=int8): W is quantized at construction to int8 with a
-// float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity) and W itself is
-// replaced by the dequantized values; the skinny rows go to Int8Gemm, which quantizes each row of x
-// per block of 32 too and multiplies in integers (AVX512-VNNI, else AVX2, else scalar: the same
-// bits), batch-invariant like the float kernels. Sgemm rows (long prefill chunks) multiply float32
-// x by the dequantized W, so they differ from the int8 rows by x's quantization. A W whose `in`
-// is not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
+// float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity); the skinny rows go to
+// Int8Gemm, which quantizes each row of x per block of 32 too and multiplies in integers
+// (AVX512-VNNI, else AVX2, else scalar: the same bits), batch-invariant like the float kernels.
+// Sgemm rows (long prefill chunks) multiply float32 x by the dequantized W, so they differ from
+// the int8 rows by x's quantization. A W whose `in` is not a multiple of 32 (mamba's dt_proj)
+// stays float32, as llama.cpp keeps such tensors wider.
+//
+// Memory: a LinearWeight keeps one matrix, in its format: float32, bfloat16 (half the bytes) or
+// int8 with its scales (a little over a quarter). The sgemm rows of a bfloat16 or int8 W widen it
+// to float32 a block of ~256 KB of output rows at a time (in cache) and multiply each block by
+// sgemm: the same values as a float32 copy of W would give, without keeping one.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,19 +44,36 @@ class LinearWeight {
  public:
   LinearWeight() = default;
   // `weight` (out, in) float32; made contiguous. With kBfloat16(Dot) its values must be
-  // bfloat16-exact; with kInt8 (CPU only) it is quantized and weight() returns the dequantized W.
+  // bfloat16-exact; with kInt8 (CPU only) it is quantized. Only the matrix of the format is kept
+  // (a weight not on the CPU stays float32 as it is).
   LinearWeight(const at::Tensor& weight, WeightFormat format);
   explicit LinearWeight(const at::Tensor& weight, bool bf16_copy = false)
       : LinearWeight(weight, bf16_copy ? WeightFormat::kBfloat16 : WeightFormat::kFloat32) {}
 
-  const at::Tensor& weight() const { return weight_; }
+  // Whether it holds a matrix (a default-constructed one does not).
+  bool defined() const { return out_ > 0; }
+  int64_t out_features() const { return out_; }
+  int64_t in_features() const { return in_; }
+  at::Device device() const { return device_; }
+  // W as float32: the kept float32 matrix, or the bfloat16 or int8 one widened (a new tensor; the
+  // values the sgemm rows multiply by: d · q per block for int8).
+  at::Tensor Float32Weight() const;
+  // Bytes of the matrices kept (W in its format, int8's scales).
+  int64_t Bytes() const;
   // Whether the skinny products read int8 (false where kInt8 kept float32: `in` % 32 != 0, or
   // the weight is not on the CPU).
   bool int8() const { return int8_.defined(); }
   at::Tensor operator()(const at::Tensor& x) const;
 
  private:
-  at::Tensor weight_;
+  // Output rows [first, first + rows) of W as float32 into `out` (rows, in), from bf16_ or int8_.
+  void Widen(int64_t first, int64_t rows, float* out) const;
+  // y = x Wᵀ on sgemm for a W kept in bfloat16 or int8, widened a block of rows at a time.
+  at::Tensor WidenedProduct(const at::Tensor& x) const;
+
+  int64_t out_ = 0, in_ = 0;
+  at::Device device_ = at::kCPU;
+  at::Tensor weight_;       // (out, in) float32, or undefined when bf16_ or int8_ holds W
   at::Tensor bf16_;         // (out, in) bfloat16, or undefined
   bool bf16_dot_ = false;   // kBfloat16Dot: bf16_ multiplies bfloat16-rounded activations
   at::Tensor int8_;         // (out, in) int8, or undefined

@@ -117,7 +117,7 @@ class MambaMixer final : public Mixer {
     return absl::OkStatus();
   }
 
-  at::Device device() const { return in_proj_.weight().device(); }
+  at::Device device() const { return in_proj_.device(); }
 
   // One state per batch row (CPU kernels only), for StepBatch.
   struct RowStates {

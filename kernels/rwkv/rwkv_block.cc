@@ -163,7 +163,7 @@ class RwkvMixer final : public Mixer {
   }
 
  private:
-  at::Device device() const { return key_.weight().device(); }
+  at::Device device() const { return key_.device(); }
 
   absl::Status CheckDevice(const char* what) const {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)

@@ -325,7 +325,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   }
 
   m->fingerprint_ = fingerprint;
-  m->weights_ = std::move(weights);
+  // Float32 weights share their storage with the layers' tensors: keeping them costs nothing.
+  // Bfloat16 and int8 matrices live only in their LinearWeights: a float32 map would hold the
+  // model's size again.
+  if (format == kernels::WeightFormat::kFloat32) m->weights_ = std::move(weights);
   if (m->can_stream_) {
     ASSIGN_OR_RETURN(ModelState fresh, m->NewState(1));
     for (const kernels::MixerState& layer : fresh.layers) {
@@ -471,9 +474,9 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
 }
 
 at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
-  if (!layer.gate_up.weight().defined()) return x;  // no MLP, or a mixer that owns its norms
+  if (!layer.gate_up.defined()) return x;  // no MLP, or a mixer that owns its norms
   at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
-  const int64_t width = layer.down.weight().size(1);
+  const int64_t width = layer.down.in_features();
   at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
   return x + layer.down(at::silu(gate) * up);
 }
@@ -538,7 +541,12 @@ absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* 
   });
 }
 
-std::vector<std::pair<std::string, at::Tensor>> Model::NamedWeights() const {
+absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> Model::NamedWeights() const {
+  if (weights_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", name_,
+        "' keeps its weight matrices in bfloat16 or int8 only; load it in float32 to export it"));
+  }
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const WeightSpec& spec : ExpectedTensors(config_)) {
     out.emplace_back(spec.name, weights_.at(spec.name));

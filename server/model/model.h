@@ -147,7 +147,9 @@ class Model {
                                        const std::vector<ModelState*>& states) const;
 
   // All weights under their checkpoint names, in checkpoint order (lm_head omitted when tied).
-  std::vector<std::pair<std::string, at::Tensor>> NamedWeights() const;
+  // Only for a float32 model (WeightPrecision::kFloat32): the others keep their matrices only in
+  // their own format (FailedPrecondition).
+  absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> NamedWeights() const;
 
   // The tokenizer and end-of-text ids (model_text.h); null for a model of token ids only.
   // Set once, when the model is loaded, before it is shared.
@@ -181,7 +183,7 @@ class Model {
   NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
-  std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights
+  std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights; float32 only
   std::vector<std::vector<bool>> growing_caches_;
   bool can_stream_ = true;
   int64_t max_sequence_length_ = 0;

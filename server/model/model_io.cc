@@ -141,7 +141,7 @@ absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
     out << text->tokenizer_json;
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/tokenizer.json"));
   }
-  std::vector<std::pair<std::string, at::Tensor>> weights = model.NamedWeights();
+  ASSIGN_OR_RETURN(auto weights, model.NamedWeights());
   if (rwkv) {
     for (auto& [name, tensor] : weights) name = HuggingFaceRwkvName(name);
   }

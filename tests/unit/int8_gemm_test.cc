@@ -154,10 +154,10 @@ TEST(LinearInt8Test, StepsUseTheIntegerProductsAndPrefillTheDequantizedWeights) 
   const LinearWeight linear(w, WeightFormat::kInt8);
   ASSERT_TRUE(linear.int8());
   const Quantized q = Quantize(w);
-  // weight() holds d · q exactly.
+  // Float32Weight() is d · q exactly.
   const at::Tensor dequantized =
       (q.q.to(at::kFloat).view({96, 4, 32}) * q.scales.unsqueeze(2)).view({96, 128});
-  EXPECT_TRUE(at::equal(linear.weight(), dequantized));
+  EXPECT_TRUE(at::equal(linear.Float32Weight(), dequantized));
   for (int64_t rows : {int64_t{1}, int64_t{7}, kSkinnyGemmMaxRows}) {
     const at::Tensor x = RandomTensor({rows, 128}, 12 + rows);
     EXPECT_TRUE(at::equal(linear(x), Gemm(q, x, Int8Isa::kAuto)));
@@ -176,7 +176,7 @@ TEST(LinearInt8Test, WidthsThatAreNotBlocksOf32StayFloat32) {
   const at::Tensor w = RandomTensor({40, 48}, 13);
   const LinearWeight linear(w, WeightFormat::kInt8);
   EXPECT_FALSE(linear.int8());
-  EXPECT_TRUE(at::equal(linear.weight(), w));
+  EXPECT_TRUE(at::equal(linear.Float32Weight(), w));
   const at::Tensor x = RandomTensor({3, 48}, 14);
   EXPECT_LE(MaxRelativeError(linear(x), at::linear(x, w)), 1e-5);
 }

@@ -128,5 +128,28 @@ TEST(LinearTest, WrongFeatureCountIsAnErrorNotAWildRead) {
   EXPECT_THROW(linear(at::zeros({4, 31})), c10::Error);
 }
 
+// A bfloat16 or int8 LinearWeight keeps only its own matrix; its sgemm rows (a long prefill
+// chunk) widen it to float32 a block of rows at a time, and give what sgemm on the whole float32
+// matrix gives, across several blocks and a partial last one.
+TEST(LinearTest, NarrowFormatsKeepOneMatrixAndWidenItForSgemmRows) {
+  const at::Tensor w = Bf16Exact({2500, 64}, 21);  // blocks of 1024 rows: 1024, 1024, 452
+  const at::Tensor x = RandomTensor({2, 40, 64}, 22);
+  const LinearWeight fp32(w, WeightFormat::kFloat32), bf16(w, WeightFormat::kBfloat16),
+      int8(w, WeightFormat::kInt8);
+  EXPECT_EQ(fp32.Bytes(), 2500 * 64 * 4);
+  EXPECT_EQ(bf16.Bytes(), 2500 * 64 * 2);
+  EXPECT_EQ(int8.Bytes(), 2500 * 64 + 2500 * 2 * 4);  // int8 and a float32 scale per 32
+  EXPECT_TRUE(at::equal(bf16.Float32Weight(), w));    // bfloat16-exact values widen exactly
+  EXPECT_LE(MaxRelativeError(int8.Float32Weight(), w), 1e-2);
+  for (const LinearWeight* linear : {&fp32, &bf16, &int8}) {
+    EXPECT_EQ(linear->out_features(), 2500);
+    EXPECT_EQ(linear->in_features(), 64);
+    const at::Tensor y = (*linear)(x);
+    ASSERT_EQ(y.sizes(), at::IntArrayRef({2, 40, 2500}));
+    EXPECT_LE(MaxRelativeError(y, at::linear(x, linear->Float32Weight())), 1e-6);
+  }
+  EXPECT_THROW(bf16(at::zeros({2, 40, 63})), c10::Error);
+}
+
 }  // namespace
 }  // namespace attnserve::kernels

@@ -468,6 +468,18 @@ TEST(ModelTest, Int8WeightsStayCloseToFloat32AndStreamConsistently) {
   }
 }
 
+// A bfloat16 or int8 model keeps its matrices only in that format: it cannot be written back as a
+// float32 folder, and says so.
+TEST(ModelTest, NarrowWeightModelsRefuseExportWithAReason) {
+  for (const WeightPrecision precision : {WeightPrecision::kBfloat16, WeightPrecision::kInt8}) {
+    auto model = BuildDefaultModel("mamba", {at::Device(at::kCPU), precision});
+    ASSERT_TRUE(model.ok()) << model.status();
+    const absl::Status written = WriteModelFolder(**model, TempDir("narrow").string());
+    EXPECT_EQ(written.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(written.message().find("float32"), std::string::npos) << written;
+  }
+}
+
 TEST(ModelConfigTest, ParsesOursAndHuggingFaceAndRejectsBadConfigs) {
   auto ours = ParseModelConfigJson(
       R"({"vocab_size": 10, "hidden_size": 32, "num_heads": 2, "layers": ["linear", "mamba"],
@@ -510,7 +522,7 @@ TEST(ModelIoTest, FolderErrorsNameTheTensorAndBothShapes) {
   fs::path dir = TempDir("io_errors");
   auto model = BuildDefaultModel("mamba");
   ASSERT_TRUE(WriteModelFolder(**model, (dir / "ok").string()).ok());
-  std::vector<std::pair<std::string, at::Tensor>> weights = (*model)->NamedWeights();
+  std::vector<std::pair<std::string, at::Tensor>> weights = *(*model)->NamedWeights();
 
   auto write_variant = [&](const std::string& name,
                            std::vector<std::pair<std::string, at::Tensor>> w) {
