@@ -9,6 +9,7 @@
 //   attnserve_chunked_prefill_bench [--repository=DIR] [--lengths=1024,4096]
 //                                   [--chunks=256,64,16] [--threads=2] [--reps=3]
 //                                   [--models=standard,sparse] (default: every one)
+//                                   [--precision=fp32|bf16|int8] (the server's --weight_precision)
 // The models are measured length by length, in rounds of every model once (best of --reps
 // rounds), so their ratios at one length come from the same minutes of a noisy machine.
 #include <ATen/ATen.h>
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
   bench::SweepFlags flags;
   flags.lengths = "1024,4096";
   std::string repository, chunk_list = "256,64,16", model_list;
+  model::ModelOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (flags.Parse(arg)) continue;
@@ -83,6 +85,16 @@ int main(int argc, char** argv) {
       chunk_list = v;
     } else if (const char* v = bench::FlagValue(arg, "--models")) {
       model_list = v;
+    } else if (const char* v = bench::FlagValue(arg, "--precision")) {
+      const std::string p = v;
+      if (p == "bf16") {
+        options.precision = model::WeightPrecision::kBfloat16;
+      } else if (p == "int8") {
+        options.precision = model::WeightPrecision::kInt8;
+      } else if (p != "fp32") {
+        std::fprintf(stderr, "--precision: expected fp32, bf16 or int8, got %s\n", v);
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
       return 2;
@@ -96,8 +108,8 @@ int main(int argc, char** argv) {
   }
   const int reps = flags.reps;
   flags.Start();
-  auto repo = repository.empty() ? model::ModelRepository::BuildDefault({})
-                                 : model::ModelRepository::LoadFolder(repository, {});
+  auto repo = repository.empty() ? model::ModelRepository::BuildDefault(options)
+                                 : model::ModelRepository::LoadFolder(repository, options);
   if (!repo.ok()) {
     std::cerr << repo.status() << std::endl;
     return 1;

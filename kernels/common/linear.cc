@@ -61,7 +61,7 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, int64_t out, int64_t
 
 // Float32 elements of W widened per block of WidenedProduct: in cache, and enough rows that each
 // block's sgemm runs near its full speed.
-constexpr int64_t kWidenedBlockElements = int64_t{1} << 16;
+constexpr int64_t kWidenedBlockElements = int64_t{1} << 20;
 
 }  // namespace
 
@@ -123,7 +123,8 @@ at::Tensor LinearWeight::WidenedProduct(const at::Tensor& x) const {
     const int64_t rows = std::min(block, out_ - first);
     at::Tensor w = scratch.narrow(0, 0, rows);
     Widen(first, rows, w.data_ptr<float>());
-    y.narrow(1, first, rows).copy_(at::linear(x2, w));
+    at::Tensor slice = y.narrow(1, first, rows);  // row stride out_: sgemm writes it in place
+    at::mm_out(slice, x2, w.t());
   }
   return y.view(OutputSizes(x, out_));
 }
