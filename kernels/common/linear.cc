@@ -136,6 +136,12 @@ at::Tensor LinearWeight::Float32Weight() const {
   return w;
 }
 
+at::Tensor LinearWeight::Rows(const at::Tensor& ids) const {
+  TORCH_CHECK(!int8_.defined(), "LinearWeight::Rows: an int8 matrix has no exact rows");
+  if (weight_.defined()) return at::embedding(weight_, ids);
+  return at::embedding(bf16_, ids).to(at::kFloat);
+}
+
 int64_t LinearWeight::Bytes() const {
   int64_t bytes = 0;
   for (const at::Tensor* t : {&weight_, &bf16_, &int8_, &int8_scales_}) {

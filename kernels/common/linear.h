@@ -58,6 +58,9 @@ class LinearWeight {
   // W as float32: the kept float32 matrix, or the bfloat16 or int8 one widened (a new tensor; the
   // values the sgemm rows multiply by: d · q per block for int8).
   at::Tensor Float32Weight() const;
+  // Rows `ids` (int64, any shape) of W as float32, (ids..., in): an embedding lookup in a matrix
+  // kept as float32 or bfloat16 (exact). Not for int8 (its rows are quantized).
+  at::Tensor Rows(const at::Tensor& ids) const;
   // Bytes of the matrices kept (W in its format, int8's scales).
   int64_t Bytes() const;
   // Whether the skinny products read int8 (false where kInt8 kept float32: `in` % 32 != 0, or

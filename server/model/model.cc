@@ -278,11 +278,16 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     if (UsesLayerNorm(c)) norm_weights.bias = w(n + ".bias");
     return norm_weights;
   };
-  m->embedding_ = w("backbone.embeddings.weight");
+  const at::Tensor embedding = w("backbone.embeddings.weight");
   if (c.embedding_norm()) m->embedding_norm_ = norm("backbone.embeddings_norm", c.norm_epsilon());
   m->norm_f_ = norm("backbone.norm_f", FinalNormEpsilon(c));
   m->lm_head_ =
-      kernels::LinearWeight(c.tie_word_embeddings() ? m->embedding_ : w("lm_head.weight"), format);
+      kernels::LinearWeight(c.tie_word_embeddings() ? embedding : w("lm_head.weight"), format);
+  // Tied bfloat16 embeddings are looked up in the lm_head's bfloat16 copy (the same values, but
+  // for denormals, which kBfloat16Dot flushes): no float32 matrix of the vocabulary's size is kept.
+  m->embeddings_in_lm_head_ =
+      c.tie_word_embeddings() && kernels::IsBfloat16(format) && device.is_cpu();
+  if (!m->embeddings_in_lm_head_) m->embedding_ = embedding;
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
     Layer layer;
@@ -452,7 +457,8 @@ at::Tensor Model::Norm(const at::Tensor& x, const NormWeights& norm) const {
 }
 
 at::Tensor Model::Embed(const at::Tensor& ids) const {
-  return Norm(at::embedding(embedding_, ids), embedding_norm_);
+  return Norm(embeddings_in_lm_head_ ? lm_head_.Rows(ids) : at::embedding(embedding_, ids),
+              embedding_norm_);
 }
 
 absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) const {

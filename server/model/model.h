@@ -90,7 +90,7 @@ class Model {
 
   const std::string& name() const { return name_; }
   const v1::ModelConfig& config() const { return config_; }
-  at::Device device() const { return embedding_.device(); }
+  at::Device device() const { return lm_head_.device(); }
   int64_t vocab_size() const { return config_.vocab_size(); }
   // The longest sequence the model takes: config.max_sequence_length, or less where a layer
   // is bounded (a Linformer layer's E and F have linformer_max_len rows).
@@ -179,7 +179,8 @@ class Model {
 
   std::string name_;
   v1::ModelConfig config_;
-  at::Tensor embedding_;
+  at::Tensor embedding_;                // (vocab, hidden); undefined when embeddings_in_lm_head_
+  bool embeddings_in_lm_head_ = false;  // tied bfloat16: Embed reads lm_head_'s copy
   NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;

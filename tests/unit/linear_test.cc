@@ -149,6 +149,11 @@ TEST(LinearTest, NarrowFormatsKeepOneMatrixAndWidenItForSgemmRows) {
     EXPECT_LE(MaxRelativeError(y, at::linear(x, linear->Float32Weight())), 1e-6);
   }
   EXPECT_THROW(bf16(at::zeros({2, 40, 63})), c10::Error);
+  // Rows: an embedding lookup in the kept matrix, exact for float32 and bfloat16.
+  const at::Tensor ids = at::tensor({0, 2499, 7, 7}, at::kLong).view({2, 2});
+  EXPECT_TRUE(at::equal(fp32.Rows(ids), at::embedding(w, ids)));
+  EXPECT_TRUE(at::equal(bf16.Rows(ids), at::embedding(w, ids)));
+  EXPECT_THROW(int8.Rows(ids), c10::Error);
 }
 
 }  // namespace
