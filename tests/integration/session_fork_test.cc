@@ -79,8 +79,12 @@ TEST(SessionForkTest, AForkWaitsForTheSourcesEarlierRequests) {
   TestServer server;
   StreamClient source(server.client().stub(), absl::Seconds(60));
   const std::string id = source.Open(OpenRequest("mamba")).session_id();
-  // Sent without waiting: the fork below is queued behind this generation.
+  // Sent without waiting for its result: the fork below is queued behind this generation. Its
+  // first token says the server has taken it (the fork comes on another stream, which the server
+  // may otherwise read first: then it forks position 0, as the client could not tell apart).
   ASSERT_TRUE(source.Send(GenerateRequest(1, RandomTokens(40, 3), 20)));
+  const std::optional<v1::StreamResponse> first = source.Receive();
+  ASSERT_TRUE(first.has_value() && first->has_generated());
   StreamClient fork(server.client().stub(), absl::Seconds(60));
   const v1::StreamOpened opened = fork.Open(ForkRequest(id, "mamba"));
   EXPECT_EQ(opened.position(), 60) << "40 prompt tokens and 20 generated, fed back";
