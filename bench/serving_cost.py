@@ -121,7 +121,8 @@ def classify(comm, frames):
 def perf_breakdown(build, model, sessions, generate):
     """Server CPU microseconds per generated token, per category, from one profiled run."""
     server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096")
-    data = tempfile.mktemp(suffix=".perf")
+    with tempfile.NamedTemporaryFile(suffix=".perf", delete=False) as f:
+        data = f.name
     try:
         bench = [str(Path(build) / "bench" / "attnserve_decode_bench"),
                  f"--target={server.target}", f"--model={model}", "--prompt=8", "--vocab=4096"]

@@ -27,8 +27,9 @@
 //
 // Memory: a LinearWeight keeps one matrix, in its format: float32, bfloat16 (half the bytes) or
 // int8 with its scales (a little over a quarter). The sgemm rows of a bfloat16 or int8 W widen it
-// to float32 a block of ~256 KB of output rows at a time (in cache) and multiply each block by
-// sgemm: the same values as a float32 copy of W would give, without keeping one.
+// to float32 a block of 4 MB of output rows at a time and multiply each block by sgemm straight
+// into the output's columns: the same values as a float32 copy of W would give, without keeping
+// one.
 #pragma once
 
 #include <ATen/core/Tensor.h>

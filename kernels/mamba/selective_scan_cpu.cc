@@ -112,26 +112,24 @@ void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
 
 void SelectiveScanCpu(const SelectiveScanParams& p) {
   const int64_t blocks = (p.dim + kLanes - 1) / kLanes;
-  if (p.seqlen == 1 && p.A != nullptr && p.dstate % kLanes == 0) {
-    at::parallel_for(0, p.batch * blocks, std::max<int64_t>(1, 2048 / p.dstate),
-                     [&](int64_t begin, int64_t end) {
-                       for (int64_t i = begin; i < end; ++i) {
-                         const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
-                         StepChannelBlock(p, b, c0,
-                                          static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0)));
-                       }
-                     });
-    return;
-  }
+  const bool in_place_step = p.seqlen == 1 && p.A != nullptr && p.dstate % kLanes == 0;
   // A decode step's blocks are small (one token each): enough of them per task that a
   // one-row step runs on the calling thread instead of paying a parallel region.
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, p.seqlen * p.dstate));
   at::parallel_for(0, p.batch * blocks, grain, [&](int64_t begin, int64_t end) {
-    std::vector<float> h(p.dstate * kLanes), a(p.dstate * kLanes);
+    std::vector<float> h, a;  // ScanChannelBlock's transposed slices
+    if (!in_place_step) {
+      h.resize(p.dstate * kLanes);
+      a.resize(p.dstate * kLanes);
+    }
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
       const int width = static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0));
-      ScanChannelBlock(p, b, c0, width, h.data(), a.data());
+      if (in_place_step) {
+        StepChannelBlock(p, b, c0, width);
+      } else {
+        ScanChannelBlock(p, b, c0, width, h.data(), a.data());
+      }
     }
   });
 }

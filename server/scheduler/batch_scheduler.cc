@@ -40,6 +40,11 @@ struct BatchScheduler::Active {
     return tail > 0 && prompt_length() - tail - cache_start >= tail;
   }
   int64_t pending_token = 0;
+  // Whether, with `left` prompt tokens still to compute, its next logits give a token to sample
+  // (else it is done generating, or not there yet).
+  bool SamplesAt(int64_t left) const {
+    return left == 0 && generated < job->max_new_tokens && !stopped;
+  }
   // The next token, sampled and already handed to on_token by RunDecodeRows' parallel pass;
   // Advance takes it instead of sampling.
   struct Next {
@@ -88,13 +93,13 @@ struct BatchScheduler::Batch {
 
 namespace {
 
-// Durations (queue, compute, iteration) use the monotonic clock, the one the service times
-// whole calls with: a wall clock (absl's is interpolated from the cycle counter) can step or
-// drift apart from it, and a compute time longer than its call's total was once reported.
 // Decode rows per task of the parallel sample-and-send after a step: a task's sampling and
 // writes (~10-30 µs a row) outweigh the task's start.
 constexpr int64_t kRowsPerSendTask = 4;
 
+// Durations (queue, compute, iteration) use the monotonic clock, the one the service times
+// whole calls with: a wall clock (absl's is interpolated from the cycle counter) can step or
+// drift apart from it, and a compute time longer than its call's total was once reported.
 int64_t NowNanos() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -456,7 +461,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
     for (int64_t i = begin; i < end; ++i) {
       Active& a = *rows[i];
       const int64_t left = a.remaining() - (a.pending ? 0 : 1);  // after this step
-      if (left == 0 && a.generated < a.job->max_new_tokens && !a.stopped) {
+      if (a.SamplesAt(left)) {
         SampleAndSend(a, logits->narrow(0, i, 1));
       }
     }
@@ -546,7 +551,7 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
 
 bool BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
   if (a.remaining() > 0) return false;
-  if (a.generated >= a.job->max_new_tokens || a.stopped) {
+  if (!a.SamplesAt(0)) {
     Finish(a, absl::OkStatus());
     return false;
   }
