@@ -18,6 +18,10 @@
 
 namespace attnserve::server::scheduler {
 
+// Chunks a prompt computes at least for its tail checkpoint (Active::TailPoint): 2048 tokens
+// with the default 256-token chunks.
+constexpr int64_t kTailMinChunks = 8;
+
 // A job's progress; touched only on the loop thread (Submit creates it, the loop owns it).
 struct BatchScheduler::Active {
   std::unique_ptr<Job> job;
@@ -33,11 +37,18 @@ struct BatchScheduler::Active {
   int64_t last_cached = 0;   // prompt tokens whose state was last cached (or came from it)
   int64_t branch_point = 0;  // where the prompt leaves an earlier one (PrefixCache::Hit::branch)
   int64_t cache_start = 0;   // the cached prefix it started from (0: none)
-  // Whether it keeps the state `tail` tokens before its end: only where that saves at least
-  // `tail` tokens over the entry it started from (a 96-token suffix on a hit does not pay for
-  // the extra chunk: a later prompt computes at most 2 · tail tokens from that entry anyway).
-  bool TailPoint(int64_t tail) const {
-    return tail > 0 && prompt_length() - tail - cache_start >= tail;
+  // Whether it keeps the state `tail` tokens before its end. That point costs the prompt one
+  // more chunk (the chunk it falls in is cut there), so only where
+  //   * it saves at least `tail` tokens over the entry it started from (a 96-token suffix on a
+  //     hit does not pay for the extra chunk: a later prompt computes at most 2 · tail tokens
+  //     from that entry anyway), and
+  //   * the prompt computes at least kTailMinChunks chunks of `chunk` tokens from there, so that
+  //     the extra chunk's fixed cost (0.5-0.9 ms on the default models, a tenth of a 256-token
+  //     chunk) is about 1% of a prompt that never hits (issue #24: at most 2%); shorter prompts
+  //     rely on branch points to start later prompts at the right place.
+  bool TailPoint(int64_t tail, int64_t chunk) const {
+    const int64_t computed = prompt_length() - cache_start;
+    return tail > 0 && computed - tail >= tail && computed >= kTailMinChunks * chunk;
   }
   int64_t pending_token = 0;
   // Whether, with `left` prompt tokens still to compute, its next logits give a token to sample
@@ -370,7 +381,8 @@ void BatchScheduler::StartFromCachedPrefix(Active& a) {
 void BatchScheduler::MaybeCache(Active& a, const model::ModelState& state) {
   PrefixCache* cache = options_.prefix_cache;
   if (!a.cacheable || cache == nullptr) return;
-  const bool tail_point = a.TailPoint(cache->tail()) && a.remaining() == cache->tail();
+  const bool tail_point =
+      a.TailPoint(cache->tail(), options_.max_batch_tokens) && a.remaining() == cache->tail();
   const bool branch_point = a.consumed == a.branch_point;
   if (a.remaining() > 0 && !tail_point && !branch_point &&
       a.consumed - a.last_cached < cache->interval()) {
@@ -388,7 +400,10 @@ int64_t BatchScheduler::EndAtCachePoint(const Active& a, int64_t chunk) const {
     end = std::min(end, (a.consumed / cache.interval() + 1) * cache.interval());
   }
   const int64_t tail_point = a.prompt_length() - cache.tail();
-  if (a.TailPoint(cache.tail()) && a.consumed < tail_point && tail_point < end) end = tail_point;
+  if (a.TailPoint(cache.tail(), options_.max_batch_tokens) && a.consumed < tail_point &&
+      tail_point < end) {
+    end = tail_point;
+  }
   if (a.consumed < a.branch_point && a.branch_point < end) end = a.branch_point;
   return end - a.consumed;
 }

@@ -148,6 +148,37 @@ TEST(PrefixCacheTest, AllLogitsArePromptsComputedInFull) {
   EXPECT_EQ(Shape(second.outputs().tensor()), (std::vector<int64_t>{301, kVocab}));
 }
 
+// The tail checkpoint (--prefix_cache_tail, 64 here) costs its prompt an extra chunk, so it is
+// kept only in prompts of at least 8 chunks (2048 tokens in 256-token chunks): a 2100-token
+// prompt keeps the state at 2036, and a prompt that leaves it at 2040 starts there; a
+// 600-token prompt keeps none at 536, so a prompt that leaves it at 590 starts at 512. Outputs
+// equal a server's without the cache.
+TEST(PrefixCacheTest, TheTailCheckpointIsKeptInLongPromptsOnly) {
+  PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr, 64});
+  auto cached = ServerWith(&cache);
+  auto plain = ServerWith(nullptr);
+  struct Case {
+    int64_t length, leaves_at, hit;
+  };
+  for (const std::string model : {"mamba", "hybrid"}) {
+    SCOPED_TRACE(model);
+    for (const Case c : {Case{2100, 2040, 2036}, Case{600, 590, 512}}) {
+      SCOPED_TRACE(c.length);
+      const std::vector<int64_t> first = RandomTokens(c.length, 40 + c.length);
+      SessionPrompt(*cached, model, first);
+      const std::vector<int64_t> second =
+          Concat(std::vector<int64_t>(first.begin(), first.begin() + c.leaves_at),
+                 RandomTokens(20, 41 + c.length));
+      const int64_t before = cache.hit_tokens();
+      const Outcome want = SessionPrompt(*plain, model, second);
+      const Outcome got = SessionPrompt(*cached, model, second);
+      EXPECT_EQ(cache.hit_tokens() - before, c.hit);
+      EXPECT_LT(MaxRelativeError(got.logits, want.logits), 1e-5);
+      EXPECT_EQ(got.greedy, want.greedy);
+    }
+  }
+}
+
 // A bound smaller than the states asked of it: the cache stays within it, evicting.
 TEST(PrefixCacheTest, TheCacheStaysWithinItsBound) {
   const int64_t bound = 4 * Repository().Find("standard")->StateBytesPerSequence(300);
