@@ -353,6 +353,16 @@ bool IsGrowing(const std::vector<std::vector<bool>>& flags, size_t i, size_t k) 
   return i < flags.size() && k < flags[i].size() && flags[i][k];
 }
 
+// A growing cache `t` (B, H, capacity, d) with its first `position` entries along dim 2 copied
+// into a new buffer of capacity position + reserve (the rest uninitialised).
+at::Tensor WithCapacity(const at::Tensor& t, int64_t position, int64_t reserve) {
+  std::vector<int64_t> sizes = t.sizes().vec();
+  sizes[2] = position + reserve;
+  at::Tensor out = at::empty(sizes, t.options());
+  out.narrow(2, 0, position).copy_(t.narrow(2, 0, position));
+  return out;
+}
+
 }  // namespace
 
 ModelState Model::CloneSharingCaches(const ModelState& state) const {
@@ -381,14 +391,22 @@ ModelState Model::CompactClone(const ModelState& state, int64_t reserve) const {
         out.tensors.push_back(t.defined() ? t.clone() : t);
         continue;
       }
-      std::vector<int64_t> sizes = t.sizes().vec();
-      sizes[2] = layer.position + reserve;
-      at::Tensor compact = at::empty(sizes, t.options());
-      compact.narrow(2, 0, layer.position).copy_(t.narrow(2, 0, layer.position));
-      out.tensors.push_back(std::move(compact));
+      out.tensors.push_back(WithCapacity(t, layer.position, reserve));
     }
   }
   return copy;
+}
+
+void Model::ReserveCaches(ModelState& state, int64_t tokens) const {
+  for (size_t i = 0; i < state.layers.size(); ++i) {
+    kernels::MixerState& layer = state.layers[i];
+    for (size_t k = 0; k < layer.tensors.size(); ++k) {
+      at::Tensor& t = layer.tensors[k];
+      if (IsGrowing(growing_caches_, i, k) && t.defined() && t.size(2) < layer.position + tokens) {
+        t = WithCapacity(t, layer.position, tokens);
+      }
+    }
+  }
 }
 
 int64_t Model::StepKeysRead(int64_t position) const {

@@ -121,6 +121,12 @@ class Model {
   // copy about to take `reserve` tokens does not regrow (a copy of all of it) on the way. Other
   // tensors are cloned whole.
   ModelState CompactClone(const ModelState& state, int64_t reserve = 0) const;
+  // Gives each growing cache of `state` room for `tokens` more entries past its valid ones, in
+  // one new buffer where it has less (the valid entries copied; the state's other tensors and a
+  // cache with room are left alone). The scheduler calls it before a prompt's first chunk with
+  // the prompt's length: a cache that grew by doubling copied its prefix at every doubling, and
+  // where a prefix-cache entry holds the old buffer, paged in fresh memory each time.
+  void ReserveCaches(ModelState& state, int64_t tokens) const;
   // A copy of `state` that shares its growing caches instead of copying them: their first
   // `position` entries never change (new tokens are written past `position`, in place or into a
   // new buffer: kernels/standard/kv_cache.h), so a state that is only read, and copied with

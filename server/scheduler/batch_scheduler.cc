@@ -37,6 +37,7 @@ struct BatchScheduler::Active {
   int64_t last_cached = 0;   // prompt tokens whose state was last cached (or came from it)
   int64_t branch_point = 0;  // where the prompt leaves an earlier one (PrefixCache::Hit::branch)
   int64_t cache_start = 0;   // the cached prefix it started from (0: none)
+  bool caches_reserved = false;  // its state's KV caches have room for its whole prompt
   // Whether it keeps the state `tail` tokens before its end. That point costs the prompt one
   // more chunk (the chunk it falls in is cut there), so only where
   //   * it saves at least `tail` tokens over the entry it started from (a 96-token suffix on a
@@ -528,6 +529,12 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
       a.own_state = *std::move(fresh);
     }
     state = &*a.own_state;
+  }
+  if (state != nullptr && !a.caches_reserved) {
+    // Room for the rest of the prompt and a first generated token, before the first chunk:
+    // growing chunk by chunk would copy the cache at each doubling.
+    m.ReserveCaches(*state, a.remaining() + 1);
+    a.caches_reserved = true;
   }
   const at::Tensor tokens = a.job->tokens.narrow(1, a.consumed, chunk);
   absl::StatusOr<at::Tensor> out = m.Forward(tokens, state, a.job->output);

@@ -605,5 +605,31 @@ TEST(ModelTest, CompactAndSharingClonesComputeLikeTheOriginal) {
   EXPECT_TRUE(at::equal(*m.Forward(next, &from_shared, OutputKind::kLastLogits), want));
 }
 
+// ReserveCaches: a cache with less room gets one buffer of position + tokens holding its valid
+// entries (a buffer shared with a copy is left to the copy), one with room is left as it is,
+// and computing on the reserved state equals computing on the original, without regrowing.
+TEST(ModelTest, ReservedCachesComputeLikeTheOriginalWithoutRegrowing) {
+  auto repo = ModelRepository::BuildDefault();
+  const Model& m = *(*repo)->Find("hybrid");
+  at::manual_seed(4);
+  ModelState state = HybridStateAfter(m, 100);
+  const at::Tensor next = at::randint(1, 100, {1, 300}, at::kLong);
+  ModelState plain = state.Clone();
+  const at::Tensor want = *m.Forward(next, &plain, OutputKind::kLastLogits);
+
+  const ModelState shared = m.CloneSharingCaches(state);
+  const void* before = state.layers[3].tensors[0].data_ptr();
+  m.ReserveCaches(state, 300);
+  EXPECT_EQ(state.layers[3].tensors[0].size(2), 101 + 300);
+  EXPECT_EQ(state.layers[3].tensors[1].size(2), 101 + 300);
+  EXPECT_NE(state.layers[3].tensors[0].data_ptr(), before);
+  EXPECT_EQ(shared.layers[3].tensors[0].data_ptr(), before);
+  const void* reserved = state.layers[3].tensors[0].data_ptr();
+  m.ReserveCaches(state, 200);  // room already: untouched
+  EXPECT_EQ(state.layers[3].tensors[0].data_ptr(), reserved);
+  EXPECT_TRUE(at::equal(*m.Forward(next, &state, OutputKind::kLastLogits), want));
+  EXPECT_EQ(state.layers[3].tensors[0].data_ptr(), reserved) << "no regrowth";
+}
+
 }  // namespace
 }  // namespace attnserve::model
