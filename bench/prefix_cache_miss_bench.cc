@@ -14,8 +14,10 @@
 //
 //   attnserve_prefix_cache_miss_bench [--models=mamba,rwkv,hybrid] [--lengths=64,512,4096]
 //                                     [--rounds=40] [--threads=2]
+//                                     [--cache_bytes=N] (the cache's bound; default 1 GiB)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -75,8 +77,18 @@ std::unique_ptr<Arm> MakeArm(const std::string& name, int threads,
   return arm;
 }
 
-// Milliseconds from Submit to on_done of a last-logits job on `tokens` (no session).
-double RunPrompt(Arm& arm, const model::Model& m, const std::vector<int64_t>& tokens) {
+// The process's minor page faults so far (memory touched for the first time).
+int64_t MinorFaults() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_minflt;
+}
+
+// Milliseconds from Submit to on_done of a last-logits job on `tokens` (no session); adds the
+// process's minor page faults meanwhile (only this arm computes then) to `faults`.
+double RunPrompt(Arm& arm, const model::Model& m, const std::vector<int64_t>& tokens,
+                 int64_t* faults = nullptr) {
+  const int64_t faults_before = MinorFaults();
   auto job = std::make_unique<Job>();
   job->client = "bench";
   job->model = &m;
@@ -94,6 +106,7 @@ double RunPrompt(Arm& arm, const model::Model& m, const std::vector<int64_t>& to
     std::exit(1);
   }
   done.WaitForNotification();
+  if (faults != nullptr) *faults += MinorFaults() - faults_before;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!status.ok()) {
@@ -130,12 +143,14 @@ int main(int argc, char** argv) {
   kernels::KeepFreedMemoryForReuse();  // as the server does (server/main.cc)
   std::string models_flag = "mamba,rwkv,hybrid", lengths_flag = "64,512,4096";
   int rounds = 40, threads = 2;
+  int64_t cache_bytes = 0;  // 0: the server's default bound
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--models=", 0) == 0) models_flag = arg.substr(9);
     if (arg.rfind("--lengths=", 0) == 0) lengths_flag = arg.substr(10);
     if (arg.rfind("--rounds=", 0) == 0) rounds = std::max(2, std::atoi(arg.c_str() + 9));
     if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
+    if (arg.rfind("--cache_bytes=", 0) == 0) cache_bytes = std::atoll(arg.c_str() + 14);
   }
   at::set_num_threads(threads);
   auto repo = model::ModelRepository::BuildDefault(model::ModelOptions{});
@@ -144,6 +159,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   PrefixCacheOptions on;  // the server's defaults (server/flags/prefix_cache_flags.cc)
+  if (cache_bytes > 0) on.max_bytes = cache_bytes;
   PrefixCacheOptions on_tail0 = on;
   on_tail0.tail = 0;
   std::vector<std::unique_ptr<Arm>> arms;
@@ -155,7 +171,8 @@ int main(int argc, char** argv) {
               "a sessionless last-logits job; --threads=%d\n\n",
               rounds, threads);
   std::printf("| model | prompt tokens | off (ms) | on (ms) | on / off, median of rounds [95%%] "
-              "| on_tail0 (ms) | on_tail0 / off [95%%] |\n|---|---|---|---|---|---|---|\n");
+              "| on_tail0 (ms) | on_tail0 / off [95%%] | page faults per prompt off / on / on_tail0 "
+              "|\n|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(20261202);
   for (absl::string_view name : absl::StrSplit(models_flag, ',', absl::SkipEmpty())) {
     const model::Model* m = (*repo)->Find(std::string(name));
@@ -172,10 +189,11 @@ int main(int argc, char** argv) {
     for (const int64_t n : ParseList(lengths_flag)) {
       for (auto& arm : arms) RunPrompt(*arm, *m, prompt(n));  // warm-up, not measured
       std::vector<std::vector<double>> ms(arms.size());
+      std::vector<int64_t> faults(arms.size(), 0);
       for (int r = 0; r < rounds; ++r) {
         for (size_t k = 0; k < arms.size(); ++k) {
           const size_t a = (k + static_cast<size_t>(r)) % arms.size();
-          ms[a].push_back(RunPrompt(*arms[a], *m, prompt(n)));
+          ms[a].push_back(RunPrompt(*arms[a], *m, prompt(n), &faults[a]));
         }
       }
       std::vector<double> on_ratio, tail0_ratio;
@@ -185,10 +203,13 @@ int main(int argc, char** argv) {
       }
       const auto [on_lo, on_hi] = BootstrapMedian(on_ratio, 1);
       const auto [t0_lo, t0_hi] = BootstrapMedian(tail0_ratio, 2);
-      std::printf("| %s | %lld | %.2f | %.2f | %.3f [%.3f, %.3f] | %.2f | %.3f [%.3f, %.3f] |\n",
-                  std::string(name).c_str(), static_cast<long long>(n), Median(ms[0]),
-                  Median(ms[1]), Median(on_ratio), on_lo, on_hi, Median(ms[2]),
-                  Median(tail0_ratio), t0_lo, t0_hi);
+      std::printf(
+          "| %s | %lld | %.2f | %.2f | %.3f [%.3f, %.3f] | %.2f | %.3f [%.3f, %.3f] | %lld / %lld / "
+          "%lld |\n",
+          std::string(name).c_str(), static_cast<long long>(n), Median(ms[0]), Median(ms[1]),
+          Median(on_ratio), on_lo, on_hi, Median(ms[2]), Median(tail0_ratio), t0_lo, t0_hi,
+          static_cast<long long>(faults[0] / rounds), static_cast<long long>(faults[1] / rounds),
+          static_cast<long long>(faults[2] / rounds));
       std::fflush(stdout);
     }
   }

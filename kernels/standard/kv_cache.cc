@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/huge_page_buffer.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 
@@ -55,8 +56,10 @@ std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const
   const int64_t needed = position + length;
   if (needed > k_cache.size(2) || !k_cache.is_contiguous() || !v_cache.is_contiguous()) {
     const int64_t capacity = std::max({needed, 2 * k_cache.size(2), kMinCacheCapacity});
-    at::Tensor new_k = at::empty({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
-    at::Tensor new_v = at::empty_like(new_k);
+    // Fresh memory, written at once: huge pages where large (kernels/common/huge_page_buffer.h).
+    at::Tensor new_k =
+        EmptyHugePageBuffer({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
+    at::Tensor new_v = EmptyHugePageBuffer(new_k.sizes(), k.options());
     new_k.narrow(2, 0, position).copy_(k_cache.narrow(2, 0, position));
     new_v.narrow(2, 0, position).copy_(v_cache.narrow(2, 0, position));
     k_cache = std::move(new_k);

@@ -15,7 +15,8 @@ ABSL_FLAG(int64_t, prefix_cache_interval, 0,
 ABSL_FLAG(int64_t, prefix_cache_tail, 64,
           "Also cache the state this many tokens before the end of each prompt (0: not), so "
           "that a prompt that differs from an earlier one only in its last tokens computes at "
-          "most this many more (llama.cpp's server checkpoints 64 tokens before the end).");
+          "most this many more (llama.cpp's server checkpoints 64 tokens before the end). Only "
+          "in prompts of at least 8 chunks (--max_batch_tokens): the point costs one more chunk.");
 ABSL_FLAG(std::string, prefix_cache_scope, "principal",
           "Who shares cached prefixes: principal (a principal's requests only; without "
           "authentication every caller is the same principal) or global (every principal: "

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/huge_page_buffer.h"
 #include "kernels/common/linear.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
@@ -358,7 +359,7 @@ bool IsGrowing(const std::vector<std::vector<bool>>& flags, size_t i, size_t k) 
 at::Tensor WithCapacity(const at::Tensor& t, int64_t position, int64_t reserve) {
   std::vector<int64_t> sizes = t.sizes().vec();
   sizes[2] = position + reserve;
-  at::Tensor out = at::empty(sizes, t.options());
+  at::Tensor out = kernels::EmptyHugePageBuffer(sizes, t.options());
   out.narrow(2, 0, position).copy_(t.narrow(2, 0, position));
   return out;
 }

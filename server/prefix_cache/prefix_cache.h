@@ -8,7 +8,8 @@
 // scheduler inserts the state at the end of each such prompt, every `interval` tokens inside
 // it (--prefix_cache_interval; the scheduler ends its chunks there), and `tail` tokens before
 // its end (--prefix_cache_tail; a chunk ends there too; only where that is `tail` tokens or more
-// past the entry the prompt started from), so that a prompt that differs from an
+// past the entry the prompt started from, in prompts of at least 8 chunks: the scheduler's
+// Active::TailPoint), so that a prompt that differs from an
 // earlier one only in its last few tokens (a retried or edited last line) computes at most
 // `tail` + those tokens. llama.cpp's server keeps the same checkpoint, 64 tokens before the end.
 //
