@@ -10,11 +10,12 @@ namespace attnserve::kernels {
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kPage = size_t{4} << 10;
 
 size_t RoundUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 
-// A mapping of `bytes` (a multiple of kHugePage) that starts on a huge-page boundary: map one
-// huge page more, then unmap what lies before the boundary and past the end.
+// A mapping of `bytes` (a multiple of kPage) that starts on a huge-page boundary: map one huge
+// page more, then unmap what lies before the boundary and past the end.
 void* MapAligned(size_t bytes) {
   const size_t mapped = bytes + kHugePage;
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -37,8 +38,9 @@ at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& o
   if (!options.device().is_cpu() || bytes < kHugePageBufferMinBytes) {
     return at::empty(sizes, options);
   }
-  const size_t mapped = RoundUp(static_cast<size_t>(bytes), kHugePage);
+  const size_t mapped = RoundUp(static_cast<size_t>(bytes), kPage);
   void* data = MapAligned(mapped);
+  // Its whole huge pages are backed by huge pages, the part past the last one by ordinary pages.
   // Advice is only advice: where the kernel has no THP this fails and the pages are ordinary.
 #ifdef MADV_HUGEPAGE
   madvise(data, mapped, MADV_HUGEPAGE);

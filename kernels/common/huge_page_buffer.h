@@ -10,8 +10,8 @@
 // time where the kernel has huge pages to give (THP "always" or "madvise"; with "never", or
 // no huge page free, it falls back to 4 KiB pages: the same memory, only slower to touch).
 //
-// How: its own anonymous mapping, aligned to and rounded up to 2 MiB (at most 2 MiB more than
-// asked, under half of a buffer this large), unmapped when the tensor is freed. Out of the
+// How: its own anonymous mapping that starts on a 2 MiB boundary (its size rounded up to
+// 4 KiB only), unmapped when the tensor is freed. Out of the
 // allocator's heap on purpose: long-lived multi-MiB caches that the prefix cache keeps and
 // evicts in its own order would fragment the heap that a chunk's short-lived activations come
 // from, and make those fault in fresh pages too.
@@ -27,8 +27,9 @@
 
 namespace attnserve::kernels {
 
-// Buffers at least this large (two huge pages) are huge-page backed.
-inline constexpr int64_t kHugePageBufferMinBytes = int64_t{4} << 20;
+// Buffers at least this large (a huge page) are mapped so. A smaller one would have no whole huge
+// page, and a fresh mapping faults every page in, where the heap may hand back memory already in.
+inline constexpr int64_t kHugePageBufferMinBytes = int64_t{2} << 20;
 
 at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& options);
 

@@ -14,7 +14,7 @@ namespace attnserve::kernels {
 namespace {
 
 TEST(HugePageBufferTest, LargeBuffersAreAlignedToHugePagesAndHoldWhatIsWritten) {
-  // 1 x 4 x 2500 x 128 floats: 5 MB, above the 4 MiB threshold, not a multiple of 2 MiB.
+  // 1 x 4 x 2500 x 128 floats: 5 MB, above the 2 MiB threshold, not a multiple of 2 MiB.
   at::Tensor t = EmptyHugePageBuffer({1, 4, 2500, 128}, at::TensorOptions(at::kFloat));
   EXPECT_EQ(t.sizes(), (std::vector<int64_t>{1, 4, 2500, 128}));
   EXPECT_TRUE(t.is_contiguous());
