@@ -15,6 +15,7 @@ attnserve-server with its default models, twice at once: --prefix_cache_bytes at
 Prints a table per model: median time to first token on and off, their ratio; the CPU model.
 
   /usr/bin/python3 bench/prefix_cache_bench.py --build-dir build [--models mamba,rwkv,hybrid]
+      [--mamba-130m [--workdir DIR]] [--sessions 32]
 """
 
 import argparse
@@ -42,6 +43,13 @@ def parse_args():
     p.add_argument("--suffix", type=int, default=96)
     p.add_argument("--intra-op-threads", type=int, default=2)
     p.add_argument("--on-flags", default="", help="more flags for the server with the cache")
+    p.add_argument("--mamba-130m", action="store_true",
+                   help="serve the random-weight mamba-130m-shaped folder of "
+                        "bench/batched_decode.py (model 'mamba-130m') instead of the defaults")
+    p.add_argument("--workdir", default="", help="where that folder is written (kept)")
+    p.add_argument("--gap-ms", type=float, default=50,
+                   help="idle time before each request, so that the other server's threads have "
+                        "stopped spinning (OpenMP's wait) when it starts")
     return p.parse_args()
 
 
@@ -67,13 +75,24 @@ def time_to_first_token(stub, pb, model, prompt):
     return first
 
 
-def run(build, models, args, pb, pb_grpc, grpc):
+def on_off_servers(build, threads, common=(), on_flags=()):
+    """attnserve-servers with the cache at its defaults ("on") and --prefix_cache_bytes=0
+    ("off", the named baseline); `common`: flags for both.
+
+    Both keep their kernels' team at --intra_op_threads (--adapt_threads_to_load=false): the
+    requests these benchmarks send never overlap, but a server sampling the machine's load right
+    after the other's long prefill (its threads still spinning down) counted them as contention
+    and computed the next short prompt on one thread (a mamba-130m hit took 320 ms so, 151 ms
+    alone)."""
+    common = ("--intra_op_threads=%d" % threads, "--adapt_threads_to_load=false") + tuple(common)
+    return {"on": Server(build, *common, *on_flags),
+            "off": Server(build, *common, "--prefix_cache_bytes=0")}
+
+
+def run(build, models, args, pb, pb_grpc, grpc, common=()):
     """Both servers at once, the same prompts sent to each in turn (on, off, on, off, ...), so
-    that a machine whose speed drifts slows both alike."""
-    servers = {"on": Server(build, "--intra_op_threads=%d" % args.intra_op_threads,
-                            *args.on_flags.split()),
-               "off": Server(build, "--intra_op_threads=%d" % args.intra_op_threads,
-                             "--prefix_cache_bytes=0")}
+    that a machine whose speed drifts slows both alike, each after --gap-ms of idle time."""
+    servers = on_off_servers(build, args.intra_op_threads, common, args.on_flags.split())
     out = {}
     try:
         channels = {k: grpc.insecure_channel(s.target) for k, s in servers.items()}
@@ -89,6 +108,7 @@ def run(build, models, args, pb, pb_grpc, grpc):
             for kind, prompts in (("shared", shared), ("distinct", distinct)):
                 for prompt in prompts:
                     for k in ("on", "off"):
+                        time.sleep(args.gap_ms / 1e3)
                         times[(k, kind)].append(time_to_first_token(stubs[k], pb, model, prompt))
             out[model] = times
         for c in channels.values():
@@ -107,10 +127,18 @@ def main():
     import grpc
     from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
     models = args.models.split(",")
+    common = ()
+    if args.mamba_130m:
+        from batched_decode import MODEL, mamba_130m_repository
+        work = Path(args.workdir or tempfile.mkdtemp(prefix="attnserve_prefix_bench_130m_"))
+        work.mkdir(parents=True, exist_ok=True)
+        common = ("--model_repository=%s" % mamba_130m_repository(Path(build), work),
+                  "--policy=%s" % MODEL)
+        models = [MODEL]
     print("cpu: %s; %d sessions, prefix %d + %d tokens each, one token generated; "
           "--intra_op_threads=%d" % (cpu_name(), args.sessions, args.prefix, args.suffix,
                                      args.intra_op_threads))
-    results = run(build, models, args, pb, pb_grpc, grpc)
+    results = run(build, models, args, pb, pb_grpc, grpc, common)
     print()
     print("| model | TTFT, shared prefix, cache on (ms) | off (ms) | off / on | first session on "
           "(ms) | distinct prompts on / off (ms) | on / off |")

@@ -25,12 +25,13 @@ import random
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from bench_server import Server, cpu_name  # noqa: E402
-from prefix_cache_bench import time_to_first_token  # noqa: E402
+from bench_server import cpu_name  # noqa: E402
+from prefix_cache_bench import on_off_servers, time_to_first_token  # noqa: E402
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 import python_client_test as pct  # noqa: E402  (generate_stubs)
 
@@ -43,6 +44,7 @@ def parse_args():
     p.add_argument("--pairs", type=int, default=40)
     p.add_argument("--intra-op-threads", type=int, default=2)
     p.add_argument("--on-flags", default="", help="more flags for the server with the cache")
+    p.add_argument("--gap-ms", type=float, default=50, help="idle time before each request")
     return p.parse_args()
 
 
@@ -65,8 +67,7 @@ def main():
     from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
     models, lengths = args.models.split(","), [int(n) for n in args.lengths.split(",")]
     threads = "--intra_op_threads=%d" % args.intra_op_threads
-    servers = {"on": Server(build, threads, *args.on_flags.split()),
-               "off": Server(build, threads, "--prefix_cache_bytes=0")}
+    servers = on_off_servers(build, args.intra_op_threads, on_flags=args.on_flags.split())
     print("cpu: %s; %d distinct prompts per length, each a new session generating one token; %s"
           % (cpu_name(), args.pairs, threads))
     rows = []
@@ -86,6 +87,7 @@ def main():
                 for i in range(args.pairs):
                     prompt = [rng.randrange(1, 4000) for _ in range(n)]
                     for k in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                        time.sleep(args.gap_ms / 1e3)  # the other server's threads at rest
                         t[k].append(time_to_first_token(stubs[k], pb, model, prompt))
                 if cache_hits(stubs["on"], pb) != hits_before:
                     raise RuntimeError("a distinct prompt hit the cache")
