@@ -34,6 +34,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+GAP_S = 0.05  # idle before each request: the previous server's threads at rest
 sys.path.insert(0, str(REPO / "bench"))
 from batched_decode import MODEL, mamba_130m_repository  # noqa: E402
 from bench_server import Server, cpu_name  # noqa: E402
@@ -97,7 +98,11 @@ def main():
     hits = [prefix + [rng.randrange(1, vocab) for _ in range(3)] for _ in range(args.reps)]
     misses = [[rng.randrange(1, vocab) for _ in range(args.prefix + 3)] for _ in range(args.reps)]
 
-    common = [f"--model_repository={repo}", f"--policy={MODEL}", "--intra_op_threads=2"]
+    # --adapt_threads_to_load=false and a pause before each request: see
+    # prefix_cache_bench.on_off_servers (a server sampling the load right after another's
+    # prefill computed on one thread).
+    common = [f"--model_repository={repo}", f"--policy={MODEL}", "--intra_op_threads=2",
+              "--adapt_threads_to_load=false"]
     ours = {"cache": Server(build, *common),
             "cache, no tail": Server(build, *common, "--prefix_cache_tail=0"),
             "cache off": Server(build, *common, "--prefix_cache_bytes=0")}
@@ -111,8 +116,10 @@ def main():
 
         def one(kind, prompt):
             for name, stub in stubs.items():
+                time.sleep(GAP_S)
                 times.setdefault((name, kind), []).append(
                     (time_to_first_token(stub, pb, MODEL, prompt), None))
+            time.sleep(GAP_S)
             elapsed, computed, cached = llama_completion(prompt)
             times.setdefault(("llama-server", kind), []).append((elapsed, (computed, cached)))
 
