@@ -84,8 +84,11 @@ def generate(stub, pb, model, prompt, n):
 
 
 def multi_turn(build, model, args, pb, pb_grpc, grpc):
-    threads = "--intra_op_threads=%d" % args.intra_op_threads
-    servers = {"on": start(build, threads), "off": start(build, threads, "--prefix_cache_bytes=0")}
+    # Each keeps its whole team: see prefix_cache_bench.on_off_servers (a server sampling the
+    # load right after the other's prefill computed on one thread).
+    threads = ("--intra_op_threads=%d" % args.intra_op_threads, "--adapt_threads_to_load=false")
+    servers = {"on": start(build, *threads),
+               "off": start(build, *threads, "--prefix_cache_bytes=0")}
     try:
         stubs = {k: pb_grpc.AttnServeStub(grpc.insecure_channel(s.target)) for k, (s, _) in servers.items()}
         rng = random.Random(11)
