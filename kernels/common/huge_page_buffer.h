@@ -10,11 +10,17 @@
 // time where the kernel has huge pages to give (THP "always" or "madvise"; with "never", or
 // no huge page free, it falls back to 4 KiB pages: the same memory, only slower to touch).
 //
-// How: its own anonymous mapping that starts on a 2 MiB boundary (its size rounded up to
-// 4 KiB only), unmapped when the tensor is freed. Out of the
-// allocator's heap on purpose: long-lived multi-MiB caches that the prefix cache keeps and
-// evicts in its own order would fragment the heap that a chunk's short-lived activations come
-// from, and make those fault in fresh pages too.
+// How: its own anonymous mapping that starts on a 2 MiB boundary, its size rounded up to 4 KiB
+// only (the part past its last whole huge page is in ordinary pages), unmapped when the tensor
+// is freed. Out of the allocator's heap on purpose: long-lived multi-MiB caches that the prefix
+// cache keeps and evicts in its own order would fragment the heap that a chunk's short-lived
+// activations come from, and make those fault in fresh pages too.
+//
+// Cost: with THP `defrag=madvise` the kernel may compact memory synchronously at an advised
+// fault. Measured here: a prefix-cache hit's 8 MB copy took 6-7 ms through this buffer against
+// 8-9 ms as a heap clone (one run, loaded machine), but 15 ms once when every hit's copy was
+// forced through it with its size rounded up to whole huge pages (docs/benchmarks.md, issue
+// #24's session-13 section). The rounding is not done for that reason.
 //
 // Contract: the result is a contiguous, uninitialised tensor of `sizes` with `options`, which
 // owns its memory (released when its last reference goes). Below kHugePageBufferMinBytes, or
