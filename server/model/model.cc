@@ -398,16 +398,20 @@ ModelState Model::CompactClone(const ModelState& state, int64_t reserve) const {
   return copy;
 }
 
-void Model::ReserveCaches(ModelState& state, int64_t tokens) const {
-  for (size_t i = 0; i < state.layers.size(); ++i) {
-    kernels::MixerState& layer = state.layers[i];
-    for (size_t k = 0; k < layer.tensors.size(); ++k) {
-      at::Tensor& t = layer.tensors[k];
-      if (IsGrowing(growing_caches_, i, k) && t.defined() && t.size(2) < layer.position + tokens) {
-        t = WithCapacity(t, layer.position, tokens);
+absl::Status Model::ReserveCaches(ModelState& state, int64_t tokens) const {
+  return kernels::GuardTorch("reserving KV caches", [&]() -> absl::Status {
+    for (size_t i = 0; i < state.layers.size(); ++i) {
+      kernels::MixerState& layer = state.layers[i];
+      for (size_t k = 0; k < layer.tensors.size(); ++k) {
+        at::Tensor& t = layer.tensors[k];
+        if (IsGrowing(growing_caches_, i, k) && t.defined() &&
+            t.size(2) < layer.position + tokens) {
+          t = WithCapacity(t, layer.position, tokens);
+        }
       }
     }
-  }
+    return absl::OkStatus();
+  });
 }
 
 int64_t Model::StepKeysRead(int64_t position) const {

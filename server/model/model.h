@@ -125,8 +125,10 @@ class Model {
   // one new buffer where it has less (the valid entries copied; the state's other tensors and a
   // cache with room are left alone). The scheduler calls it before a prompt's first chunk with
   // the prompt's length: a cache that grew by doubling copied its prefix at every doubling, and
-  // where a prefix-cache entry holds the old buffer, paged in fresh memory each time.
-  void ReserveCaches(ModelState& state, int64_t tokens) const;
+  // where a prefix-cache entry holds the old buffer, paged in fresh memory each time. An
+  // allocation that fails is an Internal status (the state is then as it was, or with some
+  // caches already given room: valid either way).
+  absl::Status ReserveCaches(ModelState& state, int64_t tokens) const;
   // A copy of `state` that shares its growing caches instead of copying them: their first
   // `position` entries never change (new tokens are written past `position`, in place or into a
   // new buffer: kernels/standard/kv_cache.h), so a state that is only read, and copied with

@@ -533,7 +533,10 @@ void BatchScheduler::RunPrefillChunk(Active& a, int64_t chunk) {
   if (state != nullptr && !a.caches_reserved) {
     // Room for the rest of the prompt and a first generated token, before the first chunk:
     // growing chunk by chunk would copy the cache at each doubling.
-    m.ReserveCaches(*state, a.remaining() + 1);
+    if (absl::Status reserved = m.ReserveCaches(*state, a.remaining() + 1); !reserved.ok()) {
+      Finish(a, reserved);
+      return;
+    }
     a.caches_reserved = true;
   }
   const at::Tensor tokens = a.job->tokens.narrow(1, a.consumed, chunk);

@@ -619,13 +619,13 @@ TEST(ModelTest, ReservedCachesComputeLikeTheOriginalWithoutRegrowing) {
 
   const ModelState shared = m.CloneSharingCaches(state);
   const void* before = state.layers[3].tensors[0].data_ptr();
-  m.ReserveCaches(state, 300);
+  ASSERT_TRUE(m.ReserveCaches(state, 300).ok());
   EXPECT_EQ(state.layers[3].tensors[0].size(2), 101 + 300);
   EXPECT_EQ(state.layers[3].tensors[1].size(2), 101 + 300);
   EXPECT_NE(state.layers[3].tensors[0].data_ptr(), before);
   EXPECT_EQ(shared.layers[3].tensors[0].data_ptr(), before);
   const void* reserved = state.layers[3].tensors[0].data_ptr();
-  m.ReserveCaches(state, 200);  // room already: untouched
+  ASSERT_TRUE(m.ReserveCaches(state, 200).ok());  // room already: untouched
   EXPECT_EQ(state.layers[3].tensors[0].data_ptr(), reserved);
   EXPECT_TRUE(at::equal(*m.Forward(next, &state, OutputKind::kLastLogits), want));
   EXPECT_EQ(state.layers[3].tensors[0].data_ptr(), reserved) << "no regrowth";
