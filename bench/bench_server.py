@@ -1,10 +1,26 @@
-"""What the Python benchmarks share: the CPU's name for their tables, and attnserve-server
-started on free ports (its gRPC target read from its log)."""
+"""What the Python benchmarks share: the CPU's name for their tables, attnserve-server
+started on free ports (its gRPC target read from its log), and the AttnServe client stubs."""
 
 import os
 import platform
 import re
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def attnserve_stubs():
+    """(grpc, inference_pb2, inference_pb2_grpc) for attnserve.v1, generated from the repository's
+    protos into a temporary folder (tests/integration/python_client_test.generate_stubs)."""
+    sys.path.insert(0, str(REPO / "tests" / "integration"))
+    import python_client_test as pct
+    pct.generate_stubs(str(REPO), tempfile.mkdtemp(prefix="attnserve_stubs_"))
+    import grpc
+    from attnserve.v1 import inference_pb2, inference_pb2_grpc
+    return grpc, inference_pb2, inference_pb2_grpc
 
 
 def cpu_name():

@@ -29,9 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from bench_server import Server, cpu_name  # noqa: E402
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-import python_client_test as pct  # noqa: E402  (generate_stubs)
+from bench_server import attnserve_stubs, Server, cpu_name  # noqa: E402
 
 
 def parse_args():
@@ -122,10 +120,7 @@ def run(build, models, args, pb, pb_grpc, grpc, common=()):
 def main():
     args = parse_args()
     build = os.path.abspath(args.build_dir)
-    tmp = tempfile.mkdtemp(prefix="attnserve_prefix_bench_")
-    pct.generate_stubs(str(REPO), tmp)
-    import grpc
-    from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+    grpc, pb, pb_grpc = attnserve_stubs()
     models = args.models.split(",")
     common = ()
     if args.mamba_130m:

@@ -37,10 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 GAP_S = 0.05  # idle before each request: the previous server's threads at rest
 sys.path.insert(0, str(REPO / "bench"))
 from batched_decode import MODEL, mamba_130m_repository  # noqa: E402
-from bench_server import Server, cpu_name  # noqa: E402
+from bench_server import attnserve_stubs, Server, cpu_name  # noqa: E402
 from prefix_cache_bench import time_to_first_token  # noqa: E402
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-import python_client_test as pct  # noqa: E402  (generate_stubs)
 
 LLAMA_PORT = 8089
 
@@ -86,10 +84,7 @@ def main():
     if not gguf.exists():
         subprocess.run([args.llamacpp, "convert", str(repo / MODEL), str(gguf), "f32"],
                        check=True, capture_output=True)
-    stubs_dir = tempfile.mkdtemp(prefix="stubs-", dir=work)
-    pct.generate_stubs(str(REPO), stubs_dir)
-    import grpc
-    from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+    grpc, pb, pb_grpc = attnserve_stubs()
 
     rng = random.Random(11)
     vocab = 50000

@@ -167,12 +167,14 @@ int main(int argc, char** argv) {
   arms.push_back(MakeArm("on", threads, on));
   arms.push_back(MakeArm("on_tail0", threads, on_tail0));
 
-  std::printf("%d rounds per row; each a distinct prompt to each scheduler (rotating order), "
-              "a sessionless last-logits job; --threads=%d\n\n",
-              rounds, threads);
-  std::printf("| model | prompt tokens | off (ms) | on (ms) | on / off, median of rounds [95%%] "
-              "| on_tail0 (ms) | on_tail0 / off [95%%] | page faults per prompt off / on / on_tail0 "
-              "|\n|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "%d rounds per row; each a distinct prompt to each scheduler (rotating order), "
+      "a sessionless last-logits job; --threads=%d\n\n",
+      rounds, threads);
+  std::printf(
+      "| model | prompt tokens | off (ms) | on (ms) | on / off, median of rounds [95%%] "
+      "| on_tail0 (ms) | on_tail0 / off [95%%] | page faults per prompt off / on / on_tail0 "
+      "|\n|---|---|---|---|---|---|---|---|\n");
   std::mt19937_64 rng(20261202);
   for (absl::string_view name : absl::StrSplit(models_flag, ',', absl::SkipEmpty())) {
     const model::Model* m = (*repo)->Find(std::string(name));
@@ -204,7 +206,8 @@ int main(int argc, char** argv) {
       const auto [on_lo, on_hi] = BootstrapMedian(on_ratio, 1);
       const auto [t0_lo, t0_hi] = BootstrapMedian(tail0_ratio, 2);
       std::printf(
-          "| %s | %lld | %.2f | %.2f | %.3f [%.3f, %.3f] | %.2f | %.3f [%.3f, %.3f] | %lld / %lld / "
+          "| %s | %lld | %.2f | %.2f | %.3f [%.3f, %.3f] | %.2f | %.3f [%.3f, %.3f] | %lld / %lld "
+          "/ "
           "%lld |\n",
           std::string(name).c_str(), static_cast<long long>(n), Median(ms[0]), Median(ms[1]),
           Median(on_ratio), on_lo, on_hi, Median(ms[2]), Median(tail0_ratio), t0_lo, t0_hi,

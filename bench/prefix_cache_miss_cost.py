@@ -24,16 +24,13 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from bench_server import cpu_name  # noqa: E402
+from bench_server import attnserve_stubs, cpu_name  # noqa: E402
 from prefix_cache_bench import on_off_servers, time_to_first_token  # noqa: E402
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-import python_client_test as pct  # noqa: E402  (generate_stubs)
 
 
 def parse_args():
@@ -61,10 +58,7 @@ def bootstrap_median(values, rng, resamples=2000):
 def main():
     args = parse_args()
     build = os.path.abspath(args.build_dir)
-    tmp = tempfile.mkdtemp(prefix="attnserve_miss_cost_")
-    pct.generate_stubs(str(REPO), tmp)
-    import grpc
-    from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+    grpc, pb, pb_grpc = attnserve_stubs()
     models, lengths = args.models.split(","), [int(n) for n in args.lengths.split(",")]
     threads = "--intra_op_threads=%d" % args.intra_op_threads
     servers = on_off_servers(build, args.intra_op_threads, on_flags=args.on_flags.split())

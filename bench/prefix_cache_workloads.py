@@ -20,17 +20,14 @@ import random
 import re
 import statistics
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from bench_server import Server, cpu_name  # noqa: E402
+from bench_server import attnserve_stubs, Server, cpu_name  # noqa: E402
 from prefix_cache_bench import time_to_first_token  # noqa: E402
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-import python_client_test as pct  # noqa: E402  (generate_stubs)
 
 
 def parse_args():
@@ -139,10 +136,7 @@ def memory(build, model, args, pb, pb_grpc, grpc):
 def main():
     args = parse_args()
     build = os.path.abspath(args.build_dir)
-    tmp = tempfile.mkdtemp(prefix="attnserve_prefix_workloads_")
-    pct.generate_stubs(str(REPO), tmp)
-    import grpc
-    from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc as pb_grpc
+    grpc, pb, pb_grpc = attnserve_stubs()
     print("cpu: %s; --intra_op_threads=%d" % (cpu_name(), args.intra_op_threads))
     for model in args.models.split(","):
         ttft, prompt_tokens, hit = multi_turn(build, model, args, pb, pb_grpc, grpc)
