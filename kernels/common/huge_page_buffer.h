@@ -22,6 +22,11 @@
 // forced through it with its size rounded up to whole huge pages (docs/benchmarks.md, issue
 // #24's session-13 section). The rounding is not done for that reason.
 //
+// Mappings: one per buffer. The kernel's limit (vm.max_map_count, 65530 by default) is far above
+// what the state budget and the prefix cache's bound allow in buffers of 2 MiB or more (8 GiB
+// and 1 GiB by default: under 5,000); a mapping refused is std::bad_alloc, which the kernels'
+// GuardTorch turns into a status.
+//
 // Contract: the result is a contiguous, uninitialised tensor of `sizes` with `options`, which
 // owns its memory (released when its last reference goes). Below kHugePageBufferMinBytes, or
 // off the CPU, it is a plain at::empty. Thread-safe.
