@@ -44,14 +44,18 @@ ATTNSERVE_VEC_INLINE void PortableChunk(const uint16_t* const* w, const uint32_t
 // pairs each.
 template <int WR, int XR>
 ATTNSERVE_VEC_INLINE void PortableTile(const uint16_t* const* w, const uint32_t* const* x,
-                                       int64_t words, float* const* y, int64_t j) {
+                                       int64_t words, float* const* y, int64_t j,
+                                       NextTilePrefetch pf) {
   Float16 acc[WR][XR] = {};
   const uint16_t* wc[WR];
   const uint32_t* xc[XR];
   const int64_t full = words - words % kChunkWords;
   for (int64_t k = 0; k < full; k += kChunkWords) {
+    pf.Step();
     for (int i = 0; i < WR; ++i) {
-      __builtin_prefetch(w[i] + 2 * k + kPrefetchBytes / sizeof(uint16_t));
+      if (pf.lines_per_step == 0) {
+        __builtin_prefetch(w[i] + 2 * k + kPrefetchBytes / sizeof(uint16_t));
+      }
       wc[i] = w[i] + 2 * k;
     }
     for (int l = 0; l < XR; ++l) xc[l] = x[l] + k;
@@ -81,7 +85,7 @@ ATTNSERVE_VEC_INLINE void PortableTile(const uint16_t* const* w, const uint32_t*
 template <int WR, int XR>
 ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
                                                   const uint32_t* const* x, int64_t words,
-                                                  float* const* y, int64_t j) {
+                                                  float* const* y, int64_t j, NextTilePrefetch pf) {
   __m512 acc[WR][XR];
   for (int i = 0; i < WR; ++i) {
     for (int l = 0; l < XR; ++l) acc[i][l] = _mm512_setzero_ps();
@@ -89,8 +93,11 @@ ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
   int64_t k = 0;
   for (; k + kChunkWords <= words; k += kChunkWords) {
     __m512i wv[WR];
+    pf.Step();
     for (int i = 0; i < WR; ++i) {
-      __builtin_prefetch(w[i] + 2 * k + kPrefetchBytes / sizeof(uint16_t));
+      if (pf.lines_per_step == 0) {
+        __builtin_prefetch(w[i] + 2 * k + kPrefetchBytes / sizeof(uint16_t));
+      }
       wv[i] = _mm512_loadu_si512(w[i] + 2 * k);
     }
     for (int l = 0; l < XR; ++l) {
@@ -122,21 +129,27 @@ ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
 #endif  // ATTNSERVE_BF16DOT_X86
 
 // Weight rows [begin, end) against every row of X: one task. `Tile` is a tile template's name.
-#define ATTNSERVE_BF16DOT_ROWS(Tile)                                        \
-  for (int64_t j = begin; j < end; j += kTileW) {                           \
-    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));    \
-    const uint16_t* wp[kTileW] = {};                                        \
-    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;           \
-    for (int64_t l = 0; l < rows; l += kTileX) {                            \
-      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l)); \
-      const uint32_t* xp[kTileX] = {};                                      \
-      float* yp[kTileX] = {};                                               \
-      for (int r = 0; r < xr; ++r) {                                        \
-        xp[r] = x + (l + r) * words;                                        \
-        yp[r] = y + (l + r) * out;                                          \
-      }                                                                     \
-      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j)             \
-    }                                                                       \
+#define ATTNSERVE_BF16DOT_ROWS(Tile)                                                            \
+  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = words / kChunkWords;             \
+  for (int64_t j = begin; j < end; j += kTileW) {                                               \
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));                        \
+    const uint16_t* wp[kTileW] = {};                                                            \
+    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;                               \
+    const uint16_t* next = w + (j + wr) * 2 * words;                                            \
+    const uint16_t* next_end = w + std::min(end, j + wr + kTileW) * 2 * words;                  \
+    for (int64_t l = 0; l < rows; l += kTileX) {                                                \
+      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));                     \
+      const uint32_t* xp[kTileX] = {};                                                          \
+      float* yp[kTileX] = {};                                                                   \
+      for (int r = 0; r < xr; ++r) {                                                            \
+        xp[r] = x + (l + r) * words;                                                            \
+        yp[r] = y + (l + r) * out;                                                              \
+      }                                                                                         \
+      const NextTilePrefetch pf = passes > 1                                                    \
+                                      ? PassPrefetch(next, next_end, l / kTileX, passes, steps) \
+                                      : NextTilePrefetch{};                                     \
+      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j, pf)                             \
+    }                                                                                           \
   }
 
 ATTNSERVE_MULTIVERSION

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/common/skinny_tiles.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define ATTNSERVE_INT8_X86 1
@@ -18,6 +20,9 @@
 
 namespace attnserve::kernels {
 namespace {
+
+using skinny::NextTilePrefetch;
+using skinny::PassPrefetch;
 
 // One row of X as the products read it: q (in) int8, d (in / kInt8Block) scales, and for
 // vpdpbusd (which multiplies unsigned by signed bytes: it sees q_w + 128) c (in / 4) =
@@ -158,7 +163,7 @@ ATTNSERVE_VNNI_TARGET inline __m512 PairScales(const float* s, bool both) {
 template <int WR, int XR>
 ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float* const* wd,
                                            const QuantizedX& x, int64_t l0, int64_t nb, float* y,
-                                           int64_t out, int64_t j) {
+                                           int64_t out, int64_t j, NextTilePrefetch pf) {
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[WR][XR];
   for (int i = 0; i < WR; ++i) {
@@ -171,8 +176,9 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float*
     const int64_t k = 64 * t;
     __m512i wv[WR];
     __m512 ws[WR];
+    pf.Step();
     for (int i = 0; i < WR; ++i) {
-      __builtin_prefetch(wq[i] + k + 512);
+      if (pf.lines_per_step == 0) __builtin_prefetch(wq[i] + k + 512);
       wv[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, wq[i] + k), bias);
       ws[i] = PairScales(wd[i] + 2 * t, both);
     }
@@ -197,21 +203,31 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float*
 
 constexpr int kTileW = 4, kTileX = 4;
 
+// `next`, `next_end`: the next weight tile's bytes, prefetched while this one meets X's tiles
+// (skinny_tiles.h's NextTilePrefetch).
 template <int WR>
 ATTNSERVE_VNNI_TARGET void VnniTileRows(const int8_t* const* wq, const float* const* wd,
                                         const QuantizedX& x, int64_t rows, int64_t nb, float* y,
-                                        int64_t out, int64_t j) {
+                                        int64_t out, int64_t j, const int8_t* next,
+                                        const int8_t* next_end) {
+  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = (nb + 1) / 2;
+  auto pass_prefetch = [&](int64_t l) {
+    return passes > 1 ? PassPrefetch(next, next_end, l / kTileX, passes, steps)
+                      : NextTilePrefetch{};
+  };
   int64_t l = 0;
-  for (; l + kTileX <= rows; l += kTileX) VnniTile<WR, kTileX>(wq, wd, x, l, nb, y, out, j);
+  for (; l + kTileX <= rows; l += kTileX) {
+    VnniTile<WR, kTileX>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
+  }
   switch (rows - l) {
     case 3:
-      VnniTile<WR, 3>(wq, wd, x, l, nb, y, out, j);
+      VnniTile<WR, 3>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
       break;
     case 2:
-      VnniTile<WR, 2>(wq, wd, x, l, nb, y, out, j);
+      VnniTile<WR, 2>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
       break;
     case 1:
-      VnniTile<WR, 1>(wq, wd, x, l, nb, y, out, j);
+      VnniTile<WR, 1>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
       break;
   }
 }
@@ -228,18 +244,20 @@ void VnniRows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int6
       wq[i] = w + (j + i) * in;
       wd[i] = ws + (j + i) * nb;
     }
+    const int8_t* next = w + (j + wr) * in;
+    const int8_t* next_end = w + std::min(end, j + wr + kTileW) * in;
     switch (wr) {
       case 4:
-        VnniTileRows<4>(wq, wd, x, rows, nb, y, out, j);
+        VnniTileRows<4>(wq, wd, x, rows, nb, y, out, j, next, next_end);
         break;
       case 3:
-        VnniTileRows<3>(wq, wd, x, rows, nb, y, out, j);
+        VnniTileRows<3>(wq, wd, x, rows, nb, y, out, j, next, next_end);
         break;
       case 2:
-        VnniTileRows<2>(wq, wd, x, rows, nb, y, out, j);
+        VnniTileRows<2>(wq, wd, x, rows, nb, y, out, j, next, next_end);
         break;
       case 1:
-        VnniTileRows<1>(wq, wd, x, rows, nb, y, out, j);
+        VnniTileRows<1>(wq, wd, x, rows, nb, y, out, j, next, next_end);
         break;
     }
   }

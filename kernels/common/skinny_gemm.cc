@@ -21,13 +21,14 @@ using vec::kLanes;
 // arithmetic for every tile shape.
 template <int WR, int XR>
 ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, int64_t in,
-                                  float* const* y, int64_t j) {
+                                  float* const* y, int64_t j, NextTilePrefetch pf) {
   const int64_t vec_in = in - in % kLanes;
   Float16 acc[WR][XR] = {};
   for (int64_t k = 0; k < vec_in; k += kLanes) {
     Float16 wv[WR], xv[XR];
+    pf.Step();
     for (int i = 0; i < WR; ++i) {
-      __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(float));
+      if (pf.lines_per_step == 0) __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(float));
       wv[i] = vec::Load(w[i] + k);
     }
     for (int l = 0; l < XR; ++l) xv[l] = vec::Load(x[l] + k);
@@ -49,14 +50,17 @@ ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, 
 template <int WR, int XR>
 ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const* xe,
                                    const float* const* xo, const float* const* x, int64_t in,
-                                   float* const* y, int64_t j) {
+                                   float* const* y, int64_t j, NextTilePrefetch pf) {
   constexpr int64_t kStep = 2 * kLanes;
   const int64_t vec_in = in - in % kStep;
   Float16 acc[WR][XR] = {};
   for (int64_t k = 0; k < vec_in; k += kStep) {
     Float16 even[WR], odd[WR];
+    pf.Step();
     for (int i = 0; i < WR; ++i) {
-      __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(uint16_t));
+      if (pf.lines_per_step == 0) {
+        __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(uint16_t));
+      }
       LoadBf16Pairs(w[i] + k, &even[i], &odd[i]);
     }
     for (int l = 0; l < XR; ++l) {
@@ -77,10 +81,13 @@ ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const*
 ATTNSERVE_MULTIVERSION
 void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float* x,
              int64_t x_stride, int64_t rows, float* y, int64_t out) {
+  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = in / kLanes;
   for (int64_t j = begin; j < end; j += kTileW) {
     const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
     const float* wp[kTileW] = {};
     for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * in;
+    const float* next = w + (j + wr) * in;
+    const float* next_end = w + std::min(end, j + wr + kTileW) * in;
     for (int64_t l = 0; l < rows; l += kTileX) {
       const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));
       const float* xp[kTileX] = {};
@@ -89,7 +96,9 @@ void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float
         xp[r] = x + (l + r) * x_stride;
         yp[r] = y + (l + r) * out;
       }
-      ATTNSERVE_TILE_SWITCH(F32Tile, wr, xr, wp, xp, in, yp, j)
+      const NextTilePrefetch pf =
+          passes > 1 ? PassPrefetch(next, next_end, l / kTileX, passes, steps) : NextTilePrefetch{};
+      ATTNSERVE_TILE_SWITCH(F32Tile, wr, xr, wp, xp, in, yp, j, pf)
     }
   }
 }
@@ -98,10 +107,13 @@ ATTNSERVE_MULTIVERSION
 void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const float* even,
               const float* odd, int64_t half, const float* x, int64_t x_stride, int64_t rows,
               float* y, int64_t out) {
+  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = in / (2 * kLanes);
   for (int64_t j = begin; j < end; j += kTileW) {
     const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
     const uint16_t* wp[kTileW] = {};
     for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * in;
+    const uint16_t* next = w + (j + wr) * in;
+    const uint16_t* next_end = w + std::min(end, j + wr + kTileW) * in;
     for (int64_t l = 0; l < rows; l += kTileX) {
       const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));
       const float *xe[kTileX] = {}, *xo[kTileX] = {}, *xp[kTileX] = {};
@@ -112,7 +124,9 @@ void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const f
         xp[r] = x + (l + r) * x_stride;
         yp[r] = y + (l + r) * out;
       }
-      ATTNSERVE_TILE_SWITCH(Bf16Tile, wr, xr, wp, xe, xo, xp, in, yp, j)
+      const NextTilePrefetch pf =
+          passes > 1 ? PassPrefetch(next, next_end, l / kTileX, passes, steps) : NextTilePrefetch{};
+      ATTNSERVE_TILE_SWITCH(Bf16Tile, wr, xr, wp, xe, xo, xp, in, yp, j, pf)
     }
   }
 }
