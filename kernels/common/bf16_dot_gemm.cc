@@ -129,27 +129,25 @@ ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
 #endif  // ATTNSERVE_BF16DOT_X86
 
 // Weight rows [begin, end) against every row of X: one task. `Tile` is a tile template's name.
-#define ATTNSERVE_BF16DOT_ROWS(Tile)                                                            \
-  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = words / kChunkWords;             \
-  for (int64_t j = begin; j < end; j += kTileW) {                                               \
-    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));                        \
-    const uint16_t* wp[kTileW] = {};                                                            \
-    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;                               \
-    const uint16_t* next = w + (j + wr) * 2 * words;                                            \
-    const uint16_t* next_end = w + std::min(end, j + wr + kTileW) * 2 * words;                  \
-    for (int64_t l = 0; l < rows; l += kTileX) {                                                \
-      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));                     \
-      const uint32_t* xp[kTileX] = {};                                                          \
-      float* yp[kTileX] = {};                                                                   \
-      for (int r = 0; r < xr; ++r) {                                                            \
-        xp[r] = x + (l + r) * words;                                                            \
-        yp[r] = y + (l + r) * out;                                                              \
-      }                                                                                         \
-      const NextTilePrefetch pf = passes > 1                                                    \
-                                      ? PassPrefetch(next, next_end, l / kTileX, passes, steps) \
-                                      : NextTilePrefetch{};                                     \
-      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j, pf)                             \
-    }                                                                                           \
+#define ATTNSERVE_BF16DOT_ROWS(Tile)                                                       \
+  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = words / kChunkWords;        \
+  for (int64_t j = begin; j < end; j += kTileW) {                                          \
+    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));                   \
+    const uint16_t* wp[kTileW] = {};                                                       \
+    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * 2 * words;                          \
+    const uint16_t* next = w + (j + wr) * 2 * words;                                       \
+    const uint16_t* next_end = w + std::min(end, j + wr + kTileW) * 2 * words;             \
+    for (int64_t l = 0; l < rows; l += kTileX) {                                           \
+      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));                \
+      const uint32_t* xp[kTileX] = {};                                                     \
+      float* yp[kTileX] = {};                                                              \
+      for (int r = 0; r < xr; ++r) {                                                       \
+        xp[r] = x + (l + r) * words;                                                       \
+        yp[r] = y + (l + r) * out;                                                         \
+      }                                                                                    \
+      const NextTilePrefetch pf = PassPrefetch(next, next_end, l / kTileX, passes, steps); \
+      ATTNSERVE_TILE_SWITCH(Tile, wr, xr, wp, xp, words, yp, j, pf)                        \
+    }                                                                                      \
   }
 
 ATTNSERVE_MULTIVERSION

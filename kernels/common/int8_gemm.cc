@@ -212,8 +212,7 @@ ATTNSERVE_VNNI_TARGET void VnniTileRows(const int8_t* const* wq, const float* co
                                         const int8_t* next_end) {
   const int64_t passes = (rows + kTileX - 1) / kTileX, steps = (nb + 1) / 2;
   auto pass_prefetch = [&](int64_t l) {
-    return passes > 1 ? PassPrefetch(next, next_end, l / kTileX, passes, steps)
-                      : NextTilePrefetch{};
+    return PassPrefetch(next, next_end, l / kTileX, passes, steps);
   };
   int64_t l = 0;
   for (; l + kTileX <= rows; l += kTileX) {

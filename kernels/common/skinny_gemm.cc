@@ -96,8 +96,7 @@ void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float
         xp[r] = x + (l + r) * x_stride;
         yp[r] = y + (l + r) * out;
       }
-      const NextTilePrefetch pf =
-          passes > 1 ? PassPrefetch(next, next_end, l / kTileX, passes, steps) : NextTilePrefetch{};
+      const NextTilePrefetch pf = PassPrefetch(next, next_end, l / kTileX, passes, steps);
       ATTNSERVE_TILE_SWITCH(F32Tile, wr, xr, wp, xp, in, yp, j, pf)
     }
   }
@@ -124,8 +123,7 @@ void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const f
         xp[r] = x + (l + r) * x_stride;
         yp[r] = y + (l + r) * out;
       }
-      const NextTilePrefetch pf =
-          passes > 1 ? PassPrefetch(next, next_end, l / kTileX, passes, steps) : NextTilePrefetch{};
+      const NextTilePrefetch pf = PassPrefetch(next, next_end, l / kTileX, passes, steps);
       ATTNSERVE_TILE_SWITCH(Bf16Tile, wr, xr, wp, xe, xo, xp, in, yp, j, pf)
     }
   }
