@@ -36,20 +36,22 @@ ATTNSERVE_VEC_INLINE void LoadBf16Pairs(const uint16_t* p, Float16* even, Float1
   std::memcpy(odd, &hi, sizeof(*odd));
 }
 
-// How far ahead of the current column each weight row is prefetched. A tile streams 4 rows at
-// once and rows are short (1.5-3 KB), too short for the hardware prefetcher to get ahead of
-// them: without this, a decode step's mid-sized matrices stream at 14 GB/s (bfloat16) instead
-// of the ~30 GB/s the memory gives. Past the end of a row it fetches the next tile's rows.
+// How far ahead of the current column each weight row is prefetched where there is no next
+// tile to prefetch (a task's last tile; rows shorter than one vector step). Rows are short
+// (1.5-3 KB), too short for the hardware prefetcher to get ahead of them.
 constexpr int64_t kPrefetchBytes = 512;
 
 constexpr int kTileW = 4, kTileX = 4;
 
-// With more than one tile of X's rows, a weight tile is read once from memory and then from L1
-// for each further tile of X: a batch's product alternated a memory-bound pass with
-// compute-bound ones (mamba-130m's lm_head at 16 rows: 75 GFLOP/s, its weights at 9 GB/s).
-// Instead, while the current weight tile meets X's tiles, the next weight tile is prefetched
-// into L2, spread evenly over every k-step of every pass, so the memory works while the
-// multiply-adds do. `Step` is called once per k-step; with lines_per_step 0 it does nothing.
+// While the current weight tile meets X's tiles of rows, the next weight tile of the task is
+// prefetched into L2, spread evenly over every k-step of every pass. Measured on mamba-130m's
+// matrices (bench/linear_bench.cc, docs/benchmarks.md "Skinny products fed a tile ahead"):
+// - a batch of rows reads a weight tile once from memory and then from L1 for each further
+//   tile of X; prefetching only within the tile, the products alternated a memory-bound pass
+//   with compute-bound ones (the lm_head at 16 rows: 75 GFLOP/s, its weights at 9 GB/s);
+// - one row streams at a prefetch distance of a whole tile (3-12 KB) instead of 512 bytes a
+//   row: the lm_head's float32 weights at ~30 GB/s instead of ~20.
+// `Step` is called once per k-step; with lines_per_step 0 it does nothing.
 struct NextTilePrefetch {
   const char* next = nullptr;
   const char* end = nullptr;
