@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels/common/skinny_tiles.h"
@@ -154,10 +155,24 @@ ATTNSERVE_MULTIVERSION
 void PortableRows(const uint16_t* w, int64_t begin, int64_t end, int64_t words, const uint32_t* x,
                   int64_t rows, float* y, int64_t out){ATTNSERVE_BF16DOT_ROWS(PortableTile)}
 #if ATTNSERVE_BF16DOT_X86
-ATTNSERVE_BF16DOT_TARGET void HardwareRows(const uint16_t* w, int64_t begin, int64_t end,
-                                           int64_t words, const uint32_t* x, int64_t rows, float* y,
-                                           int64_t out){ATTNSERVE_BF16DOT_ROWS(HardwareTile)}
+ATTNSERVE_BF16DOT_TARGET
+    void HardwareRows(const uint16_t* w, int64_t begin, int64_t end, int64_t words,
+                      const uint32_t* x, int64_t rows, float* y, int64_t out) {
+  ATTNSERVE_BF16DOT_ROWS(HardwareTile)
+}
 #endif
+
+// RoundToBf16 on 16 lanes (the bfloat16 bits in each lane's low half), branch-free.
+ATTNSERVE_VEC_INLINE UInt32x16 RoundVector(Float16 v) {
+  UInt32x16 bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  const UInt32x16 nan = (bits >> 16) | 0x40u;
+  const UInt32x16 signed_zero = (bits >> 16) & 0x8000u;
+  UInt32x16 r = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  r = (bits & 0x7F800000u) == 0 ? signed_zero : r;
+  r = (bits & 0x7FFFFFFFu) > 0x7F800000u ? nan : r;
+  return r;
+}
 
 Bf16DotIsa Resolve(Bf16DotIsa isa) {
   if (isa != Bf16DotIsa::kAuto) return isa;
@@ -209,19 +224,37 @@ uint16_t RoundToBf16(float value) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+ATTNSERVE_MULTIVERSION
+void RoundRowsToBf16Pairs(const float* x, int64_t x_stride, int64_t rows, int64_t words,
+                          uint32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * x_stride;
+    uint32_t* p = out + r * words;
+    int64_t c = 0;
+    for (; c + kLanes <= words; c += kLanes) {  // 32 floats -> 16 words
+      const UInt32x16 lo = RoundVector(vec::Load(row + 2 * c));
+      const UInt32x16 hi = RoundVector(vec::Load(row + 2 * c + kLanes));
+      const UInt32x16 even = __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20,
+                                                     22, 24, 26, 28, 30);
+      const UInt32x16 odd = __builtin_shufflevector(lo, hi, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21,
+                                                    23, 25, 27, 29, 31);
+      const UInt32x16 words16 = even | (odd << 16);
+      std::memcpy(p + c, &words16, sizeof(words16));
+    }
+    for (; c < words; ++c) {
+      p[c] = RoundToBf16(row[2 * c]) | static_cast<uint32_t>(RoundToBf16(row[2 * c + 1])) << 16;
+    }
+  }
+}
+
 void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                        int64_t rows, float* y, Bf16DotIsa isa) {
   isa = isa == Bf16DotIsa::kAuto ? Bf16DotIsaInUse() : isa;
   const int64_t words = in / 2;
-  std::vector<uint32_t> pairs(static_cast<size_t>(rows * words));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * x_stride;
-    uint32_t* p = pairs.data() + r * words;
-    for (int64_t c = 0; c < words; ++c) {
-      p[c] = RoundToBf16(row[2 * c]) | static_cast<uint32_t>(RoundToBf16(row[2 * c + 1])) << 16;
-    }
-  }
-  const uint32_t* xp = pairs.data();
+  // Not value-initialized: every word is written below (this runs on one thread, per call).
+  std::unique_ptr<uint32_t[]> pairs(new uint32_t[static_cast<size_t>(rows * words)]);
+  RoundRowsToBf16Pairs(x, x_stride, rows, words, pairs.get());
+  const uint32_t* xp = pairs.get();
   at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows),
                    [&](int64_t begin, int64_t end) {
                      begin *= kTileW;

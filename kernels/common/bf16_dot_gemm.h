@@ -35,6 +35,12 @@ const char* Bf16DotIsaName(Bf16DotIsa isa);
 // float32 -> bfloat16 bits as defined above (NaN stays a quiet NaN).
 uint16_t RoundToBf16(float value);
 
+// Rows of X as the product reads them: out[r * words + c] = RoundToBf16(x[r][2c]) |
+// RoundToBf16(x[r][2c + 1]) << 16, for c < words; the same bits as RoundToBf16, as vector code.
+// x has row stride x_stride (elements); out is (rows, words) contiguous.
+void RoundRowsToBf16Pairs(const float* x, int64_t x_stride, int64_t rows, int64_t words,
+                          uint32_t* out);
+
 void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                        int64_t rows, float* y, Bf16DotIsa isa = Bf16DotIsa::kAuto);
 

@@ -134,6 +134,44 @@ TEST(Bf16DotGemmTest, RoundToBf16RoundsToNearestEvenAndFlushesDenormals) {
   EXPECT_TRUE(std::isnan(Widen(RoundToBf16(std::nanf("")))));
 }
 
+// The vector conversion of X's rows gives RoundToBf16's bits for every kind of float: random
+// bit patterns (NaNs, infinities, denormals, ties), rows whose word count leaves a scalar tail,
+// rows read with a stride.
+TEST(Bf16DotGemmTest, RoundRowsToBf16PairsGivesRoundToBf16sBits) {
+  std::mt19937 gen(5);
+  const std::vector<float> specials = {0.0f,
+                                       -0.0f,
+                                       1.0f + 1.0f / 256,
+                                       -1e-40f,
+                                       1e-45f,
+                                       std::numeric_limits<float>::max(),
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity(),
+                                       std::nanf(""),
+                                       -std::nanf("")};
+  for (int64_t words : {1, 15, 16, 17, 48, 389}) {
+    const int64_t rows = 3, stride = 2 * words + 7;
+    std::vector<float> x(rows * stride);
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (i % 5 == 0) {
+        x[i] = specials[(i / 5) % specials.size()];
+      } else {
+        const uint32_t bits = gen();
+        std::memcpy(&x[i], &bits, sizeof(bits));
+      }
+    }
+    std::vector<uint32_t> got(rows * words);
+    RoundRowsToBf16Pairs(x.data(), stride, rows, words, got.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < words; ++c) {
+        const uint32_t want = RoundToBf16(x[r * stride + 2 * c]) |
+                              static_cast<uint32_t>(RoundToBf16(x[r * stride + 2 * c + 1])) << 16;
+        ASSERT_EQ(got[r * words + c], want) << "words " << words << " row " << r << " word " << c;
+      }
+    }
+  }
+}
+
 // LinearWeight with kBfloat16Dot: decode rows through these products (activations rounded),
 // within bfloat16's rounding of the float32 product; an odd `in` keeps exact activations.
 TEST(Bf16DotGemmTest, LinearWeightUsesThemForDecodeRows) {
