@@ -50,6 +50,80 @@ void ConvRows(const CausalConv1dParams& p, int64_t b, int64_t t0, int64_t t1,
   }
 }
 
+// One decode step (seqlen 1) of row b for the usual width 4, straight from the state's
+// (dim, 4) layout: each block of 16 channels' taps is a 4x4 transpose of 4-float groups in
+// registers, in and out, instead of the two scalar transposes through `history`. The same
+// arithmetic as ConvRows at t = 0 (bias, then taps 1..3 of the state and the input, in order).
+ATTNSERVE_MULTIVERSION
+void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
+  const float* x = p.in + b * p.in_batch_stride;
+  float* out = p.out + b * p.dim;
+  const float* wt = p.weight_t;
+  int64_t c = 0;
+  for (; c + kLanes <= p.dim; c += kLanes) {
+    float* s = state + c * 4;
+    const Float16 v0 = vec::Load(s), v1 = vec::Load(s + 16), v2 = vec::Load(s + 32),
+                  v3 = vec::Load(s + 48);
+    // Taps (0, 1) and (2, 3) of channels 0-7 and 8-15, then each tap of all 16.
+    const Float16 a01 =
+        __builtin_shufflevector(v0, v1, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const Float16 b01 =
+        __builtin_shufflevector(v0, v1, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    const Float16 a23 =
+        __builtin_shufflevector(v2, v3, 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const Float16 b23 =
+        __builtin_shufflevector(v2, v3, 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    const Float16 t1 = __builtin_shufflevector(a01, a23, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                               25, 27, 29, 31);
+    const Float16 t2 = __builtin_shufflevector(b01, b23, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22,
+                                               24, 26, 28, 30);
+    const Float16 t3 = __builtin_shufflevector(b01, b23, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                               25, 27, 29, 31);
+    const Float16 xc = vec::Load(x + c);
+    Float16 acc = vec::Load(p.bias + c);
+    acc += vec::Load(wt + c) * t1;
+    acc += vec::Load(wt + p.dim + c) * t2;
+    acc += vec::Load(wt + 2 * p.dim + c) * t3;
+    acc += vec::Load(wt + 3 * p.dim + c) * xc;
+    vec::Store(out + c, vec::Silu(acc));
+    // The new taps (t1, t2, t3, x), interleaved back into (channel, tap) order.
+    const Float16 n01 =
+        __builtin_shufflevector(t1, t2, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const Float16 m01 =
+        __builtin_shufflevector(t3, xc, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const Float16 n23 = __builtin_shufflevector(t1, t2, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13,
+                                                29, 14, 30, 15, 31);
+    const Float16 m23 = __builtin_shufflevector(t3, xc, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13,
+                                                29, 14, 30, 15, 31);
+    vec::Store(s, __builtin_shufflevector(n01, m01, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7,
+                                          22, 23));
+    vec::Store(s + 16, __builtin_shufflevector(n01, m01, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28,
+                                               29, 14, 15, 30, 31));
+    vec::Store(s + 32, __builtin_shufflevector(n23, m23, 0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21,
+                                               6, 7, 22, 23));
+    vec::Store(s + 48, __builtin_shufflevector(n23, m23, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28,
+                                               29, 14, 15, 30, 31));
+  }
+  if (c < p.dim) {  // the last channels, through arrays
+    const int n = static_cast<int>(p.dim - c);
+    float taps[3][kLanes] = {};
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < 3; ++k) taps[k][i] = state[(c + i) * 4 + k + 1];
+    }
+    const Float16 xc = vec::LoadPartial(x + c, n);
+    Float16 acc = vec::LoadPartial(p.bias + c, n);
+    for (int k = 0; k < 3; ++k) {
+      acc += vec::LoadPartial(wt + k * p.dim + c, n) * vec::LoadPartial(taps[k], n);
+    }
+    acc += vec::LoadPartial(wt + 3 * p.dim + c, n) * xc;
+    vec::StorePartial(out + c, vec::Silu(acc), n);
+    for (int i = 0; i < n; ++i) {
+      for (int k = 0; k < 3; ++k) state[(c + i) * 4 + k] = taps[k][i];
+      state[(c + i) * 4 + 3] = x[c + i];
+    }
+  }
+}
+
 }  // namespace
 
 void CausalConv1dSiluCpu(const CausalConv1dParams& p) {
@@ -70,6 +144,12 @@ void CausalConv1dSiluCpu(const CausalConv1dParams& p) {
       for (int64_t c = 0; c < dim; ++c) state[c * w + k] = row[c];
     }
   };
+  if (p.seqlen == 1 && w == 4) {
+    at::parallel_for(0, p.batch, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) StepWidth4(p, b, state_of(b));
+    });
+    return;
+  }
   constexpr int64_t kRowsPerTask = 64;
   const int64_t row_blocks = (p.seqlen + kRowsPerTask - 1) / kRowsPerTask;
   if (row_blocks == 1) {

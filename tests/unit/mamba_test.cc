@@ -39,9 +39,11 @@ TEST_P(MambaReferenceTest, MatchesFloat64Reference) {
 }
 
 // d_model 40 gives d_inner 80: five full vector blocks; 24 gives 48 (three); 20 gives 40, a
-// partial block of 8 channels. L = 1, L below and above the 64-row conv block.
+// partial block of 8 channels. L = 1 (the conv's width-4 step path, with and without a partial
+// block), L below and above the 64-row conv block.
 INSTANTIATE_TEST_SUITE_P(Shapes, MambaReferenceTest,
-                         ::testing::Values(MambaShape{1, 1, 32, 16, 4}, MambaShape{2, 7, 20, 16, 4},
+                         ::testing::Values(MambaShape{1, 1, 32, 16, 4}, MambaShape{3, 1, 20, 16, 4},
+                                           MambaShape{2, 7, 20, 16, 4},
                                            MambaShape{1, 63, 40, 16, 4},
                                            MambaShape{2, 65, 24, 8, 3},
                                            MambaShape{1, 200, 64, 16, 4},
