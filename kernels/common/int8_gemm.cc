@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/common/skinny_tiles.h"
+#include "kernels/common/vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -52,6 +53,45 @@ void QuantizeBlock(const float* v, int64_t n, int8_t* q, float* d_out) {
   *d_out = d;
 }
 
+// QuantizeBlock for kInt8Block (32) elements as two vectors: the same bits. amax ignores NaNs
+// as std::max does; round() is trunc() plus a carry for fractions of at least one half
+// (the fraction s - trunc(s) is exact for |s| < 2^23); a NaN product quantizes to 0.
+ATTNSERVE_MULTIVERSION
+void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
+  using vec::Float16;
+  using vec::Int16;
+  static_assert(kInt8Block == 2 * vec::kLanes, "two vectors a block");
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* p = v + b * kInt8Block;
+    const Float16 lo = vec::Load(p), hi = vec::Load(p + vec::kLanes);
+    const Float16 alo = lo < 0 ? -lo : lo, ahi = hi < 0 ? -hi : hi;
+    Float16 m = alo < ahi ? ahi : alo;
+    // std::max(amax, |v|) in order: a NaN never wins, and max is exact, so any order agrees.
+    m = m == m ? m : (alo == alo ? alo : (ahi == ahi ? ahi : Float16{}));
+    float amax = 0;
+    for (int i = 0; i < vec::kLanes; ++i) amax = std::max(amax, m[i]);
+    const float d = amax / 127.0f;
+    const float id = d > 0 ? 1.0f / d : 0.0f;
+    for (int h = 0; h < 2; ++h) {
+      Float16 s = (h ? hi : lo) * id;
+      // Beyond ±128 (an infinite 1/d) the clamp below gives ±127 as round() then the clamp do.
+      s = s > 128.0f ? Float16{} + 128.0f : s;
+      s = s < -128.0f ? Float16{} - 128.0f : s;
+      const Float16 safe = s == s ? s : Float16{};
+      Int16 i = __builtin_convertvector(safe, Int16);
+      const Float16 frac = safe - __builtin_convertvector(i, Float16);
+      i += frac >= 0.5f ? Int16{} + 1 : Int16{};
+      i -= frac <= -0.5f ? Int16{} + 1 : Int16{};
+      i = i > 127 ? Int16{} + 127 : i;
+      i = i < -127 ? Int16{} - 127 : i;
+      for (int l = 0; l < vec::kLanes; ++l) {
+        q[b * kInt8Block + h * vec::kLanes + l] = static_cast<int8_t>(i[l]);
+      }
+    }
+    d_out[b] = d;
+  }
+}
+
 QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in) {
   QuantizedX qx;
   qx.in = in;
@@ -61,10 +101,7 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
   qx.c.resize(rows * (in / 4));
   for (int64_t r = 0; r < rows; ++r) {
     int8_t* q = qx.q.data() + r * in;
-    for (int64_t b = 0; b < blocks; ++b) {
-      QuantizeBlock(x + r * x_stride + b * kInt8Block, kInt8Block, q + b * kInt8Block,
-                    &qx.d[r * blocks + b]);
-    }
+    QuantizeBlocksInt8(x + r * x_stride, blocks, q, &qx.d[r * blocks]);
     int32_t* c = qx.c.data() + r * (in / 4);
     for (int64_t g = 0; g < in / 4; ++g) {
       c[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
@@ -334,6 +371,10 @@ void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, i
       }
     }
   });
+}
+
+void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales) {
+  QuantizeBlocks32(v, blocks, q, scales);
 }
 
 void Int8Gemm(const int8_t* q, const float* scales, int64_t out, int64_t in, const float* x,

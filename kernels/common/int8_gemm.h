@@ -41,6 +41,10 @@ const char* Int8IsaName(Int8Isa isa);
 void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, int8_t* q,
                         float* scales);
 
+// `blocks` consecutive blocks of kInt8Block activations quantized as Int8Gemm quantizes X's
+// rows, as vector code: the same bits as QuantizeWeightInt8 gives them per block (tested).
+void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales);
+
 // y (rows, out) = x Wᵀ as defined above, for W as QuantizeWeightInt8 made it. rows >= 1.
 void Int8Gemm(const int8_t* q, const float* scales, int64_t out, int64_t in, const float* x,
               int64_t x_stride, int64_t rows, float* y, Int8Isa isa = Int8Isa::kAuto);

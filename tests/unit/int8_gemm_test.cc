@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/common/linear.h"
@@ -94,6 +97,54 @@ TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
           EXPECT_LE((y.to(at::kDouble) - exact).norm().item<double>() / typical, 0.025);
         }
       }
+    }
+  }
+}
+
+// X's vector quantizer against the scalar definition (QuantizeWeightInt8 per block), bit for
+// bit: random bit patterns (NaNs, infinities, denormals), ties at one half, zero blocks,
+// blocks whose amax is so small that 1 / d overflows to infinity.
+TEST(Int8GemmTest, ActivationsQuantizeToTheDefinitionsBits) {
+  std::mt19937 gen(9);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  const int64_t blocks = 64;
+  std::vector<float> v(blocks * kInt8Block);
+  for (int64_t b = 0; b < blocks; ++b) {
+    float* p = v.data() + b * kInt8Block;
+    for (int64_t k = 0; k < kInt8Block; ++k) {
+      switch (b % 8) {
+        case 0: {  // any bits
+          const uint32_t bits = gen();
+          std::memcpy(&p[k], &bits, sizeof(bits));
+          break;
+        }
+        case 1:  // zeros
+          p[k] = k % 2 ? 0.0f : -0.0f;
+          break;
+        case 2:  // 1 / d overflows
+          p[k] = k == 0 ? 1e-40f : unit(gen) * 1e-40f;
+          break;
+        case 3:  // exact halves: amax 127 gives d = 1
+          p[k] = k == 0 ? 127.0f : static_cast<float>(static_cast<int>(k) - 16) + 0.5f;
+          break;
+        case 4:  // a NaN or an infinity among ordinary values
+          p[k] = k == 5 ? (b % 16 ? std::nanf("") : std::numeric_limits<float>::infinity())
+                        : unit(gen);
+          break;
+        default:
+          p[k] = unit(gen) * std::exp(8.0f * unit(gen));
+      }
+    }
+  }
+  std::vector<int8_t> want_q(v.size()), got_q(v.size(), 99);
+  std::vector<float> want_d(blocks), got_d(blocks, -1.0f);
+  QuantizeWeightInt8(v.data(), blocks, kInt8Block, /*per_row=*/false, want_q.data(), want_d.data());
+  QuantizeBlocksInt8(v.data(), blocks, got_q.data(), got_d.data());
+  for (int64_t b = 0; b < blocks; ++b) {
+    EXPECT_EQ(std::memcmp(&want_d[b], &got_d[b], sizeof(float)), 0) << "block " << b;
+    for (int64_t k = 0; k < kInt8Block; ++k) {
+      ASSERT_EQ(got_q[b * kInt8Block + k], want_q[b * kInt8Block + k])
+          << "block " << b << " element " << k << " value " << v[b * kInt8Block + k];
     }
   }
 }
