@@ -65,11 +65,18 @@ def run(cmd, **kw):
 
 
 class Server:
+    # --adapt_threads_to_load=false: the load generator (attnserve_decode_bench, one client
+    # thread per session) runs on the server's two cores. Its runnable threads are not foreign
+    # load the kernels' team should yield to (llama-batched-bench has no client at all): with
+    # 64 sessions they kept the team at one thread for about half of a run (the second
+    # thread's CPU time 372-491 ticks against the first's 943-976; 731-866 against 828-924
+    # with the flag false; docs/benchmarks.md, session 14).
     def __init__(self, build, *flags):
         self.int8_isa = self.bf16_isa = None
         self.proc = subprocess.Popen(
             [str(build / "server" / "attnserve-server"), "--port=0", "--metrics_port=-1",
-             "--host=127.0.0.1", "--intra_op_threads=2", "--max_new_tokens=4096", *flags],
+             "--host=127.0.0.1", "--intra_op_threads=2", "--adapt_threads_to_load=false",
+             "--max_new_tokens=4096", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 300
         for line in self.proc.stdout:
