@@ -32,10 +32,17 @@ struct QuantizedX {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int32_t> c;
+  // The scales as the VNNI tile multiplies them, one 16-lane vector per pair of blocks:
+  // [d[2t]] * 8 ++ [d[2t + 1]] * 8 (zeros for a missing last block), (in / kInt8Block + 1) / 2
+  // vectors a row, so that the tile loads them instead of building them at every step.
+  std::vector<float> d_pairs;
   int64_t in = 0;
   const int8_t* q_row(int64_t r) const { return q.data() + r * in; }
   const float* d_row(int64_t r) const { return d.data() + r * (in / kInt8Block); }
   const int32_t* c_row(int64_t r) const { return c.data() + r * (in / 4); }
+  const float* d_pairs_row(int64_t r) const {
+    return d_pairs.data() + r * ((in / kInt8Block + 1) / 2) * 16;
+  }
 };
 
 // amax / 127 and round(v / d) clamped to [-127, 127] (never -128: the AVX2 path negates), the
@@ -106,6 +113,13 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
     for (int64_t g = 0; g < in / 4; ++g) {
       c[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
     }
+  }
+  const int64_t pairs = (blocks + 1) / 2;
+  qx.d_pairs.assign(rows * pairs * 16, 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* d = qx.d_row(r);
+    float* p = qx.d_pairs.data() + r * pairs * 16;
+    for (int64_t b = 0; b < blocks; ++b) std::fill_n(p + (b / 2) * 16 + (b % 2) * 8, 8, d[b]);
   }
   return qx;
 }
@@ -188,11 +202,14 @@ void Avx2Rows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int6
   }
 }
 
-// [s[0]] * 8 ++ [s[1]] * 8 (lanes 8-15 zero when only one block is left).
+// [s[0]] * 8 ++ [s[1]] * 8 (lanes 8-15 zero when only one block is left): both as one 8-byte
+// broadcast and a permutation, the last odd block without reading past it.
 ATTNSERVE_VNNI_TARGET inline __m512 PairScales(const float* s, bool both) {
-  const __m512 lo = _mm512_set1_ps(s[0]);
-  if (!both) return _mm512_maskz_mov_ps(0x00FF, lo);
-  return _mm512_mask_mov_ps(lo, 0xFF00, _mm512_set1_ps(s[1]));
+  if (!both) return _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(s[0]));
+  double pair;
+  std::memcpy(&pair, s, sizeof(pair));
+  const __m512i index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_permutexvar_ps(index, _mm512_castpd_ps(_mm512_set1_pd(pair)));
 }
 
 // WR weight rows against XR rows of X, 64 bytes (two blocks) a step: vpdpbusd of (q_w + 128)
@@ -222,7 +239,7 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float*
     for (int l = 0; l < XR; ++l) {
       const __m512i xv = _mm512_maskz_loadu_epi8(bytes, x.q_row(l0 + l) + k);
       const __m512i cv = _mm512_maskz_loadu_epi32(groups, x.c_row(l0 + l) + 16 * t);
-      const __m512 xs = PairScales(x.d_row(l0 + l) + 2 * t, both);
+      const __m512 xs = _mm512_loadu_ps(x.d_pairs_row(l0 + l) + 16 * t);
       for (int i = 0; i < WR; ++i) {
         const __m512i p = _mm512_dpbusd_epi32(cv, wv[i], xv);
         acc[i][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws[i], xs), acc[i][l]);
