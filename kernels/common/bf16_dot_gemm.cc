@@ -76,8 +76,10 @@ ATTNSERVE_VEC_INLINE void PortableTile(const uint16_t* const* w, const uint32_t*
     }
     PortableChunk<WR, XR>(wc, xc, acc);
   }
+  float sums[WR][XR];
+  TileSums(acc, sums);
   for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) y[l][j + i] = Sum(acc[i][l]);
+    for (int l = 0; l < XR; ++l) y[l][j + i] = sums[i][l];
   }
 }
 
@@ -119,12 +121,12 @@ ATTNSERVE_BF16DOT_TARGET inline void HardwareTile(const uint16_t* const* w,
       }
     }
   }
+  Float16 lanes[WR][XR];
+  std::memcpy(lanes, acc, sizeof(lanes));
+  float sums[WR][XR];
+  TileSums(lanes, sums);
   for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) {
-      Float16 v;
-      std::memcpy(&v, &acc[i][l], sizeof(v));
-      y[l][j + i] = Sum(v);
-    }
+    for (int l = 0; l < XR; ++l) y[l][j + i] = sums[i][l];
   }
 }
 #endif  // ATTNSERVE_BF16DOT_X86

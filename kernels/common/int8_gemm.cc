@@ -246,12 +246,13 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float*
       }
     }
   }
+  // SumLanes' tree is vec::Sum's: a 4 x 4 tile sums its 16 accumulators side by side.
+  vec::Float16 lanes[WR][XR];
+  std::memcpy(lanes, acc, sizeof(lanes));
+  float sums[WR][XR];
+  skinny::TileSums(lanes, sums);
   for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) {
-      float lanes[16];
-      _mm512_storeu_ps(lanes, acc[i][l]);
-      y[(l0 + l) * out + j + i] = SumLanes(lanes);
-    }
+    for (int l = 0; l < XR; ++l) y[(l0 + l) * out + j + i] = sums[i][l];
   }
 }
 

@@ -36,9 +36,11 @@ ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, 
       for (int l = 0; l < XR; ++l) acc[i][l] = acc[i][l] + wv[i] * xv[l];
     }
   }
+  float sums[WR][XR];
+  TileSums(acc, sums);
   for (int i = 0; i < WR; ++i) {
     for (int l = 0; l < XR; ++l) {
-      float s = Sum(acc[i][l]);
+      float s = sums[i][l];
       for (int64_t k = vec_in; k < in; ++k) s += w[i][k] * x[l][k];
       y[l][j + i] = s;
     }
@@ -68,9 +70,11 @@ ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const*
       for (int i = 0; i < WR; ++i) acc[i][l] = acc[i][l] + (even[i] * e + odd[i] * o);
     }
   }
+  float sums[WR][XR];
+  TileSums(acc, sums);
   for (int i = 0; i < WR; ++i) {
     for (int l = 0; l < XR; ++l) {
-      float s = Sum(acc[i][l]);
+      float s = sums[i][l];
       for (int64_t k = vec_in; k < in; ++k) s += Bf16ToFloat(w[i][k]) * x[l][k];
       y[l][j + i] = s;
     }

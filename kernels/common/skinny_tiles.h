@@ -18,6 +18,21 @@ typedef uint32_t UInt32x16 __attribute__((vector_size(kLanes * sizeof(uint32_t))
 // The fixed horizontal sum of every tile shape: vector_math.h's.
 using vec::Sum;
 
+// out[i][l] = Sum(acc[i][l]); a 4 x 4 tile's 16 sums side by side (vec::Sum16, the same bits).
+template <int WR, int XR>
+ATTNSERVE_VEC_INLINE void TileSums(const Float16 (&acc)[WR][XR], float (&out)[WR][XR]) {
+  if constexpr (WR * XR == 16) {
+    const Float16 sums = vec::Sum16(&acc[0][0]);
+    for (int i = 0; i < WR; ++i) {
+      for (int l = 0; l < XR; ++l) out[i][l] = sums[i * XR + l];
+    }
+  } else {
+    for (int i = 0; i < WR; ++i) {
+      for (int l = 0; l < XR; ++l) out[i][l] = Sum(acc[i][l]);
+    }
+  }
+}
+
 inline float Bf16ToFloat(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;
   float out;

@@ -51,6 +51,35 @@ ATTNSERVE_VEC_INLINE float Sum(Float16 v) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
+// Sum(v[k]) for 16 vectors at once, lane k of the result: the same additions in the same order
+// as Sum (lanes i + i+8, then i + i+4, then (0 + 2) + (1 + 3)), so the same bits, done on 16
+// sums side by side: 45 vector operations where 16 calls of Sum take ~170.
+ATTNSERVE_VEC_INLINE Float16 Sum16(const Float16* v) {
+  Float16 h[8], g[4], e[2];
+  for (int k = 0; k < 8; ++k) {  // lanes 0-7: v[2k]'s i + i+8; lanes 8-15: v[2k + 1]'s
+    h[k] = __builtin_shufflevector(v[2 * k], v[2 * k + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19,
+                                   20, 21, 22, 23) +
+           __builtin_shufflevector(v[2 * k], v[2 * k + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                   27, 28, 29, 30, 31);
+  }
+  for (int k = 0; k < 4; ++k) {  // four lanes each of v[4k .. 4k+3]: i + i+4
+    g[k] = __builtin_shufflevector(h[2 * k], h[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19,
+                                   24, 25, 26, 27) +
+           __builtin_shufflevector(h[2 * k], h[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22,
+                                   23, 28, 29, 30, 31);
+  }
+  for (int k = 0; k < 2; ++k) {  // two lanes each of v[8k .. 8k+7]: 0 + 2 and 1 + 3
+    e[k] = __builtin_shufflevector(g[2 * k], g[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21,
+                                   24, 25, 28, 29) +
+           __builtin_shufflevector(g[2 * k], g[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22,
+                                   23, 26, 27, 30, 31);
+  }
+  return __builtin_shufflevector(e[0], e[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                 30) +
+         __builtin_shufflevector(e[0], e[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29,
+                                 31);
+}
+
 // exp(x), Cephes' single-precision polynomial after a Cody-Waite range reduction.
 ATTNSERVE_VEC_INLINE Float16 Exp(Float16 x) {
   const Float16 lo = Broadcast(-87.3f), hi = Broadcast(88.3f);

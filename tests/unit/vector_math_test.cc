@@ -1,9 +1,11 @@
-// The vectorised exp, log, softplus and silu against the C library in float64.
+// The vectorised exp, log, softplus and silu against the C library in float64; Sum16 against Sum.
 #include "kernels/common/vector_math.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -25,6 +27,24 @@ double MaxRelError(VecFn fn, RefFn ref, double lo, double hi, int n = 20000) {
     }
   }
   return worst;
+}
+
+// Sum16 gives, lane by lane, Sum's bits: the same additions in the same order.
+TEST(VectorMathTest, Sum16IsSumOfEachVector) {
+  std::mt19937 gen(13);
+  std::normal_distribution<float> normal;
+  for (int trial = 0; trial < 200; ++trial) {
+    Float16 v[16];
+    for (auto& x : v) {
+      for (int i = 0; i < kLanes; ++i) x[i] = normal(gen) * std::exp2(normal(gen) * 10);
+    }
+    const Float16 sums = Sum16(v);
+    for (int k = 0; k < 16; ++k) {
+      const float want = Sum(v[k]);
+      ASSERT_EQ(std::memcmp(&want, &sums[k], sizeof(float)), 0)
+          << "trial " << trial << " vector " << k << ": " << sums[k] << " != " << want;
+    }
+  }
 }
 
 TEST(VectorMathTest, ExpMatchesLibm) {
