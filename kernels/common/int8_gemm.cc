@@ -326,9 +326,9 @@ Int8Isa Resolve(Int8Isa isa) {
   return Int8Isa::kScalar;
 }
 
-// Weight rows per task: at least ~256 Ki multiply-adds (as the skinny float kernels).
+// Weight rows per task: at least ~64 Ki multiply-adds (as the skinny float kernels).
 int64_t GrainRows(int64_t in, int64_t rows) {
-  const int64_t weight_rows = (int64_t{1} << 18) / std::max<int64_t>(1, in * rows);
+  const int64_t weight_rows = (int64_t{1} << 16) / std::max<int64_t>(1, in * rows);
   return (std::max<int64_t>(kTileW, weight_rows) + kTileW - 1) / kTileW * kTileW;
 }
 
