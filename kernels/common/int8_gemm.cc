@@ -99,7 +99,8 @@ void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
   }
 }
 
-QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in) {
+// `pairs`: also fill d_pairs (only the VNNI tile reads them).
+QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in, bool pairs) {
   QuantizedX qx;
   qx.in = in;
   const int64_t blocks = in / kInt8Block;
@@ -114,24 +115,19 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
       c[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
     }
   }
-  const int64_t pairs = (blocks + 1) / 2;
-  qx.d_pairs.assign(rows * pairs * 16, 0.0f);
+  if (!pairs) return qx;
+  const int64_t pair_count = (blocks + 1) / 2;
+  qx.d_pairs.assign(rows * pair_count * 16, 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     const float* d = qx.d_row(r);
-    float* p = qx.d_pairs.data() + r * pairs * 16;
+    float* p = qx.d_pairs.data() + r * pair_count * 16;
     for (int64_t b = 0; b < blocks; ++b) std::fill_n(p + (b / 2) * 16 + (b % 2) * 8, 8, d[b]);
   }
   return qx;
 }
 
-// The fixed tree of halvings over the 16 lanes (the header's order).
-inline float SumLanes(const float* a) {
-  float h[8];
-  for (int i = 0; i < 8; ++i) h[i] = a[i] + a[i + 8];
-  float g[4];
-  for (int i = 0; i < 4; ++i) g[i] = h[i] + h[i + 4];
-  return (g[0] + g[2]) + (g[1] + g[3]);
-}
+// The fixed tree of halvings over the 16 lanes (the header's order): vec::Sum's.
+inline float SumLanes(const float* a) { return vec::Sum(vec::Load(a)); }
 
 // The definition itself, one (weight row, X row) pair at a time.
 void ScalarRows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
@@ -246,7 +242,7 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float*
       }
     }
   }
-  // SumLanes' tree is vec::Sum's: a 4 x 4 tile sums its 16 accumulators side by side.
+  // SumLanes is vec::Sum: a 4 x 4 tile sums its 16 accumulators side by side.
   vec::Float16 lanes[WR][XR];
   std::memcpy(lanes, acc, sizeof(lanes));
   float sums[WR][XR];
@@ -398,7 +394,7 @@ void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales
 void Int8Gemm(const int8_t* q, const float* scales, int64_t out, int64_t in, const float* x,
               int64_t x_stride, int64_t rows, float* y, Int8Isa isa) {
   isa = isa == Int8Isa::kAuto ? Int8IsaInUse() : isa;
-  const QuantizedX qx = QuantizeX(x, x_stride, rows, in);
+  const QuantizedX qx = QuantizeX(x, x_stride, rows, in, isa == Int8Isa::kAvx512Vnni);
   at::parallel_for(0, out, GrainRows(in, rows), [&](int64_t begin, int64_t end) {
     switch (isa) {
 #if ATTNSERVE_INT8_X86
