@@ -134,4 +134,25 @@ inline std::vector<double> StepMsAfterContexts(const kernels::Mixer& mixer, int6
   return medians;
 }
 
+// The CPU's model name from /proc/cpuinfo ("unknown" elsewhere), for a benchmark's header line.
+inline std::string CpuName() {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) return "unknown";
+  char line[512];
+  std::string name = "unknown";
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "model name", 10) == 0) {
+      const char* colon = std::strchr(line, ':');
+      if (colon != nullptr) {
+        name = colon + 1;
+        name.erase(0, name.find_first_not_of(' '));
+        name.erase(name.find_last_not_of(" \n") + 1);
+      }
+      break;
+    }
+  }
+  std::fclose(f);
+  return name;
+}
+
 }  // namespace attnserve::bench

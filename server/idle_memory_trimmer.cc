@@ -2,6 +2,7 @@
 
 #include "absl/time/clock.h"
 #include "common/thread_name.h"
+#include "kernels/common/huge_page_buffer.h"
 #include "kernels/common/memory_reuse.h"
 
 namespace attnserve::server {
@@ -35,6 +36,7 @@ void IdleMemoryTrimmer::Run() {
     }
     if (options_.idle_after > absl::ZeroDuration() && !trimmed_this_quiet &&
         now - quiet_since >= options_.idle_after) {
+      kernels::ReleaseHugePageBufferPool();
       kernels::ReturnFreedMemory();
       trims_.fetch_add(1);
       trimmed_this_quiet = true;

@@ -8,7 +8,8 @@
 //   * once the server has been idle (no job queued or running, no iteration, no session opened
 //     or freed) for
 //     `idle_after` (--idle_memory_trim_s; zero: never), once per idle period: the next burst
-//     pays the page faults again, an idle server holds only what it uses;
+//     pays the page faults again, an idle server holds only what it uses; this trim also
+//     unmaps the KV buffers kept for reuse (kernels/common/huge_page_buffer.h's pool);
 //   * when the allocator's free heap is above `max_free_bytes` (--max_free_heap_bytes; 0: no
 //     bound), busy or not, at most once every `bound_trim_every` (a trimmed heap still counts
 //     the pages it released as free, so the bound alone would trim at every poll).

@@ -32,6 +32,7 @@
 #include "kernels/common/cpu_share.h"
 #include "kernels/common/cuda_device.h"
 #include "kernels/common/device.h"
+#include "kernels/common/huge_page_buffer.h"
 #include "kernels/common/int8_gemm.h"
 #include "kernels/common/intra_op_threads.h"
 #include "kernels/common/memory_reuse.h"
@@ -348,9 +349,12 @@ int main(int argc, char** argv) {
   server::MemoryTrimOptions trim_options;
   trim_options.idle_after = absl::Seconds(absl::GetFlag(FLAGS_idle_memory_trim_s));
   trim_options.max_free_bytes = absl::GetFlag(FLAGS_max_free_heap_bytes);
-  if (trim_options.idle_after < absl::ZeroDuration() || trim_options.max_free_bytes < 0) {
-    return Fail("--idle_memory_trim_s and --max_free_heap_bytes must be >= 0");
+  if (trim_options.idle_after < absl::ZeroDuration() || trim_options.max_free_bytes < 0 ||
+      absl::GetFlag(FLAGS_kv_buffer_pool_bytes) < 0) {
+    return Fail(
+        "--idle_memory_trim_s, --max_free_heap_bytes and --kv_buffer_pool_bytes must be >= 0");
   }
+  kernels::SetHugePageBufferPoolBytes(absl::GetFlag(FLAGS_kv_buffer_pool_bytes));
   server::IdleMemoryTrimmer memory_trimmer(
       trim_options, [&scheduler] { return scheduler.queued_jobs() > 0; },
       // Work, and sessions coming and going (the reaper frees expired ones while idle).

@@ -4,7 +4,11 @@
 #include <sys/mman.h>
 
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <new>
+#include <utility>
+#include <vector>
 
 namespace attnserve::kernels {
 namespace {
@@ -28,7 +32,106 @@ void* MapAligned(size_t bytes) {
   return reinterpret_cast<void*>(aligned);
 }
 
+// Freed mappings kept for reuse, oldest first, within `bound` bytes.
+struct Pool {
+  std::mutex mu;
+  std::deque<std::pair<void*, size_t>> free;  // (address, mapped bytes)
+  size_t bytes = 0;
+  size_t bound = kDefaultHugePageBufferPoolBytes;
+  int64_t reused = 0;
+};
+
+// Never destroyed: a tensor freed during exit still returns its mapping here.
+Pool& ThePool() {
+  static Pool* pool = new Pool;
+  return *pool;
+}
+
+// The smallest pooled mapping that holds `bytes` and wastes at most a quarter of them plus one
+// huge page (so that a small request does not pin a much larger buffer), taken out of the pool;
+// {nullptr, 0} when none.
+std::pair<void*, size_t> TakeFromPool(size_t bytes) {
+  Pool& pool = ThePool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  const size_t most = bytes + bytes / 4 + kHugePage;
+  auto best = pool.free.end();
+  for (auto it = pool.free.begin(); it != pool.free.end(); ++it) {
+    if (it->second >= bytes && it->second <= most &&
+        (best == pool.free.end() || it->second < best->second)) {
+      best = it;
+    }
+  }
+  if (best == pool.free.end()) return {nullptr, 0};
+  const std::pair<void*, size_t> taken = *best;
+  pool.free.erase(best);
+  pool.bytes -= taken.second;
+  ++pool.reused;
+  return taken;
+}
+
+// Unmaps what does not fit under the bound, oldest first, outside the lock.
+void UnmapAll(const std::vector<std::pair<void*, size_t>>& mappings) {
+  for (const auto& [p, mapped] : mappings) munmap(p, mapped);
+}
+
+void GiveBack(void* p, size_t mapped) {
+  Pool& pool = ThePool();
+  std::vector<std::pair<void*, size_t>> unmap;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.free.emplace_back(p, mapped);
+    pool.bytes += mapped;
+    while (pool.bytes > pool.bound) {
+      unmap.push_back(pool.free.front());
+      pool.bytes -= pool.free.front().second;
+      pool.free.pop_front();
+    }
+  }
+  UnmapAll(unmap);
+}
+
 }  // namespace
+
+void SetHugePageBufferPoolBytes(int64_t bytes) {
+  Pool& pool = ThePool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.bound = static_cast<size_t>(bytes > 0 ? bytes : 0);
+  }
+  // Shrinks to the new bound at once.
+  if (bytes <= 0) {
+    ReleaseHugePageBufferPool();
+  } else {
+    std::vector<std::pair<void*, size_t>> unmap;
+    {
+      std::lock_guard<std::mutex> lock(pool.mu);
+      while (pool.bytes > pool.bound) {
+        unmap.push_back(pool.free.front());
+        pool.bytes -= pool.free.front().second;
+        pool.free.pop_front();
+      }
+    }
+    UnmapAll(unmap);
+  }
+}
+
+HugePageBufferPoolStats HugePageBufferPool() {
+  Pool& pool = ThePool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  return {static_cast<int64_t>(pool.bytes), static_cast<int64_t>(pool.free.size()), pool.reused};
+}
+
+void ReleaseHugePageBufferPool() {
+  Pool& pool = ThePool();
+  std::vector<std::pair<void*, size_t>> unmap;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    unmap.assign(pool.free.begin(), pool.free.end());
+    pool.free.clear();
+    pool.bytes = 0;
+  }
+  UnmapAll(unmap);
+}
 
 at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& options) {
   int64_t elements = 1;
@@ -38,15 +141,20 @@ at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& o
   if (!options.device().is_cpu() || bytes < kHugePageBufferMinBytes) {
     return at::empty(sizes, options);
   }
-  const size_t mapped = RoundUp(static_cast<size_t>(bytes), kPage);
-  void* data = MapAligned(mapped);
-  // Its whole huge pages are backed by huge pages, the part past the last one by ordinary pages.
-  // Advice is only advice: where the kernel has no THP this fails and the pages are ordinary.
+  const size_t needed = RoundUp(static_cast<size_t>(bytes), kPage);
+  auto [data, mapped] = TakeFromPool(needed);
+  if (data == nullptr) {
+    mapped = needed;
+    data = MapAligned(mapped);
+    // Its whole huge pages are backed by huge pages, the part past the last one by ordinary
+    // pages. Advice is only advice: where the kernel has no THP this fails and the pages are
+    // ordinary.
 #ifdef MADV_HUGEPAGE
-  madvise(data, mapped, MADV_HUGEPAGE);
+    madvise(data, mapped, MADV_HUGEPAGE);
 #endif
+  }
   return at::from_blob(
-      data, sizes, [mapped](void* p) { munmap(p, mapped); }, options);
+      data, sizes, [mapped = mapped](void* p) { GiveBack(p, mapped); }, options);
 }
 
 }  // namespace attnserve::kernels

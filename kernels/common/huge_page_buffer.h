@@ -27,13 +27,23 @@
 // and 1 GiB by default: under 5,000); a mapping refused is std::bad_alloc, which the kernels'
 // GuardTorch turns into a status.
 //
+// Reuse: a freed buffer's mapping is kept, already faulted in, in a pool of at most
+// SetHugePageBufferPoolBytes bytes (the server's --kv_buffer_pool_bytes; oldest unmapped
+// first), and the next buffer that fits in it (wasting at most a quarter plus one huge page)
+// takes it instead of a fresh mapping. Why: sessions and prefix-cache hits come and go with
+// KV caches of the same few sizes, and a fresh 8 MB mapping cost 1.2 ms of faults at best and
+// 12-56 ms when the kernel compacted memory for its huge pages (bench/hit_probe.cc's copy,
+// docs/benchmarks.md, issue #24's session-15 section); a reused one is a memcpy. The server's
+// idle trim (server/idle_memory_trimmer.h) empties the pool with the heap's free memory.
+//
 // Contract: the result is a contiguous, uninitialised tensor of `sizes` with `options`, which
-// owns its memory (released when its last reference goes). Below kHugePageBufferMinBytes, or
-// off the CPU, it is a plain at::empty. Thread-safe.
+// owns its memory (back to the pool or unmapped when its last reference goes). Below
+// kHugePageBufferMinBytes, or off the CPU, it is a plain at::empty. Thread-safe.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace attnserve::kernels {
@@ -43,5 +53,20 @@ namespace attnserve::kernels {
 inline constexpr int64_t kHugePageBufferMinBytes = int64_t{2} << 20;
 
 at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& options);
+
+// The pool's bound, until it changes; the default until then. 0 (or less): keep none (and
+// unmap what is kept). Shrinks the pool to it at once.
+inline constexpr int64_t kDefaultHugePageBufferPoolBytes = int64_t{256} << 20;
+void SetHugePageBufferPoolBytes(int64_t bytes);
+
+struct HugePageBufferPoolStats {
+  int64_t bytes = 0;    // mapped bytes kept
+  int64_t buffers = 0;  // mappings kept
+  int64_t reused = 0;   // buffers served from the pool so far
+};
+HugePageBufferPoolStats HugePageBufferPool();
+
+// Unmaps every mapping the pool keeps.
+void ReleaseHugePageBufferPool();
 
 }  // namespace attnserve::kernels

@@ -109,20 +109,15 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
 
 }  // namespace
 
-absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
-                                             const at::Tensor& v, bool causal,
-                                             FlashAttentionTiles tiles, int64_t window,
-                                             int64_t sinks) {
+absl::Status CheckFlashAttentionArguments(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, bool causal, int64_t window,
+                                          int64_t sinks) {
   RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
   const int64_t b = q.size(0), h = q.size(1), lq = q.size(2), d = q.size(3);
   RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
   const int64_t lk = k.size(2);
   RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, lk, d}));
   if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");
-  if (tiles.query <= 0 || tiles.key <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("flash attention tiles must be > 0, got query ",
-                                                   tiles.query, ", key ", tiles.key));
-  }
   if (causal && lk < lq) {
     return absl::InvalidArgumentError(
         absl::StrCat("causal attention needs at least as many keys as queries (the queries are "
@@ -141,8 +136,20 @@ absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tens
     return absl::InvalidArgumentError(
         absl::StrCat("attention sinks (", sinks, ") go with a sliding window and must be >= 0"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, bool causal,
+                                             FlashAttentionTiles tiles, int64_t window,
+                                             int64_t sinks) {
+  RETURN_IF_ERROR(CheckFlashAttentionArguments(q, k, v, causal, window, sinks));
+  if (tiles.query <= 0 || tiles.key <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("flash attention tiles must be > 0, got query ",
+                                                   tiles.query, ", key ", tiles.key));
+  }
   // A window that covers every key is no window: the same computation as without one.
-  if (window >= lk) window = 0;
+  if (window >= k.size(2)) window = 0;
   if (window == 0) sinks = 0;
   return GuardTorch("flash attention", [&]() -> absl::StatusOr<at::Tensor> {
     return FlashAttentionImpl(q, k, v, causal, tiles, window, sinks);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace attnserve::kernels {
@@ -36,6 +37,12 @@ struct FlashAttentionTiles {
 //   whatever the window (StreamingLLM's attention sinks); their tiles are visited first.
 // Errors (InvalidArgument) name the tensor, the expected and the received shapes. Thread-safe:
 // it touches nothing but its arguments.
+// The argument checks of FlashAttentionCpu (and FusedAttentionCpu, fused_attention_cpu.h), the
+// tiles aside: OK, or the InvalidArgument it returns.
+absl::Status CheckFlashAttentionArguments(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, bool causal, int64_t window,
+                                          int64_t sinks);
+
 absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal,
                                              FlashAttentionTiles tiles = {}, int64_t window = 0,

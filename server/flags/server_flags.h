@@ -78,6 +78,7 @@ ABSL_DECLARE_FLAG(int, session_lease_ms);
 // server/flags/memory_flags.cc
 ABSL_DECLARE_FLAG(int, idle_memory_trim_s);
 ABSL_DECLARE_FLAG(int64_t, max_free_heap_bytes);
+ABSL_DECLARE_FLAG(int64_t, kv_buffer_pool_bytes);
 
 // server/flags/prefix_cache_flags.cc
 ABSL_DECLARE_FLAG(int64_t, prefix_cache_bytes);

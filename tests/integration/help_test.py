@@ -75,7 +75,8 @@ class HelpTest(unittest.TestCase):
             readme = f.read()
         known = {n for names in listed.values() for n in names}
         for name in ("max_queue_per_client", "adapt_threads_to_load", "idle_memory_trim_s",
-                     "max_free_heap_bytes", "max_metadata_bytes", "admin_principals"):
+                     "max_free_heap_bytes", "kv_buffer_pool_bytes", "max_metadata_bytes",
+                     "admin_principals"):
             self.assertIn(name, known)
             self.assertIn("--" + name, readme)
 

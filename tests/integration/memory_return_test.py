@@ -89,6 +89,30 @@ class MemoryReturnTest(pct.ServerProcesses, unittest.TestCase):
         self.assertLess(after, before * 1.10, "resident memory did not come back")
         self.assertIsNone(server.proc.poll())
 
+    def test_kept_kv_buffers_are_unmapped_when_idle(self):
+        """Sessions whose KV caches have mappings of their own (2 MiB or more: 3000 tokens of
+        `standard` are 3 MB a tensor): closed, their buffers stay in the reuse pool
+        (--kv_buffer_pool_bytes) while the server works, and the idle trim unmaps them."""
+        server = pct.Server(self.binary, "--idle_memory_trim_s=1", "--prefix_cache_bytes=0")
+        self.servers.append(server)
+        channel = self.grpc.insecure_channel(server.target)
+        self.channels.append(channel)
+        stub = self.pb_grpc.AttnServeStub(channel)
+        tokens = [1 + i % 4000 for i in range(3000)]
+        self.close_sessions(stub, self.open_sessions(stub, 2, tokens))
+        before = self.settled_resident(server.proc.pid)
+        ids = self.open_sessions(stub, 12, tokens)
+        peak = resident_bytes(server.proc.pid)
+        self.close_sessions(stub, ids)
+        after = self.settled_resident(server.proc.pid)
+        mib = lambda b: "%.1f MiB" % (b / 2**20)
+        print("resident: before %s, with 12 long sessions %s, after %s"
+              % (mib(before), mib(peak), mib(after)))
+        # 12 sessions x 4 layers x 2 tensors x 3 MB: ~290 MB, above the pool's 256 MiB.
+        self.assertGreater(peak - before, 200 * 2**20, "the sessions should have taken memory")
+        self.assertLess(after, before * 1.10, "kept KV buffers were not unmapped when idle")
+        self.assertIsNone(server.proc.poll())
+
 
 if __name__ == "__main__":
     pct.run_tests(sys.modules[__name__])

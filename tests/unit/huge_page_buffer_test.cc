@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/standard/kv_cache.h"
 
@@ -48,6 +49,48 @@ TEST(HugePageBufferTest, AKvCacheGrowingPastTheThresholdKeepsItsEntries) {
   ASSERT_GE(state.tensors[0].size(2), 5000);
   EXPECT_TRUE(at::equal(state.tensors[0].narrow(2, 0, 5000), k_all));
   EXPECT_TRUE(at::equal(state.tensors[1].narrow(2, 0, 5000), v_all));
+}
+
+// The pool: a freed buffer's mapping serves the next buffer that fits it (the same address),
+// not one far smaller; the pool keeps no more than its bound, and the release empties it.
+TEST(HugePageBufferTest, FreedBuffersAreReusedWithinThePoolsBound) {
+  const at::TensorOptions f32(at::kFloat);
+  SetHugePageBufferPoolBytes(int64_t{16} << 20);
+  ReleaseHugePageBufferPool();
+  at::Tensor a = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);  // 5 MB
+  void* address = a.data_ptr();
+  a = at::Tensor();
+  EXPECT_EQ(HugePageBufferPool().buffers, 1);
+  const int64_t reused = HugePageBufferPool().reused;
+  // Smaller by less than a quarter: takes the kept mapping.
+  at::Tensor b = EmptyHugePageBuffer({1, 4, 2200, 128}, f32);
+  EXPECT_EQ(b.data_ptr(), address);
+  EXPECT_EQ(HugePageBufferPool().reused, reused + 1);
+  EXPECT_EQ(HugePageBufferPool().buffers, 0);
+  at::Tensor values = at::arange(b.numel(), at::kFloat).view(b.sizes());
+  b.copy_(values);
+  EXPECT_TRUE(at::equal(b, values));
+  b = at::Tensor();
+  // Far smaller (2.25 MB against 5.1): a fresh mapping; the 5.1 MB one stays kept.
+  at::Tensor c = EmptyHugePageBuffer({1, 4, 1100, 128}, f32);
+  EXPECT_NE(c.data_ptr(), address);
+  EXPECT_EQ(HugePageBufferPool().buffers, 1);
+  // Past the bound (16 MiB): the oldest kept mappings are unmapped.
+  std::vector<at::Tensor> many;
+  for (int i = 0; i < 5; ++i) many.push_back(EmptyHugePageBuffer({1, 4, 4000, 128}, f32));
+  many.clear();
+  c = at::Tensor();
+  EXPECT_LE(HugePageBufferPool().bytes, int64_t{16} << 20);
+  EXPECT_GE(HugePageBufferPool().buffers, 1);
+  ReleaseHugePageBufferPool();
+  EXPECT_EQ(HugePageBufferPool().bytes, 0);
+  EXPECT_EQ(HugePageBufferPool().buffers, 0);
+  // A bound of 0 keeps nothing.
+  SetHugePageBufferPoolBytes(0);
+  at::Tensor d = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);
+  d = at::Tensor();
+  EXPECT_EQ(HugePageBufferPool().buffers, 0);
+  SetHugePageBufferPoolBytes(kDefaultHugePageBufferPoolBytes);
 }
 
 }  // namespace

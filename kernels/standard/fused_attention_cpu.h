@@ -1,0 +1,46 @@
+// Softmax attention on the CPU in one fused pass of vector code, for the shapes where the
+// tiled ATen kernel (flash_attention_cpu.h) is slowest: a chunk of a few queries over a long
+// KV cache (a prefix-cache hit's 96 new tokens over 4000 cached ones took 10 ms there, ~40
+// GFLOP/s: twelve ATen calls per 512-key tile, each a small matrix product).
+//
+// How: a task holds one (batch, head) and a block of 16 or 32 queries, kept transposed in the
+// vector lanes (query i of the block in lane i), so every step of the online softmax (the
+// running max, the sum, the rescale) is one vector operation over the block, and the keys and
+// values are read in place, one broadcast element at a time, straight from the cache:
+//   scores   sᵀ[j][i] = Σ_c k[j][c] · (q[i][c] / √d)      8 keys x 2 vectors of queries a step
+//   softmax  m, l, oᵀ rescaled by exp(m_old - m_new) once per tile of 128 keys
+//   values   oᵀ[c][i] += Σ_j v[j][c] · p[j][i]             8 dims x 2 vectors of queries a step
+// No key or value is copied or transposed; the block's output is transposed back once.
+//
+// Masks and the skipped key tiles are FlashAttentionCpu's (causal, window, sinks): the same
+// contract and the same results to float32 rounding (the additions are in another order).
+// A lane whose queries see no key of a tile gets nothing from it (its p are zeroed, not
+// exp(-inf - m)).
+//
+// Supported: float32 CPU tensors whose last dimension is contiguous, d a multiple of 16
+// (FusedAttentionSupports); FlashAttention (flash_attention.h) sends those here and the
+// rest to FlashAttentionCpu. Compiled for AVX-512, AVX2 and baseline x86-64, chosen at load.
+// Parallel over (batch, head, query block) with ATen's intra-op threads; a block's result
+// does not depend on the other blocks or on the thread count. Thread-safe.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace attnserve::kernels {
+
+// Whether FusedAttentionCpu takes q (B, H, Lq, d) with k, v like it: CPU float32, d a positive
+// multiple of 16, each tensor's last dimension contiguous.
+bool FusedAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+
+// FlashAttentionCpu's contract (q (B, H, Lq, d); k, v (B, H, Lk, d), any strides but the last;
+// causal, window, sinks; the same errors), for shapes FusedAttentionSupports accepts
+// (InvalidArgument otherwise). Returns a new contiguous (B, H, Lq, d) float32 tensor.
+absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, bool causal, int64_t window = 0,
+                                             int64_t sinks = 0);
+
+}  // namespace attnserve::kernels
