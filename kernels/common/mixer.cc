@@ -176,10 +176,24 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
   return {};
 }
 
+int64_t MixerState::SharedLength() const {
+  int64_t length = 0;
+  for (const KvSegment& s : shared) length += s.length;
+  return length;
+}
+
 int64_t MixerState::Bytes() const {
   int64_t bytes = 0;
   for (const at::Tensor& t : tensors) {
     if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  for (const KvSegment& s : shared) {
+    for (const at::Tensor* t : {&s.k, &s.v}) {
+      if (t->defined() && t->dim() == 4) {
+        bytes += t->size(0) * t->size(1) * s.length * t->size(3) *
+                 static_cast<int64_t>(t->element_size());
+      }
+    }
   }
   return bytes;
 }
@@ -187,6 +201,7 @@ int64_t MixerState::Bytes() const {
 MixerState MixerState::Clone() const {
   MixerState copy;
   copy.position = position;
+  copy.shared = shared;
   for (const at::Tensor& t : tensors) copy.tensors.push_back(t.defined() ? t.clone() : t);
   return copy;
 }
@@ -229,7 +244,7 @@ bool StatesStack(const std::vector<MixerState*>& states, bool equal_positions) {
   if (states.size() < 2) return false;
   const MixerState& first = *states.front();
   for (const MixerState* s : states) {
-    if (s->tensors.size() != first.tensors.size()) return false;
+    if (s->tensors.size() != first.tensors.size() || !s->shared.empty()) return false;
     if (equal_positions && s->position != first.position) return false;
     for (size_t j = 0; j < first.tensors.size(); ++j) {
       const at::Tensor& a = s->tensors[j];

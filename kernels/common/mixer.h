@@ -115,14 +115,30 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config);
 // same weights on every machine).
 WeightMap RandomWeights(const MixerConfig& config, uint64_t seed);
 
+// A read-only run of a KV cache's positions that states share (kernels/standard/kv_cache.h):
+// k and v (B, H, >= length, d) hold `length` consecutive positions at indices [0, length).
+// Nothing writes them while any state holds them.
+struct KvSegment {
+  at::Tensor k, v;
+  int64_t length = 0;
+};
+
 // Recurrent state of one mixer for a batch of sequences. Each mixer documents its tensors
 // (KV cache, S and z, conv_state and ssm_state). Tensors are owned by the state.
 struct MixerState {
   std::vector<at::Tensor> tensors;
   int64_t position = 0;  // tokens consumed so far
+  // KV caches only: the cache's first positions, in order, held in buffers shared with other
+  // states (a prefix-cache hit's or a fork's prefix: kv_cache.h); `tensors` then hold the
+  // positions from SharedLength() on. Empty for every other state.
+  std::vector<KvSegment> shared;
 
+  int64_t SharedLength() const;
+  // The tensors' bytes, and the shared segments' valid part (counted in every state that
+  // holds them).
   int64_t Bytes() const;
-  MixerState Clone() const;  // deep copy
+  // A deep copy of the tensors; the shared segments, read-only, stay shared.
+  MixerState Clone() const;
 };
 
 class Mixer {
@@ -173,7 +189,8 @@ absl::Status CheckStepBatch(const at::Tensor& x_t, const std::vector<MixerState*
 
 // Whether every state holds tensors of one shape with a leading batch of 1 (and, with
 // equal_positions, one position), so that B of them stack into one batch state: recurrent
-// states (mamba's, linear's) always; KV caches only of one capacity and length.
+// states (mamba's, linear's) always; KV caches only of one capacity and length, with no shared
+// segments.
 bool StatesStack(const std::vector<MixerState*>& states, bool equal_positions);
 
 // StepBatch by gathering stacking states into one batch state, one Step of B rows (one launch

@@ -25,31 +25,52 @@ ATTNSERVE_VEC_INLINE float Dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// One (row, head): scores over the row's keys, a stable softmax, the weighted sum of values.
+// One (row, head): scores over the row's keys (its shared spans', then its own), a stable
+// softmax, the weighted sum of values; head h of each span is at h · capacity · d.
 ATTNSERVE_MULTIVERSION
-void AttendHead(const float* q, const float* k, const float* v, int64_t length, int64_t d,
-                float* scores, float* out) {
+void AttendHead(const float* q, const DecodeAttentionRow& row, int64_t h, int64_t d, float* scores,
+                float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   float max_score = -INFINITY;
-  for (int64_t t = 0; t < length; ++t) {
-    scores[t] = Dot(q, k + t * d, d) * scale;
-    max_score = std::max(max_score, scores[t]);
+  int64_t total = 0;
+  for (int64_t s = 0; s <= row.shared_count; ++s) {
+    const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
+    const float* k = span.k + h * span.capacity * d;
+    for (int64_t t = 0; t < span.length; ++t) {
+      const float score = Dot(q, k + t * d, d) * scale;
+      scores[total + t] = score;
+      max_score = std::max(max_score, score);
+    }
+    total += span.length;
   }
   float sum = 0;
-  for (int64_t t = 0; t < length; ++t) {
+  for (int64_t t = 0; t < total; ++t) {
     scores[t] = std::exp(scores[t] - max_score);
     sum += scores[t];
   }
   const float inv = 1.0f / sum;
   for (int64_t i = 0; i < d; ++i) out[i] = 0;
-  for (int64_t t = 0; t < length; ++t) {
-    const float p = scores[t] * inv;
-    const float* vt = v + t * d;
-    int64_t i = 0;
-    for (; i + kLanes <= d; i += kLanes)
-      vec::Store(out + i, vec::Load(out + i) + p * vec::Load(vt + i));
-    for (; i < d; ++i) out[i] += p * vt[i];
+  total = 0;
+  for (int64_t s = 0; s <= row.shared_count; ++s) {
+    const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
+    const float* v = span.v + h * span.capacity * d;
+    for (int64_t t = 0; t < span.length; ++t) {
+      const float p = scores[total + t] * inv;
+      const float* vt = v + t * d;
+      int64_t i = 0;
+      for (; i + kLanes <= d; i += kLanes)
+        vec::Store(out + i, vec::Load(out + i) + p * vec::Load(vt + i));
+      for (; i < d; ++i) out[i] += p * vt[i];
+    }
+    total += span.length;
   }
+}
+
+// Every position of a row, its shared spans' included.
+int64_t RowLength(const DecodeAttentionRow& row) {
+  int64_t length = row.length;
+  for (int64_t s = 0; s < row.shared_count; ++s) length += row.shared[s].length;
+  return length;
 }
 
 }  // namespace
@@ -58,8 +79,8 @@ void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t 
                         int64_t heads, int64_t head_dim, float* out) {
   int64_t total = 0, longest = 1;
   for (int64_t b = 0; b < batch; ++b) {
-    total += rows[b].length;
-    longest = std::max(longest, rows[b].length);
+    total += RowLength(rows[b]);
+    longest = std::max(longest, RowLength(rows[b]));
   }
   // Enough (row, head) pairs per task that a short step stays on the calling thread.
   const int64_t per_pair = std::max<int64_t>(1, total / std::max<int64_t>(1, batch)) * head_dim;
@@ -68,10 +89,7 @@ void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t 
     std::vector<float> scores(longest);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / heads, h = i % heads;
-      const DecodeAttentionRow& row = rows[b];
-      const int64_t offset = h * row.capacity * head_dim;
-      AttendHead(q + i * head_dim, row.k + offset, row.v + offset, row.length, head_dim,
-                 scores.data(), out + i * head_dim);
+      AttendHead(q + i * head_dim, rows[b], h, head_dim, scores.data(), out + i * head_dim);
     }
   });
 }

@@ -2,8 +2,9 @@
 // own, in one call (no padding of every row to the longest): for row b and head h,
 //   out[b,h] = Σ_{t < length_b} softmax_t(q[b,h] · k_b[h,t] / √d) v_b[h,t].
 // Each row's caches are where its own state keeps them: (H, capacity_b, d) contiguous, the
-// first length_b positions valid. Float32 on the CPU; parallel over (row, head) with ATen's
-// intra-op threads. A (row, head) is computed the same way whatever the other rows.
+// first length_b positions valid, after the positions of its shared spans, if any. Float32 on the
+// CPU; parallel over (row, head) with ATen's intra-op threads. A (row, head) is computed the same
+// way whatever the other rows.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,8 +17,13 @@ namespace attnserve::kernels {
 struct DecodeAttentionRow {
   const float* k = nullptr;  // (H, capacity, d)
   const float* v = nullptr;  // (H, capacity, d)
-  int64_t length = 0;        // valid positions, >= 1
+  int64_t length = 0;        // valid positions (>= 1 with the shared ones)
   int64_t capacity = 0;      // positions allocated, >= length
+  // The positions before these, in order, held elsewhere (a KV cache's shared segments,
+  // kv_cache.h): `shared_count` rows of their own k, v, length and capacity (their `shared`
+  // unused), owned by the caller. Null: none.
+  const DecodeAttentionRow* shared = nullptr;
+  int64_t shared_count = 0;
 };
 
 // q (B, H, d) contiguous, rows[B], out (B, H, d) contiguous.

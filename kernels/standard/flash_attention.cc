@@ -7,14 +7,6 @@
 #endif
 
 namespace attnserve::kernels {
-namespace {
-
-// Below this many queries the fused kernel's blocks of 16 are mostly padding, and the tiled
-// kernel was as fast or faster (1-4 queries over 4096 keys: 0.4-1.0 ms against 1.0-1.1 ms; 16:
-// 1.4-2.6 ms against 0.6-1.2 ms; docs/benchmarks.md, issue #24's session-15 section).
-constexpr int64_t kFusedMinQueries = 8;
-
-}  // namespace
 
 absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, bool causal, int64_t window,
@@ -28,7 +20,11 @@ absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor&
         "flash attention: CUDA tensors in a build without CUDA kernels");
 #endif
   }
-  if (q.dim() == 4 && q.size(2) >= kFusedMinQueries && FusedAttentionSupports(q, k, v)) {
+  // Every chunk the fused kernel takes goes to it, short ones too (1-4 queries over 4096 keys:
+  // 1.0-1.1 ms against the tiled kernel's 0.4-1.0), so that a KV cache whose prefix is shared
+  // in segments (kv_cache.h, which only the fused kernel reads) computes the same bits as one
+  // that holds it all: a fork's outputs equal its source's.
+  if (FusedAttentionSupports(q, k, v)) {
     return FusedAttentionCpu(q, k, v, causal, window, sinks);
   }
   return FlashAttentionCpu(q, k, v, causal, /*tiles=*/{}, window, sinks);

@@ -1,7 +1,7 @@
 // Tiled softmax attention where the tensors are: the CUDA kernel (flash_attention_cuda_torch.h)
 // for CUDA tensors when this build has it; on the CPU the fused kernel (fused_attention_cpu.h)
-// for chunks of at least 8 queries with a head dimension it takes (a multiple of 16), the tiled
-// ATen one (flash_attention_cpu.h) otherwise. The
+// where it takes the head dimension (a multiple of 16), the tiled ATen one
+// (flash_attention_cpu.h) otherwise. The
 // arguments are FlashAttentionCpu's (q (B, H, Lq, d), k, v (B, H, Lk, d); causal; window and
 // sinks for sliding-window attention), with the default tiles. Used by the standard and the
 // sliding-window mixers.

@@ -109,15 +109,8 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
 
 }  // namespace
 
-absl::Status CheckFlashAttentionArguments(const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, bool causal, int64_t window,
-                                          int64_t sinks) {
-  RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
-  const int64_t b = q.size(0), h = q.size(1), lq = q.size(2), d = q.size(3);
-  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
-  const int64_t lk = k.size(2);
-  RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, lk, d}));
-  if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");
+absl::Status CheckAttentionLengths(int64_t lq, int64_t lk, bool causal, int64_t window,
+                                   int64_t sinks) {
   if (causal && lk < lq) {
     return absl::InvalidArgumentError(
         absl::StrCat("causal attention needs at least as many keys as queries (the queries are "
@@ -137,6 +130,17 @@ absl::Status CheckFlashAttentionArguments(const at::Tensor& q, const at::Tensor&
         absl::StrCat("attention sinks (", sinks, ") go with a sliding window and must be >= 0"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckFlashAttentionArguments(const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, bool causal, int64_t window,
+                                          int64_t sinks) {
+  RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
+  const int64_t b = q.size(0), h = q.size(1), d = q.size(3);
+  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
+  RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, k.size(2), d}));
+  if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");
+  return CheckAttentionLengths(q.size(2), k.size(2), causal, window, sinks);
 }
 
 absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,

@@ -42,6 +42,9 @@ struct FlashAttentionTiles {
 absl::Status CheckFlashAttentionArguments(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, bool causal, int64_t window,
                                           int64_t sinks);
+// Its checks of the lengths (Lq queries, Lk keys) and of causal, window and sinks.
+absl::Status CheckAttentionLengths(int64_t lq, int64_t lk, bool causal, int64_t window,
+                                   int64_t sinks);
 
 absl::StatusOr<at::Tensor> FlashAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal,

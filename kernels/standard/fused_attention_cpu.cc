@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/common/vector_math.h"
 #include "kernels/standard/flash_attention_cpu.h"
+#include "kernels/standard/kv_cache.h"
 
 namespace attnserve::kernels {
 namespace {
@@ -27,13 +31,25 @@ constexpr int64_t kKeyTile = 128;
 constexpr int kKeyBlock = 8;
 constexpr int kDimBlock = 8;
 
+// A run of one (batch, head)'s keys and values: positions [start, start + length), position
+// start + j at k + j * k_row.
+struct Piece {
+  const float* k;
+  const float* v;
+  int64_t k_row, v_row;
+  int64_t start, length;
+};
+
+// The shared segments and the own keys: kMaxKvSegments + 1 pieces at most.
+constexpr int kMaxPieces = static_cast<int>(kMaxKvSegments) + 1;
+
 // Where one (batch, head)'s tensors are, and the mask's parameters.
 struct Head {
-  const float* q;  // row i at q + i * q_row
-  const float* k;  // row j at k + j * k_row
-  const float* v;
+  const float* q;            // row i at q + i * q_row
+  Piece pieces[kMaxPieces];  // in order of position, covering [0, lk)
+  int count;
   float* out;  // (Lq, d) contiguous
-  int64_t q_row, k_row, v_row;
+  int64_t q_row;
   int64_t lq, lk, d;
   bool causal;
   int64_t window, sinks;
@@ -57,22 +73,50 @@ ATTNSERVE_VEC_INLINE void ScoreKeys(const Float16* qt, const float* k, int64_t k
     for (int n = 0; n < NV; ++n) s[r * NV + n] = acc[r][n];
 }
 
-// oᵀ[c][n] = oᵀ[c][n] · correction[n] + Σ_j v[j][c] · p[j][n] over the tile's nk keys.
+// A tile's keys that lie in one piece: `count` keys from k, v on.
+struct Run {
+  const float* k;
+  const float* v;
+  int64_t k_row, v_row, count;
+};
+
+// The tile [k0, k0 + nk)'s runs, in order (one per piece it crosses); returns how many. Where
+// the pieces split a tile, each key is still scored and added in the same order as in one piece,
+// so the result does not depend on where the pieces end.
+ATTNSERVE_VEC_INLINE int TileRuns(const Head& h, int64_t k0, int64_t nk, Run* runs) {
+  int count = 0;
+  for (int i = 0; i < h.count && nk > 0; ++i) {
+    const Piece& p = h.pieces[i];
+    if (k0 >= p.start + p.length) continue;
+    const int64_t take = std::min(nk, p.start + p.length - k0);
+    runs[count++] = {p.k + (k0 - p.start) * p.k_row, p.v + (k0 - p.start) * p.v_row, p.k_row,
+                     p.v_row, take};
+    k0 += take;
+    nk -= take;
+  }
+  return count;
+}
+
+// oᵀ[c][n] = oᵀ[c][n] · correction[n] + Σ_j v[j][c] · p[j][n] over the tile's keys (its runs'
+// values, in order).
 template <int NV>
-ATTNSERVE_VEC_INLINE void AccumulateValues(const Float16* p, int64_t nk, const float* v,
-                                           int64_t v_row, int64_t d, const Float16* correction,
-                                           Float16* ot) {
+ATTNSERVE_VEC_INLINE void AccumulateValues(const Float16* p, const Run* runs, int run_count,
+                                           int64_t d, const Float16* correction, Float16* ot) {
   for (int64_t c0 = 0; c0 < d; c0 += kDimBlock) {
     Float16 acc[kDimBlock][NV];
     for (int r = 0; r < kDimBlock; ++r)
       for (int n = 0; n < NV; ++n) acc[r][n] = ot[(c0 + r) * NV + n] * correction[n];
-    for (int64_t j = 0; j < nk; ++j) {
-      Float16 pv[NV];
-      for (int n = 0; n < NV; ++n) pv[n] = p[j * NV + n];
-      const float* vj = v + j * v_row + c0;
-      for (int r = 0; r < kDimBlock; ++r) {
-        const Float16 vb = Broadcast(vj[r]);
-        for (int n = 0; n < NV; ++n) acc[r][n] += vb * pv[n];
+    const Float16* pj = p;
+    for (int run = 0; run < run_count; ++run) {
+      const Run& u = runs[run];
+      for (int64_t j = 0; j < u.count; ++j, pj += NV) {
+        Float16 pv[NV];
+        for (int n = 0; n < NV; ++n) pv[n] = pj[n];
+        const float* vj = u.v + j * u.v_row + c0;
+        for (int r = 0; r < kDimBlock; ++r) {
+          const Float16 vb = Broadcast(vj[r]);
+          for (int n = 0; n < NV; ++n) acc[r][n] += vb * pv[n];
+        }
       }
     }
     for (int r = 0; r < kDimBlock; ++r)
@@ -112,14 +156,19 @@ ATTNSERVE_VEC_INLINE void AttendBlock(const Head& h, int64_t q0, Float16* scratc
   const int64_t sink_end = h.window > 0 ? std::min({h.sinks, window_begin, key_end}) : 0;
   const std::pair<int64_t, int64_t> ranges[2] = {{0, sink_end},
                                                  {std::max(window_begin, sink_end), key_end}};
+  Run runs[kMaxPieces];
   for (const auto& [range_begin, range_end] : ranges) {
     for (int64_t k0 = range_begin; k0 < range_end; k0 += kKeyTile) {
       const int64_t nk = std::min(kKeyTile, range_end - k0);
-      const float* k = h.k + k0 * h.k_row;
-      int64_t j = 0;
-      for (; j + kKeyBlock <= nk; j += kKeyBlock)
-        ScoreKeys<NV, kKeyBlock>(qt, k + j * h.k_row, h.k_row, d, s + j * NV);
-      for (; j < nk; ++j) ScoreKeys<NV, 1>(qt, k + j * h.k_row, h.k_row, d, s + j * NV);
+      const int run_count = TileRuns(h, k0, nk, runs);
+      Float16* sj = s;
+      for (int run = 0; run < run_count; ++run) {
+        const Run& u = runs[run];
+        int64_t j = 0;
+        for (; j + kKeyBlock <= u.count; j += kKeyBlock, sj += kKeyBlock * NV)
+          ScoreKeys<NV, kKeyBlock>(qt, u.k + j * u.k_row, u.k_row, d, sj);
+        for (; j < u.count; ++j, sj += NV) ScoreKeys<NV, 1>(qt, u.k + j * u.k_row, u.k_row, d, sj);
+      }
       // Masks, only in a tile where some query of the block may not see some key: the causal
       // diagonal, the window's lower edge (sinks excepted).
       const bool masked =
@@ -162,7 +211,7 @@ ATTNSERVE_VEC_INLINE void AttendBlock(const Head& h, int64_t q0, Float16* scratc
           tile_sum[n] += p;
         }
       for (int n = 0; n < NV; ++n) l[n] = l[n] * correction[n] + tile_sum[n];
-      AccumulateValues<NV>(s, nk, h.v + k0 * h.v_row, h.v_row, d, correction, ot);
+      AccumulateValues<NV>(s, runs, run_count, d, correction, ot);
     }
   }
   // Every real query sees at least one key (key 0, or its own position), so l > 0 there.
@@ -181,10 +230,19 @@ void AttendBlock16(const Head& h, int64_t q0, Float16* scratch) { AttendBlock<1>
 ATTNSERVE_MULTIVERSION
 void AttendBlock32(const Head& h, int64_t q0, Float16* scratch) { AttendBlock<2>(h, q0, scratch); }
 
-at::Tensor FusedAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                              bool causal, int64_t window, int64_t sinks) {
+// The keys and values of the attention, in pieces: the shared segments' (each (B, H, >= length,
+// d)), then k, v (B, H, Lk_own, d).
+struct Keys {
+  const std::vector<KvSegment>* shared;
+  const at::Tensor* k;
+  const at::Tensor* v;
+  int64_t length;  // all of them
+};
+
+at::Tensor FusedAttentionImpl(const at::Tensor& q, const Keys& keys, bool causal, int64_t window,
+                              int64_t sinks) {
   const int64_t b = q.size(0), heads = q.size(1), lq = q.size(2), d = q.size(3);
-  const int64_t lk = k.size(2);
+  const int64_t lk = keys.length;
   at::Tensor out = at::empty({b, heads, lq, d}, q.options());
   if (lq == 0) return out;
   // Blocks of 32 queries (two vectors: twice the work per key read); 16 when a chunk has no
@@ -194,9 +252,18 @@ at::Tensor FusedAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
   // Enough blocks per task that a small problem stays on the calling thread.
   const int64_t work = rows * std::min<int64_t>(lk, 1 + (causal ? lk - lq + rows : lk)) * d;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(1, work));
+  // The pieces' tensors in order: the segments', then the own keys (when it has any).
+  std::vector<std::pair<const at::Tensor*, const at::Tensor*>> tensors;
+  std::vector<int64_t> lengths;
+  for (const KvSegment& s : *keys.shared) {
+    tensors.emplace_back(&s.k, &s.v);
+    lengths.push_back(s.length);
+  }
+  if (keys.k->size(2) > 0) {
+    tensors.emplace_back(keys.k, keys.v);
+    lengths.push_back(keys.k->size(2));
+  }
   const float* qp = q.data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
   float* op = out.data_ptr<float>();
   at::parallel_for(0, b * heads * blocks, grain, [&](int64_t begin, int64_t end) {
     // ATen's CPU allocator aligns to 64 bytes, as Float16 needs (std::vector's did not).
@@ -205,19 +272,29 @@ at::Tensor FusedAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / blocks, block = t % blocks;
       const int64_t bi = bh / heads, hi = bh % heads;
-      const Head h{qp + bi * q.stride(0) + hi * q.stride(1),
-                   kp + bi * k.stride(0) + hi * k.stride(1),
-                   vp + bi * v.stride(0) + hi * v.stride(1),
-                   op + bh * lq * d,
-                   q.stride(2),
-                   k.stride(2),
-                   v.stride(2),
-                   lq,
-                   lk,
-                   d,
-                   causal,
-                   window,
-                   sinks};
+      Head h;
+      h.q = qp + bi * q.stride(0) + hi * q.stride(1);
+      h.count = static_cast<int>(tensors.size());
+      int64_t start = 0;
+      for (int i = 0; i < h.count; ++i) {
+        const at::Tensor& k = *tensors[i].first;
+        const at::Tensor& v = *tensors[i].second;
+        h.pieces[i] = {k.data_ptr<float>() + bi * k.stride(0) + hi * k.stride(1),
+                       v.data_ptr<float>() + bi * v.stride(0) + hi * v.stride(1),
+                       k.stride(2),
+                       v.stride(2),
+                       start,
+                       lengths[i]};
+        start += lengths[i];
+      }
+      h.out = op + bh * lq * d;
+      h.q_row = q.stride(2);
+      h.lq = lq;
+      h.lk = lk;
+      h.d = d;
+      h.causal = causal;
+      h.window = window;
+      h.sinks = sinks;
       if (nv == 2) {
         AttendBlock32(h, block * rows, scratch);
       } else {
@@ -244,7 +321,38 @@ bool FusedAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::
 absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal, int64_t window,
                                              int64_t sinks) {
-  RETURN_IF_ERROR(CheckFlashAttentionArguments(q, k, v, causal, window, sinks));
+  static const std::vector<KvSegment> kNone;
+  return FusedAttentionCpu(q, kNone, k, v, causal, window, sinks);
+}
+
+absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q,
+                                             const std::vector<KvSegment>& shared,
+                                             const at::Tensor& k, const at::Tensor& v, bool causal,
+                                             int64_t window, int64_t sinks) {
+  RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
+  const int64_t b = q.size(0), h = q.size(1), d = q.size(3);
+  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
+  RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, k.size(2), d}));
+  if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");
+  if (shared.size() > kMaxKvSegments) {
+    return absl::InvalidArgumentError(absl::StrCat("fused attention takes at most ", kMaxKvSegments,
+                                                   " shared segments, got ", shared.size()));
+  }
+  int64_t lk = k.size(2);
+  for (size_t i = 0; i < shared.size(); ++i) {
+    const std::string name = absl::StrCat("shared segment ", i);
+    RETURN_IF_ERROR(CheckFloatTensor(shared[i].k, (name + " k").c_str(), {b, h, -1, d}));
+    RETURN_IF_ERROR(
+        CheckFloatTensor(shared[i].v, (name + " v").c_str(), {b, h, shared[i].k.size(2), d}));
+    if (shared[i].length < 1 || shared[i].length > shared[i].k.size(2) ||
+        !FusedAttentionSupports(q, shared[i].k, shared[i].v)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": length ", shared[i].length,
+                                                     " outside [1, ", shared[i].k.size(2),
+                                                     "] or not a layout fused attention takes"));
+    }
+    lk += shared[i].length;
+  }
+  RETURN_IF_ERROR(CheckAttentionLengths(q.size(2), lk, causal, window, sinks));
   if (!FusedAttentionSupports(q, k, v)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "fused attention takes CPU float32 tensors with a contiguous last dimension and a head "
@@ -252,10 +360,10 @@ absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q, const at::Tens
         q.size(3)));
   }
   // A window that covers every key is no window: the same computation as without one.
-  if (window >= k.size(2)) window = 0;
+  if (window >= lk) window = 0;
   if (window == 0) sinks = 0;
   return GuardTorch("fused attention", [&]() -> absl::StatusOr<at::Tensor> {
-    return FusedAttentionImpl(q, k, v, causal, window, sinks);
+    return FusedAttentionImpl(q, Keys{&shared, &k, &v, lk}, causal, window, sinks);
   });
 }
 

@@ -27,8 +27,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/common/mixer.h"
 
 namespace attnserve::kernels {
 
@@ -42,5 +44,15 @@ bool FusedAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::
 absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q, const at::Tensor& k,
                                              const at::Tensor& v, bool causal, int64_t window = 0,
                                              int64_t sinks = 0);
+
+// The same over keys and values in pieces, read where they are: the `shared` segments
+// (kernels/common/mixer.h's KvSegment: positions 0 .. Σ length - 1, in order; at most
+// kMaxKvSegments), then k, v (B, H, Lk_own, d) for the positions after them (Lk_own may be 0):
+// Lk = Σ length + Lk_own. A KV cache whose prefix other states share (kv_cache.h). Key tiles
+// end at the pieces' edges; otherwise the same computation.
+absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q,
+                                             const std::vector<KvSegment>& shared,
+                                             const at::Tensor& k, const at::Tensor& v, bool causal,
+                                             int64_t window = 0, int64_t sinks = 0);
 
 }  // namespace attnserve::kernels

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/huge_page_buffer.h"
@@ -28,6 +30,18 @@ MixerState EmptyKvCache(int64_t batch, int64_t heads, int64_t head_dim, at::Devi
 
 absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t h, int64_t d,
                           at::Device device, const char* mixer) {
+  for (size_t i = 0; i < state.shared.size(); ++i) {
+    const KvSegment& s = state.shared[i];
+    const std::string name = absl::StrCat(mixer, " state shared segment ", i);
+    RETURN_IF_ERROR(CheckFloatTensor(s.k, (name + " k").c_str(), {batch, h, -1, d}, device));
+    RETURN_IF_ERROR(
+        CheckFloatTensor(s.v, (name + " v").c_str(), {batch, h, s.k.size(2), d}, device));
+    if (s.length < 1 || s.length > s.k.size(2) || s.k.stride(3) != 1 || s.v.stride(3) != 1 ||
+        s.k.stride(1) != s.k.size(2) * d || s.v.stride(1) != s.v.size(2) * d) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": length ", s.length, " outside [1, ",
+                                                     s.k.size(2), "] or not laid out as a cache"));
+    }
+  }
   if (state.tensors.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         mixer, " state: expected 2 tensors (k_cache, v_cache), got ", state.tensors.size()));
@@ -41,10 +55,11 @@ absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t h, int
   }
   RETURN_IF_ERROR(CheckFloatTensor(state.tensors[1], absl::StrCat(mixer, " state v_cache").c_str(),
                                    {batch, h, k_cache.size(2), d}, device));
-  if (state.position < 0 || state.position > k_cache.size(2)) {
+  const int64_t shared = state.SharedLength();
+  if (state.position < shared || state.position - shared > k_cache.size(2)) {
     return absl::InvalidArgumentError(absl::StrCat(mixer, " state: position ", state.position,
-                                                   " is outside the KV cache capacity [0, ",
-                                                   k_cache.size(2), "]"));
+                                                   " is outside the KV cache capacity [", shared,
+                                                   ", ", shared + k_cache.size(2), "]"));
   }
   return absl::OkStatus();
 }
@@ -52,7 +67,7 @@ absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t h, int
 std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const at::Tensor& k,
                                                   const at::Tensor& v) {
   at::Tensor k_cache = state.tensors[0], v_cache = state.tensors[1];
-  const int64_t position = state.position, length = k.size(2);
+  const int64_t position = state.position - state.SharedLength(), length = k.size(2);
   const int64_t needed = position + length;
   if (needed > k_cache.size(2) || !k_cache.is_contiguous() || !v_cache.is_contiguous()) {
     const int64_t capacity = std::max({needed, 2 * k_cache.size(2), kMinCacheCapacity});
@@ -70,10 +85,72 @@ std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const
   return {std::move(k_cache), std::move(v_cache)};
 }
 
-DecodeAttentionRow DecodeRowOf(const KvCacheRow& r) {
-  const int64_t stride = r.k_cache.size(1) * r.k_cache.size(2) * r.k_cache.size(3);
-  return {r.k_cache.data_ptr<float>() + r.row * stride,
-          r.v_cache.data_ptr<float>() + r.row * stride, r.length, r.k_cache.size(2)};
+MixerState SharePrefix(const MixerState& state, int64_t reserve) {
+  const at::Tensor& k_cache = state.tensors[0];
+  if (!k_cache.is_cpu() || state.shared.size() + 1 > kMaxKvSegments) {
+    MixerState copy = state;
+    FlattenKvCache(copy, reserve);
+    return copy;
+  }
+  MixerState out;
+  out.position = state.position;
+  out.shared = state.shared;
+  const int64_t own = state.position - state.SharedLength();
+  if (own > 0) out.shared.push_back({state.tensors[0], state.tensors[1], own});
+  std::vector<int64_t> sizes = k_cache.sizes().vec();
+  sizes[2] = reserve;
+  at::Tensor k = EmptyHugePageBuffer(sizes, k_cache.options());
+  out.tensors = {k, EmptyHugePageBuffer(sizes, k_cache.options())};
+  return out;
+}
+
+void FlattenKvCache(MixerState& state, int64_t reserve) {
+  std::vector<int64_t> sizes = state.tensors[0].sizes().vec();
+  sizes[2] = state.position + reserve;
+  std::vector<at::Tensor> flat;
+  for (int index : {0, 1}) {
+    at::Tensor t = EmptyHugePageBuffer(sizes, state.tensors[index].options());
+    t.narrow(2, 0, state.position).copy_(KvCachePrefix(state, index, state.position));
+    flat.push_back(std::move(t));
+  }
+  state.tensors[0] = std::move(flat[0]);
+  state.tensors[1] = std::move(flat[1]);
+  state.shared.clear();
+}
+
+at::Tensor KvCachePrefix(const MixerState& state, int index, int64_t length) {
+  const at::Tensor& own = state.tensors[index];
+  if (state.shared.empty()) return own.narrow(2, 0, length);
+  std::vector<at::Tensor> pieces;
+  int64_t taken = 0;
+  for (const KvSegment& s : state.shared) {
+    if (taken == length) break;
+    const int64_t n = std::min(s.length, length - taken);
+    pieces.push_back((index == 0 ? s.k : s.v).narrow(2, 0, n));
+    taken += n;
+  }
+  if (taken < length) pieces.push_back(own.narrow(2, 0, length - taken));
+  return at::cat(pieces, 2);
+}
+
+DecodeAttentionRow DecodeRowOf(const KvCacheRow& r, std::vector<DecodeAttentionRow>* spans) {
+  const auto pointers = [&r](const at::Tensor& k, const at::Tensor& v, int64_t length) {
+    const int64_t stride = k.size(1) * k.size(2) * k.size(3);
+    return DecodeAttentionRow{k.data_ptr<float>() + r.row * stride,
+                              v.data_ptr<float>() + r.row * stride, length, k.size(2)};
+  };
+  int64_t shared = 0;
+  spans->clear();
+  if (r.shared != nullptr) {
+    for (const KvSegment& s : *r.shared) {
+      spans->push_back(pointers(s.k, s.v, s.length));
+      shared += s.length;
+    }
+  }
+  DecodeAttentionRow row = pointers(r.k_cache, r.v_cache, r.length - shared);
+  row.shared = spans->data();
+  row.shared_count = static_cast<int64_t>(spans->size());
+  return row;
 }
 
 }  // namespace attnserve::kernels

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
+#include "kernels/standard/fused_attention_cpu.h"
 
 namespace attnserve::kernels {
 
@@ -36,11 +37,22 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Prefill(const at::Tensor& x,
     if (state == nullptr) {
       ASSIGN_OR_RETURN(heads, Attend(q, k, v, config_.causal));
     } else {
+      if (!state->shared.empty() &&
+          !(ReadsSharedSegments() &&
+            FusedAttentionSupports(q, state->tensors[0], state->tensors[1]))) {
+        FlattenKvCache(*state, x.size(1));
+      }
       auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
       const int64_t length = state->position + x.size(1);
+      const int64_t own = length - state->SharedLength();
       // The chunk's queries are the last x.size(1) of `length` positions.
-      ASSIGN_OR_RETURN(heads, Attend(q, k_cache.narrow(2, 0, length), v_cache.narrow(2, 0, length),
-                                     /*causal=*/true));
+      if (state->shared.empty()) {
+        ASSIGN_OR_RETURN(heads, Attend(q, k_cache.narrow(2, 0, length),
+                                       v_cache.narrow(2, 0, length), /*causal=*/true));
+      } else {
+        ASSIGN_OR_RETURN(heads, FusedAttentionCpu(q, state->shared, k_cache.narrow(2, 0, own),
+                                                  v_cache.narrow(2, 0, own), /*causal=*/true));
+      }
       state->tensors = {std::move(k_cache), std::move(v_cache)};
       state->position = length;
     }
@@ -55,6 +67,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Step(const at::Tensor& x_t,
   if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
   RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
   return GuardTorch("Step", [&]() -> absl::StatusOr<at::Tensor> {
+    if (!state->shared.empty() && !ReadsSharedSegments()) FlattenKvCache(*state, 1);
     const int64_t b = x_t.size(0);
     auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);  // (B,H,1,d)
     auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
@@ -62,7 +75,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Step(const at::Tensor& x_t,
     state->position += 1;
     std::vector<KvCacheRow> rows;
     for (int64_t i = 0; i < b; ++i) {
-      rows.push_back({state->tensors[0], state->tensors[1], i, state->position});
+      rows.push_back({state->tensors[0], state->tensors[1], i, state->position, &state->shared});
     }
     ASSIGN_OR_RETURN(const at::Tensor heads, AttendCaches(q, rows));
     return projections_.ProjectOutput(heads).view({b, config_.d_model});
@@ -83,10 +96,11 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::StepBatch(
     std::vector<KvCacheRow> rows;
     for (int64_t i = 0; i < b; ++i) {
       MixerState& state = *states[i];
+      if (!state.shared.empty() && !ReadsSharedSegments()) FlattenKvCache(state, 1);
       auto [k_cache, v_cache] = AppendToKvCache(state, k.narrow(0, i, 1), v.narrow(0, i, 1));
       state.tensors = {std::move(k_cache), std::move(v_cache)};
       state.position += 1;
-      rows.push_back({state.tensors[0], state.tensors[1], 0, state.position});
+      rows.push_back({state.tensors[0], state.tensors[1], 0, state.position, &state.shared});
     }
     ASSIGN_OR_RETURN(const at::Tensor heads, AttendCaches(q, rows));
     return projections_.ProjectOutput(heads).view({b, config_.d_model});

@@ -10,6 +10,9 @@
 //   Step and Prefill with a state return FailedPrecondition.
 // StepBatch on the CPU: the projections once over B rows, each row appending to its own cache
 // and AttendCaches over every row at its own length; other devices take Mixer::StepBatch.
+// Shared segments (kv_cache.h): a subclass that reads them (ReadsSharedSegments) gets them in
+// AttendCaches' rows, and Prefill attends over them in place with the fused CPU kernel where it
+// takes the shapes; otherwise the state is flattened (FlattenKvCache) first, once.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,6 +53,9 @@ class KvCacheAttentionMixer : public Mixer {
   // batch cache at one length; StepBatch (CPU) one row of each state.
   virtual absl::StatusOr<at::Tensor> AttendCaches(const at::Tensor& q,
                                                   const std::vector<KvCacheRow>& rows) const = 0;
+  // Whether AttendCaches reads rows' shared segments (KvCacheRow::shared), and Attend is
+  // softmax attention over every key (what the fused kernel computes). Default: no.
+  virtual bool ReadsSharedSegments() const { return false; }
 
  private:
   at::Device device() const { return projections_.device(); }

@@ -40,9 +40,14 @@ class StandardAttentionMixer final : public KvCacheAttentionMixer {
     }
 #endif
     std::vector<DecodeAttentionRow> decode_rows;
-    for (const KvCacheRow& row : rows) decode_rows.push_back(DecodeRowOf(row));
+    std::vector<std::vector<DecodeAttentionRow>> spans(rows.size());  // shared segments'
+    for (size_t i = 0; i < rows.size(); ++i) decode_rows.push_back(DecodeRowOf(rows[i], &spans[i]));
     return DecodeAttentionHeads(q, decode_rows);
   }
+
+  // Prefill reads shared segments in place through the fused kernel, the decode kernel through
+  // their spans.
+  bool ReadsSharedSegments() const override { return true; }
 };
 
 }  // namespace

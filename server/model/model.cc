@@ -14,6 +14,7 @@
 #include "kernels/common/rms_norm.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
+#include "kernels/standard/kv_cache.h"
 #include "server/model/model_config.h"
 
 namespace attnserve::model {
@@ -365,6 +366,18 @@ at::Tensor WithCapacity(const at::Tensor& t, int64_t position, int64_t reserve) 
   return out;
 }
 
+// Growing cache k of `layer` (its shared segments' positions and its own) in one new buffer of
+// capacity position + reserve.
+at::Tensor FlatWithCapacity(const kernels::MixerState& layer, size_t k, int64_t reserve) {
+  if (layer.shared.empty()) return WithCapacity(layer.tensors[k], layer.position, reserve);
+  std::vector<int64_t> sizes = layer.tensors[k].sizes().vec();
+  sizes[2] = layer.position + reserve;
+  at::Tensor out = kernels::EmptyHugePageBuffer(sizes, layer.tensors[k].options());
+  out.narrow(2, 0, layer.position)
+      .copy_(kernels::KvCachePrefix(layer, static_cast<int>(k), layer.position));
+  return out;
+}
+
 }  // namespace
 
 ModelState Model::CloneSharingCaches(const ModelState& state) const {
@@ -389,14 +402,30 @@ ModelState Model::CompactClone(const ModelState& state, int64_t reserve) const {
     for (size_t k = 0; k < layer.tensors.size(); ++k) {
       const at::Tensor& t = layer.tensors[k];
       if (!IsGrowing(growing_caches_, i, k) || !t.defined() ||
-          t.size(2) == layer.position + reserve) {
+          (layer.shared.empty() && t.size(2) == layer.position + reserve)) {
         out.tensors.push_back(t.defined() ? t.clone() : t);
         continue;
       }
-      out.tensors.push_back(WithCapacity(t, layer.position, reserve));
+      out.tensors.push_back(FlatWithCapacity(layer, k, reserve));
     }
   }
   return copy;
+}
+
+absl::StatusOr<ModelState> Model::CloneSharingPrefix(const ModelState& state,
+                                                     int64_t reserve) const {
+  return kernels::GuardTorch("copying a state", [&]() -> absl::StatusOr<ModelState> {
+    ModelState copy;
+    copy.position = state.position;
+    for (size_t i = 0; i < state.layers.size(); ++i) {
+      const kernels::MixerState& layer = state.layers[i];
+      const bool kv_cache = layer.tensors.size() == 2 && IsGrowing(growing_caches_, i, 0) &&
+                            IsGrowing(growing_caches_, i, 1) && layer.tensors[0].defined() &&
+                            layer.tensors[1].defined();
+      copy.layers.push_back(kv_cache ? kernels::SharePrefix(layer, reserve) : layer.Clone());
+    }
+    return copy;
+  });
 }
 
 absl::Status Model::ReserveCaches(ModelState& state, int64_t tokens) const {
@@ -405,9 +434,9 @@ absl::Status Model::ReserveCaches(ModelState& state, int64_t tokens) const {
       kernels::MixerState& layer = state.layers[i];
       for (size_t k = 0; k < layer.tensors.size(); ++k) {
         at::Tensor& t = layer.tensors[k];
-        if (IsGrowing(growing_caches_, i, k) && t.defined() &&
-            t.size(2) < layer.position + tokens) {
-          t = WithCapacity(t, layer.position, tokens);
+        const int64_t own = layer.position - layer.SharedLength();  // valid own entries
+        if (IsGrowing(growing_caches_, i, k) && t.defined() && t.size(2) < own + tokens) {
+          t = WithCapacity(t, own, tokens);
         }
       }
     }

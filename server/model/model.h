@@ -116,7 +116,8 @@ class Model {
   // valid (kernels/standard/kv_cache.h); empty for a model that cannot stream.
   const std::vector<std::vector<bool>>& growing_caches() const { return growing_caches_; }
   // A deep copy of `state` (one of this model's) whose growing caches have a capacity of their
-  // valid entries plus `reserve` (the room uninitialised, never read): a KV cache that grew by
+  // valid entries plus `reserve` (the room uninitialised, never read), shared segments copied in
+  // too (a flat state): a KV cache that grew by
   // doubling keeps up to half its capacity spare, which a plain Clone copies and pages in, and a
   // copy about to take `reserve` tokens does not regrow (a copy of all of it) on the way. Other
   // tensors are cloned whole.
@@ -129,6 +130,15 @@ class Model {
   // allocation that fails is an Internal status (the state is then as it was, or with some
   // caches already given room: valid either way).
   absl::Status ReserveCaches(ModelState& state, int64_t tokens) const;
+  // A state at `state`'s position that reads its KV caches' valid entries from `state`'s buffers
+  // instead of copying them (their first `position` entries never change: kv_cache.h's
+  // SharePrefix, as shared segments), each with own room for `reserve` tokens; the other tensors
+  // are cloned. `state` is not modified and may go on appending. For a prefix-cache hit and a
+  // fork: no 8 MB copy into fresh memory before the first computation (3-14 ms a hit on a
+  // 4000-token prefix measured in the server; docs/benchmarks.md, issue #24's session-15
+  // section). Bytes() of the result counts the shared entries as its own. An allocation that
+  // fails is an Internal status.
+  absl::StatusOr<ModelState> CloneSharingPrefix(const ModelState& state, int64_t reserve) const;
   // A copy of `state` that shares its growing caches instead of copying them: their first
   // `position` entries never change (new tokens are written past `position`, in place or into a
   // new buffer: kernels/standard/kv_cache.h), so a state that is only read, and copied with

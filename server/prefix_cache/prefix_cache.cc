@@ -63,12 +63,15 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
   for (int64_t k = longest; k >= 1; --k) {
     if (index_.count(chain[k]) == 0) continue;
     if (Entry* e = Find(chain[k], scope, model, tokens, k); e != nullptr) {
+      // Room for the rest of the prompt and a first generated token: no KV cache regrows
+      // (a copy of all of it) before the first token is out. The entry's KV entries are shared,
+      // not copied; an allocation that fails is a miss.
+      absl::StatusOr<model::ModelState> state = model.CloneSharingPrefix(e->state, n - k + 1);
+      if (!state.ok()) return std::nullopt;
       Touch(*e);
       hits_.fetch_add(1);
       hit_tokens_.fetch_add(k);
-      // Room for the rest of the prompt and a first generated token: no KV cache regrows
-      // (a copy of all of it) before the first token is out.
-      Hit hit{model.CompactClone(e->state, n - k + 1), k, Branch(*e, tokens, k, longest)};
+      Hit hit{*std::move(state), k, Branch(*e, tokens, k, longest)};
       AddContinuation(*e, tokens, k, n);
       return hit;
     }

@@ -17,9 +17,12 @@
 // the model's identity) finds candidates for every prefix length from the longest allowed down;
 // a candidate is a hit only when its scope, model and every token are equal, so a hash collision
 // never serves a wrong state. The hit is a copy: the session computes on its own state, and an
-// entry evicted later never touches a live session. A hit is a Model::CompactClone copy: its KV
-// caches hold their valid entries and room for the rest of its prompt, not the spare half of a
-// cache that grew by doubling. An entry shares the KV caches of the state it was taken from
+// entry evicted later never touches a live session. A hit is a Model::CloneSharingPrefix copy:
+// its recurrent tensors are copied, and its KV caches read the entry's valid entries where they
+// are (shared segments, kernels/standard/kv_cache.h: never written, kept alive by whoever holds
+// them, so evicting the entry frees nothing a session still reads) with own room for the rest of
+// its prompt; nothing of the prefix's keys and values is copied. An entry shares the KV caches
+// of the state it was taken from
 // (Model::CloneSharingCaches: their prefix never changes) and copies the rest: caching a
 // hybrid's 4096-token prompt end copied and paged in 16 MB per prompt before (57% of a hit's
 // time in perf). Its bytes count those whole buffers.

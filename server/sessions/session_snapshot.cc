@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "attnserve/v1/session_snapshot.pb.h"
 #include "kernels/common/tensor_checks.h"
+#include "kernels/standard/kv_cache.h"
 #include "server/client_text.h"
 
 namespace attnserve::server {
@@ -64,7 +65,9 @@ std::string EncodeSessionSnapshot(const Session& session) {
       const at::Tensor& t = layer.tensors[k];
       const bool growing =
           i < growing_caches.size() && k < growing_caches[i].size() && growing_caches[i][k];
-      at::Tensor view = growing ? t.narrow(2, 0, layer.position) : t;
+      // A KV cache's valid part: a view, or one copy of its shared segments and own entries.
+      at::Tensor view =
+          growing ? kernels::KvCachePrefix(layer, static_cast<int>(k), layer.position) : t;
       v1::StateTensor* desc = out->add_tensors();
       desc->set_dtype(v1::DATA_TYPE_FLOAT32);
       for (int64_t s : view.sizes()) desc->add_shape(s);

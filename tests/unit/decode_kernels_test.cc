@@ -45,6 +45,42 @@ TEST(DecodeAttentionTest, RaggedRowsMatchFloat64) {
   }
 }
 
+// A row whose first positions are in shared spans (a KV cache sharing its prefix: kv_cache.h)
+// gives the same bits as the same keys in one cache.
+TEST(DecodeAttentionTest, SharedSpansGiveTheSameBitsAsOneCache) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 6; ++trial) {
+    const int64_t heads = 1 + rng() % 4, d = std::vector<int64_t>{8, 17, 64}[rng() % 3];
+    const int64_t length = 3 + rng() % 300;
+    const at::Tensor q = RandomTensor({1, heads, d}, 50 + trial);
+    const at::Tensor k = RandomTensor({heads, length, d}, 60 + trial);
+    const at::Tensor v = RandomTensor({heads, length, d}, 70 + trial);
+    const int64_t cut1 = 1 + rng() % (length - 2), cut2 = cut1 + 1 + rng() % (length - cut1 - 1);
+    // Three pieces, each in a buffer of its own with spare room.
+    std::vector<at::Tensor> keep;
+    std::vector<DecodeAttentionRow> spans;
+    auto piece = [&](int64_t from, int64_t n) {
+      const int64_t capacity = n + 3;
+      at::Tensor kp = at::zeros({heads, capacity, d}), vp = at::zeros({heads, capacity, d});
+      kp.narrow(1, 0, n).copy_(k.narrow(1, from, n));
+      vp.narrow(1, 0, n).copy_(v.narrow(1, from, n));
+      keep.push_back(kp);
+      keep.push_back(vp);
+      return DecodeAttentionRow{kp.data_ptr<float>(), vp.data_ptr<float>(), n, capacity};
+    };
+    spans.push_back(piece(0, cut1));
+    spans.push_back(piece(cut1, cut2 - cut1));
+    DecodeAttentionRow split = piece(cut2, length - cut2);
+    split.shared = spans.data();
+    split.shared_count = 2;
+    const DecodeAttentionRow whole{k.data_ptr<float>(), v.data_ptr<float>(), length, length};
+    at::Tensor a = at::empty({1, heads, d}), b = at::empty({1, heads, d});
+    DecodeAttentionCpu(q.data_ptr<float>(), &whole, 1, heads, d, a.data_ptr<float>());
+    DecodeAttentionCpu(q.data_ptr<float>(), &split, 1, heads, d, b.data_ptr<float>());
+    EXPECT_TRUE(at::equal(a, b)) << "trial " << trial;
+  }
+}
+
 TEST(LinearDecodeTest, RowsUpdatedInPlaceMatchFloat64) {
   std::mt19937 rng(4);
   for (int trial = 0; trial < 6; ++trial) {

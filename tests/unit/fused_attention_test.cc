@@ -5,12 +5,15 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "kernels/standard/flash_attention_cpu.h"
 #include "kernels/standard/fused_attention_cpu.h"
+#include "kernels/standard/kv_cache.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::kernels {
@@ -105,6 +108,57 @@ TEST(FusedAttentionTest, ABlockDoesNotDependOnTheOthers) {
       FusedAttentionCpu(q.narrow(2, 0, 32), k.narrow(2, 0, 468), v.narrow(2, 0, 468), true);
   ASSERT_TRUE(whole.ok() && first.ok());
   EXPECT_TRUE(at::equal(whole->narrow(2, 0, 32), *first));
+}
+
+// Keys and values in pieces (shared segments of caches with spare room, then the own part,
+// possibly empty), split at random positions inside and at the edges of key tiles: the same bits
+// as the same keys in one tensor, and the formula's result.
+TEST(FusedAttentionTest, KeysInPiecesGiveTheSameBitsAsInOne) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t h = 1 + rng() % 3, d = 16 * (1 + rng() % 4);
+    const int64_t lq = 1 + rng() % 40, lk = lq + 1 + rng() % 600;
+    const at::Tensor q = RandomTensor({1, h, lq, d}, 7 * trial);
+    const at::Tensor k = RandomTensor({1, h, lk, d}, 7 * trial + 1);
+    const at::Tensor v = RandomTensor({1, h, lk, d}, 7 * trial + 2);
+    // Cut points: some random, some on tile edges (multiples of 128), all before the queries.
+    std::vector<int64_t> cuts;
+    const int pieces = 1 + rng() % static_cast<int>(kMaxKvSegments);
+    for (int i = 0; i < pieces; ++i) {
+      const int64_t at = i % 2 ? 128 * (1 + rng() % 4) : 1 + rng() % (lk - 1);
+      if (at < lk) cuts.push_back(at);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    std::vector<KvSegment> shared;
+    int64_t start = 0;
+    for (const int64_t at : cuts) {
+      const int64_t n = at - start, spare = rng() % 9;
+      at::Tensor ks = at::zeros({1, h, n + spare, d}), vs = at::zeros({1, h, n + spare, d});
+      ks.narrow(2, 0, n).copy_(k.narrow(2, start, n));
+      vs.narrow(2, 0, n).copy_(v.narrow(2, start, n));
+      shared.push_back({ks, vs, n});
+      start = at;
+    }
+    const at::Tensor own_k = k.narrow(2, start, lk - start), own_v = v.narrow(2, start, lk - start);
+    auto whole = FusedAttentionCpu(q, k, v, /*causal=*/true);
+    auto split = FusedAttentionCpu(q, shared, own_k, own_v, /*causal=*/true);
+    ASSERT_TRUE(whole.ok() && split.ok()) << split.status();
+    EXPECT_TRUE(at::equal(*whole, *split))
+        << "Lq " << lq << " Lk " << lk << " pieces " << shared.size() + 1;
+    EXPECT_LE(MaxRelativeError(*split, Reference(q, k, v, true, 0, 0)), 1e-5);
+  }
+  // All keys in segments, none of its own.
+  const at::Tensor q = RandomTensor({1, 2, 3, 32}, 1), k = RandomTensor({1, 2, 50, 32}, 2);
+  const std::vector<KvSegment> all = {{k, k, 50}};
+  auto split = FusedAttentionCpu(q, all, k.narrow(2, 0, 0), k.narrow(2, 0, 0), true);
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_TRUE(at::equal(*split, *FusedAttentionCpu(q, k, k, true)));
+  // Bad segments are refused: a length past the buffer, too many segments.
+  EXPECT_FALSE(FusedAttentionCpu(q, {{k, k, 51}}, k.narrow(2, 0, 0), k.narrow(2, 0, 0), true).ok());
+  EXPECT_FALSE(FusedAttentionCpu(q, std::vector<KvSegment>(kMaxKvSegments + 1, {k, k, 1}),
+                                 k.narrow(2, 0, 0), k.narrow(2, 0, 0), true)
+                   .ok());
 }
 
 TEST(FusedAttentionTest, RejectsWhatItDoesNotTake) {

@@ -81,6 +81,37 @@ TEST_P(SnapshotRoundTripTest, ContinuesExactlyAsTheUnbrokenSession) {
 INSTANTIATE_TEST_SUITE_P(StreamingModels, SnapshotRoundTripTest,
                          ::testing::Values("standard", "linear", "mamba", "hybrid"));
 
+// A session whose KV caches share their prefix with another state (a prefix-cache hit, a fork:
+// Model::CloneSharingPrefix) writes the same snapshot as one holding all of its entries.
+TEST(SessionSnapshotTest, ASharingStateWritesTheSnapshotOfAFlatOne) {
+  auto source = NewSession("hybrid");
+  const model::Model& m = *source->model();
+  ASSERT_TRUE(m.Forward(Tokens(40, 1), &source->state, model::OutputKind::kLastLogits).ok());
+  auto sharing = NewSession("hybrid");
+  sharing->state = *m.CloneSharingPrefix(source->state, 8);
+  ASSERT_TRUE(m.Forward(Tokens(6, 2), &sharing->state, model::OutputKind::kLastLogits).ok());
+  ASSERT_FALSE(sharing->state.layers[3].shared.empty());
+  auto flat = NewSession("hybrid");
+  flat->state = m.CompactClone(sharing->state);
+  ASSERT_TRUE(flat->state.layers[3].shared.empty());
+  absl::StatusOr<SessionSnapshot> restored =
+      DecodeSessionSnapshot(EncodeSessionSnapshot(*sharing), Repository());
+  absl::StatusOr<SessionSnapshot> restored_flat =
+      DecodeSessionSnapshot(EncodeSessionSnapshot(*flat), Repository());
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_TRUE(restored_flat.ok()) << restored_flat.status();
+  EXPECT_EQ(restored->state.position, 46);
+  for (size_t i = 0; i < restored->state.layers.size(); ++i) {
+    const auto& a = restored->state.layers[i].tensors;
+    const auto& b = restored_flat->state.layers[i].tensors;
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(restored->state.layers[i].shared.empty());
+    for (size_t k = 0; k < a.size(); ++k) EXPECT_TRUE(at::equal(a[k], b[k])) << i << " " << k;
+  }
+  EXPECT_TRUE(at::equal(*m.Forward(Tokens(3, 9), &restored->state, model::OutputKind::kLastLogits),
+                        *m.Forward(Tokens(3, 9), &sharing->state, model::OutputKind::kLastLogits)));
+}
+
 TEST(SessionSnapshotTest, RefusesDamagedForeignAndFutureSnapshotsWithTheirCodes) {
   auto session = NewSession("mamba");
   ASSERT_TRUE(session->model()

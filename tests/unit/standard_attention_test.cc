@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "kernels/standard/flash_attention_cpu.h"
+#include "kernels/standard/kv_cache.h"
 #include "kernels/standard/standard_reference.h"
 #include "tests/unit/test_util.h"
 
@@ -251,6 +252,43 @@ TEST(StandardAttentionTest, ShallowCopyOfAStateKeepsItsPrefix) {
   auto b = mixer->Prefill(x.narrow(1, 6, 6), &snapshot);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_TRUE(at::equal(*a, *b));
+}
+
+// A state sharing its prefix (kv_cache.h's SharePrefix) streams like the state it came from,
+// in chunks and steps, while that one goes on appending past the shared entries; a state whose
+// segments are not a KV cache's (a length past the buffer, a position the pieces do not cover)
+// is refused with InvalidArgument, before anything changes.
+TEST(StandardAttentionTest, AStateSharingItsPrefixStreamsLikeItsSource) {
+  const MixerConfig config = StandardConfig(2, 16, true);
+  auto mixer = MakeMixer(config, RandomWeights(config, 8));
+  ASSERT_NE(mixer, nullptr);
+  const at::Tensor x = RandomTensor({1, 40, config.d_model}, 9);
+  auto state = mixer->InitialState(1);
+  ASSERT_TRUE(state.ok());
+  ASSERT_TRUE(mixer->Prefill(x.narrow(1, 0, 20), &*state).ok());
+  MixerState sharing = SharePrefix(*state, 4);
+  ASSERT_EQ(sharing.shared.size(), 1u);
+  EXPECT_EQ(sharing.SharedLength(), 20);
+  MixerState plain = state->Clone();
+  ASSERT_TRUE(mixer->Prefill(x.narrow(1, 30, 10), &*state).ok());  // the source goes on
+  auto a = mixer->Prefill(x.narrow(1, 20, 10), &sharing);
+  auto b = mixer->Prefill(x.narrow(1, 20, 10), &plain);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+  EXPECT_TRUE(at::equal(*a, *b));
+  for (int t = 0; t < 3; ++t) {
+    auto sa = mixer->Step(x[0][t].unsqueeze(0), &sharing);
+    auto sb = mixer->Step(x[0][t].unsqueeze(0), &plain);
+    ASSERT_TRUE(sa.ok() && sb.ok()) << sa.status();
+    EXPECT_TRUE(at::equal(*sa, *sb));
+  }
+  MixerState bad = SharePrefix(plain, 0);
+  bad.shared[0].length = bad.shared[0].k.size(2) + 1;
+  ExpectError(mixer->Prefill(x.narrow(1, 0, 2), &bad), absl::StatusCode::kInvalidArgument,
+              "shared segment 0");
+  MixerState short_of = SharePrefix(plain, 0);
+  short_of.position += 5;  // more than the segments and the own cache hold
+  ExpectError(mixer->Step(x[0][0].unsqueeze(0), &short_of), absl::StatusCode::kInvalidArgument,
+              "outside the KV cache capacity");
 }
 
 TEST(StandardAttentionTest, RejectsBadInputs) {

@@ -215,7 +215,8 @@ class AttnServeService::StreamReactor final
     job->on_start = [this, from, to]() -> absl::StatusOr<bool> {
       RETURN_IF_ERROR(service_->sessions_.Reserve(
           *to, to->model()->StateBytesPerSequence(from->state.position)));
-      to->state = from->model()->CompactClone(from->state);  // no spare KV capacity
+      // The source's KV entries shared, not copied (it goes on appending past them).
+      ASSIGN_OR_RETURN(to->state, from->model()->CloneSharingPrefix(from->state, 0));
       to->Publish();
       service_->sessions_.Applied(*to);
       return true;
