@@ -20,10 +20,10 @@ absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor&
         "flash attention: CUDA tensors in a build without CUDA kernels");
 #endif
   }
-  // Every chunk the fused kernel takes goes to it, short ones too (1-4 queries over 4096 keys:
-  // 1.0-1.1 ms against the tiled kernel's 0.4-1.0), so that a KV cache whose prefix is shared
-  // in segments (kv_cache.h, which only the fused kernel reads) computes the same bits as one
-  // that holds it all: a fork's outputs equal its source's.
+  // Every chunk the fused kernel takes goes to it, short ones too (it sends those to the decode
+  // kernel), so that a KV cache whose prefix is shared in segments (kv_cache.h, which only the
+  // fused kernel reads) computes the same bits as one that holds it all: a fork's outputs equal
+  // its source's.
   if (FusedAttentionSupports(q, k, v)) {
     return FusedAttentionCpu(q, k, v, causal, window, sinks);
   }

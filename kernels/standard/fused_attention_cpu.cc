@@ -14,6 +14,7 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/common/vector_math.h"
+#include "kernels/standard/decode_attention_cpu.h"
 #include "kernels/standard/flash_attention_cpu.h"
 #include "kernels/standard/kv_cache.h"
 
@@ -305,6 +306,50 @@ at::Tensor FusedAttentionImpl(const at::Tensor& q, const Keys& keys, bool causal
   return out;
 }
 
+// Chunks of at most this many queries, without a window, over keys laid out as a KV cache's,
+// go to the decode kernel one query at a time: a block of 16 lanes would be mostly padding
+// (1-4 queries over 4096 keys took 1.0-1.3 ms in blocks, 0.4-1.9 ms tiled; docs/benchmarks.md,
+// issue #24's session-15 section).
+constexpr int64_t kDecodeMaxQueries = 4;
+
+// Whether t (B, H, n, d) is laid out as a KV cache: (H, capacity, d) contiguous per batch row.
+bool CacheLayout(const at::Tensor& t) {
+  return t.stride(3) == 1 && t.stride(2) == t.size(3) && t.stride(0) == t.size(1) * t.stride(1);
+}
+
+// The short chunk by the decode kernel: each (batch row, query) a decode row over the keys it
+// sees, those in the shared segments as its spans.
+at::Tensor ShortChunkByDecode(const at::Tensor& q, const Keys& keys, bool causal) {
+  const int64_t b = q.size(0), heads = q.size(1), lq = q.size(2), d = q.size(3);
+  const auto row_of = [&](const at::Tensor& k, const at::Tensor& v, int64_t bi, int64_t length) {
+    return DecodeAttentionRow{k.data_ptr<float>() + bi * k.stride(0),
+                              v.data_ptr<float>() + bi * v.stride(0), length, k.stride(1) / d};
+  };
+  std::vector<std::vector<DecodeAttentionRow>> spans(b * lq);
+  std::vector<DecodeAttentionRow> rows;
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t i = 0; i < lq; ++i) {
+      // The keys query i sees, from the segments on: as many of each as remain.
+      int64_t remaining = causal ? keys.length - lq + i + 1 : keys.length;
+      std::vector<DecodeAttentionRow>& own_spans = spans[bi * lq + i];
+      for (const KvSegment& s : *keys.shared) {
+        const int64_t n = std::min(s.length, remaining);
+        if (n > 0) own_spans.push_back(row_of(s.k, s.v, bi, n));
+        remaining -= n;
+      }
+      DecodeAttentionRow row = row_of(*keys.k, *keys.v, bi, remaining);
+      row.shared = own_spans.data();
+      row.shared_count = static_cast<int64_t>(own_spans.size());
+      rows.push_back(row);
+    }
+  }
+  const at::Tensor q_rows = q.permute({0, 2, 1, 3}).contiguous();  // (B, Lq, H, d)
+  at::Tensor out = at::empty_like(q_rows);
+  DecodeAttentionCpu(q_rows.data_ptr<float>(), rows.data(), b * lq, heads, d,
+                     out.data_ptr<float>());
+  return out.permute({0, 2, 1, 3}).contiguous();
+}
+
 }  // namespace
 
 bool FusedAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -363,7 +408,12 @@ absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q,
   if (window >= lk) window = 0;
   if (window == 0) sinks = 0;
   return GuardTorch("fused attention", [&]() -> absl::StatusOr<at::Tensor> {
-    return FusedAttentionImpl(q, Keys{&shared, &k, &v, lk}, causal, window, sinks);
+    const Keys keys{&shared, &k, &v, lk};
+    bool by_decode = q.size(2) <= kDecodeMaxQueries && q.size(2) > 0 && window == 0 &&
+                     CacheLayout(k) && CacheLayout(v);
+    for (const KvSegment& s : shared) by_decode = by_decode && CacheLayout(s.k) && CacheLayout(s.v);
+    return by_decode ? ShortChunkByDecode(q, keys, causal)
+                     : FusedAttentionImpl(q, keys, causal, window, sinks);
   });
 }
 

@@ -12,6 +12,10 @@
 //   values   oᵀ[c][i] += Σ_j v[j][c] · p[j][i]             8 dims x 2 vectors of queries a step
 // No key or value is copied or transposed; the block's output is transposed back once.
 //
+// A chunk of at most 4 queries without a window, over keys laid out as a KV cache's, goes to the
+// decode kernel (decode_attention_cpu.h) one query at a time instead, its keys' pieces as spans:
+// blocks of 16 lanes would be mostly padding there.
+//
 // Masks and the skipped key tiles are FlashAttentionCpu's (causal, window, sinks): the same
 // contract and the same results to float32 rounding (the additions are in another order).
 // A lane whose queries see no key of a tile gets nothing from it (its p are zeroed, not
