@@ -67,7 +67,10 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Step(const at::Tensor& x_t,
   if (state == nullptr) return absl::InvalidArgumentError("Step needs a state, got null");
   RETURN_IF_ERROR(CheckState(*state, x_t.size(0)));
   return GuardTorch("Step", [&]() -> absl::StatusOr<at::Tensor> {
-    if (!state->shared.empty() && !ReadsSharedSegments()) FlattenKvCache(*state, 1);
+    // Segments are read on the CPU only (a state elsewhere never gets them: SharePrefix).
+    if (!state->shared.empty() && (!ReadsSharedSegments() || !x_t.is_cpu())) {
+      FlattenKvCache(*state, 1);
+    }
     const int64_t b = x_t.size(0);
     auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);  // (B,H,1,d)
     auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
