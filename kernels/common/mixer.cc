@@ -187,12 +187,11 @@ int64_t MixerState::Bytes() const {
   for (const at::Tensor& t : tensors) {
     if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
   }
+  // A segment keeps its whole buffer alive (a cache that grew by doubling: up to twice its
+  // length), so the whole buffer is counted.
   for (const KvSegment& s : shared) {
     for (const at::Tensor* t : {&s.k, &s.v}) {
-      if (t->defined() && t->dim() == 4) {
-        bytes += t->size(0) * t->size(1) * s.length * t->size(3) *
-                 static_cast<int64_t>(t->element_size());
-      }
+      if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
     }
   }
   return bytes;

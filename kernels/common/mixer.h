@@ -134,8 +134,8 @@ struct MixerState {
   std::vector<KvSegment> shared;
 
   int64_t SharedLength() const;
-  // The tensors' bytes, and the shared segments' valid part (counted in every state that
-  // holds them).
+  // The tensors' bytes, and the shared segments' buffers, whole (counted in every state that
+  // holds them: an upper bound on what the state keeps alive).
   int64_t Bytes() const;
   // A deep copy of the tensors; the shared segments, read-only, stay shared.
   MixerState Clone() const;
