@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "kernels/common/huge_page_buffer.h"
 
 namespace attnserve::server {
 namespace {
@@ -121,6 +122,19 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
       out.push_back(Family("attnserve_prefix_cache_evictions_total",
                            "Prefix-cache entries evicted to stay within --prefix_cache_bytes.",
                            prometheus::MetricType::Counter, {evictions}));
+    }
+    {
+      const kernels::HugePageBufferPoolStats pool = kernels::HugePageBufferPool();
+      out.push_back(Family("attnserve_kv_buffer_pool_bytes",
+                           "Bytes of freed KV-cache buffers kept mapped for reuse "
+                           "(--kv_buffer_pool_bytes).",
+                           prometheus::MetricType::Gauge,
+                           {GaugeValue(static_cast<double>(pool.bytes))}));
+      prometheus::ClientMetric reused;
+      reused.counter.value = static_cast<double>(pool.reused);
+      out.push_back(Family("attnserve_kv_buffer_pool_reuses_total",
+                           "KV-cache buffers served from the reuse pool instead of fresh memory.",
+                           prometheus::MetricType::Counter, {reused}));
     }
     prometheus::ClientMetric cpu;
     cpu.counter.value = ProcessCpuSeconds();

@@ -29,6 +29,9 @@
 //   attnserve_prefix_cache_hit_tokens_total{variant}        counter: prefill tokens a hit saved
 //   attnserve_prefix_cache_bytes, attnserve_prefix_cache_entries  gauges;
 //   attnserve_prefix_cache_evictions_total                   counter (server/prefix_cache/)
+//   attnserve_kv_buffer_pool_bytes                          gauge: freed KV buffers kept for reuse
+//   attnserve_kv_buffer_pool_reuses_total                   counter: buffers served from them
+//       (kernels/common/huge_page_buffer.h)
 //   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
 //       the scheduler that have not computed yet: waiting for their session or a batch)
 //   attnserve_load_queued_requests, attnserve_load_running_sessions, attnserve_load_state_bytes,

@@ -199,6 +199,9 @@ class MetricsTest(unittest.TestCase):
         self.assertGreater(value("attnserve_prefix_cache_entries"), 0)
         self.assertGreater(value("attnserve_prefix_cache_bytes"), 0)
         self.assertEqual(value("attnserve_prefix_cache_evictions_total"), 0)
+        # The KV buffer pool's series exist from the start (small caches here: none kept yet).
+        self.assertGreaterEqual(value("attnserve_kv_buffer_pool_bytes"), 0)
+        self.assertGreaterEqual(value("attnserve_kv_buffer_pool_reuses_total"), 0)
         self.assertEqual(value("attnserve_build_info", version="0.1.0",
                                cuda=[l for n, ls in m for k, l in ls if n == "attnserve_build_info" and k == "cuda"][0],
                                torch=[l for n, ls in m for k, l in ls if n == "attnserve_build_info" and k == "torch"][0]), 1)
