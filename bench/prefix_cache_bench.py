@@ -15,7 +15,7 @@ attnserve-server with its default models, twice at once: --prefix_cache_bytes at
 Prints a table per model: median time to first token on and off, their ratio; the CPU model.
 
   /usr/bin/python3 bench/prefix_cache_bench.py --build-dir build [--models mamba,rwkv,hybrid]
-      [--mamba-130m [--workdir DIR]] [--sessions 32]
+      [--mamba-130m [--workdir DIR]] [--sessions 32] [--on-flags F] [--common-flags F]
 """
 
 import argparse
@@ -41,6 +41,7 @@ def parse_args():
     p.add_argument("--suffix", type=int, default=96)
     p.add_argument("--intra-op-threads", type=int, default=2)
     p.add_argument("--on-flags", default="", help="more flags for the server with the cache")
+    p.add_argument("--common-flags", default="", help="more flags for both servers")
     p.add_argument("--mamba-130m", action="store_true",
                    help="serve the random-weight mamba-130m-shaped folder of "
                         "bench/batched_decode.py (model 'mamba-130m') instead of the defaults")
@@ -122,13 +123,13 @@ def main():
     build = os.path.abspath(args.build_dir)
     grpc, pb, pb_grpc = attnserve_stubs()
     models = args.models.split(",")
-    common = ()
+    common = tuple(args.common_flags.split())
     if args.mamba_130m:
         from batched_decode import MODEL, mamba_130m_repository
         work = Path(args.workdir or tempfile.mkdtemp(prefix="attnserve_prefix_bench_130m_"))
         work.mkdir(parents=True, exist_ok=True)
-        common = ("--model_repository=%s" % mamba_130m_repository(Path(build), work),
-                  "--policy=%s" % MODEL)
+        common += ("--model_repository=%s" % mamba_130m_repository(Path(build), work),
+                   "--policy=%s" % MODEL)
         models = [MODEL]
     print("cpu: %s; %d sessions, prefix %d + %d tokens each, one token generated; "
           "--intra_op_threads=%d" % (cpu_name(), args.sessions, args.prefix, args.suffix,
