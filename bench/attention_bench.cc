@@ -39,6 +39,22 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+namespace {
+
+// The usage line, and whether `arg` is one of its flags.
+constexpr char kUsage[] =
+    "attnserve_attention_bench [--shapes=96x4096,16x4096,256x4096,4096x4096,4x4096] [--heads=4] "
+    "[--head-dim=64] [--repeats=9] [--threads=2]";
+
+bool KnownFlag(const std::string& arg) {
+  for (const char* name : {"--shapes", "--heads", "--head-dim", "--repeats", "--threads"}) {
+    if (arg.rfind(std::string(name) + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve;
@@ -47,6 +63,14 @@ int main(int argc, char** argv) {
   int repeats = 9, threads = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--help") {
+      std::printf("%s\n", kUsage);
+      return 0;
+    }
+    if (!KnownFlag(arg)) {
+      std::fprintf(stderr, "unknown argument %s\n%s\n", arg.c_str(), kUsage);
+      return 2;
+    }
     if (const char* v = bench::FlagValue(arg, "--shapes")) shapes = v;
     if (const char* v = bench::FlagValue(arg, "--heads")) heads = std::atoll(v);
     if (const char* v = bench::FlagValue(arg, "--head-dim")) head_dim = std::atoll(v);

@@ -59,6 +59,25 @@ bool PrefillInChunks(const model::Model& m, const at::Tensor& tokens, model::Mod
 
 }  // namespace
 
+namespace {
+
+// The usage line, and whether `arg` is one of its flags.
+constexpr char kUsage[] =
+    "attnserve_prefix_hit_bench [--models=mamba,rwkv,hybrid] [--prefix=4000] [--suffix=96] "
+    "[--rounds=9] [--threads=2] [--free-copies]";
+
+bool KnownFlag(const std::string& arg) {
+  for (const char* name : {"--models", "--prefix", "--suffix", "--rounds", "--threads"}) {
+    if (arg.rfind(std::string(name) + "=", 0) == 0) return true;
+  }
+  for (const char* name : {"--free-copies"}) {
+    if (arg == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::printf("%s\n", kernels::UseTheCpusBlasKernels(argv).c_str());
   kernels::KeepFreedMemoryForReuse();  // as the server does
@@ -68,6 +87,14 @@ int main(int argc, char** argv) {
   bool free_copies = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--help") {
+      std::printf("%s\n", kUsage);
+      return 0;
+    }
+    if (!KnownFlag(arg)) {
+      std::fprintf(stderr, "unknown argument %s\n%s\n", arg.c_str(), kUsage);
+      return 2;
+    }
     if (arg == "--free-copies") free_copies = true;
     if (const char* v = bench::FlagValue(arg, "--models")) models = v;
     if (const char* v = bench::FlagValue(arg, "--prefix")) prefix = std::atoll(v);
