@@ -27,31 +27,10 @@
 
 namespace {
 
-double Ms(const std::chrono::steady_clock::time_point& since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
-      .count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
-
-namespace {
-
-// The usage line, and whether `arg` is one of its flags.
+// The usage line.
 constexpr char kUsage[] =
     "attnserve_attention_bench [--shapes=96x4096,16x4096,256x4096,4096x4096,4x4096] [--heads=4] "
     "[--head-dim=64] [--repeats=9] [--threads=2]";
-
-bool KnownFlag(const std::string& arg) {
-  for (const char* name : {"--shapes", "--heads", "--head-dim", "--repeats", "--threads"}) {
-    if (arg.rfind(std::string(name) + "=", 0) == 0) return true;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -67,7 +46,7 @@ int main(int argc, char** argv) {
       std::printf("%s\n", kUsage);
       return 0;
     }
-    if (!KnownFlag(arg)) {
+    if (!bench::KnownFlag(arg, {"--shapes", "--heads", "--head-dim", "--repeats", "--threads"})) {
       std::fprintf(stderr, "unknown argument %s\n%s\n", arg.c_str(), kUsage);
       return 2;
     }
@@ -102,10 +81,10 @@ int main(int argc, char** argv) {
     for (int r = 0; r < repeats + 1; ++r) {  // the first round warms both up
       auto t0 = std::chrono::steady_clock::now();
       auto a = kernels::FlashAttentionCpu(q, k, v, /*causal=*/true);
-      const double ta = Ms(t0);
+      const double ta = bench::MsSince(t0);
       t0 = std::chrono::steady_clock::now();
       auto b = kernels::FusedAttentionCpu(q, k, v, /*causal=*/true);
-      const double tb = Ms(t0);
+      const double tb = bench::MsSince(t0);
       if (!a.ok() || !b.ok()) {
         std::cerr << (a.ok() ? b.status() : a.status()) << std::endl;
         return 1;
@@ -118,7 +97,7 @@ int main(int argc, char** argv) {
     // Visible pairs: every query sees the Lk - Lq prefix and the chunk's keys up to itself.
     const double pairs = static_cast<double>(lq) * (lk - lq) + lq * (lq + 1) / 2.0;
     const double flops = 4.0 * head_dim * heads * pairs;
-    const double mt = Median(tiled), mf = Median(fused);
+    const double mt = bench::Median(tiled), mf = bench::Median(fused);
     std::printf("| %lld x %lld | %.2f | %.2f | %.2fx | %.0f |\n", static_cast<long long>(lq),
                 static_cast<long long>(lk), mt, mf, mt / mf, flops / mf / 1e6);
   }

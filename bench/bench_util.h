@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -132,6 +133,30 @@ inline std::vector<double> StepMsAfterContexts(const kernels::Mixer& mixer, int6
     medians.push_back(s[s.size() / 2]);
   }
   return medians;
+}
+
+// Milliseconds since `t0`.
+inline double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The median of `v` (the mean of the middle two of an even count); v must not be empty.
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Whether `arg` is `--name=VALUE` for one of `valued`, or exactly one of `switches`.
+inline bool KnownFlag(const std::string& arg, std::initializer_list<const char*> valued,
+                      std::initializer_list<const char*> switches = {}) {
+  for (const char* name : valued) {
+    if (arg.rfind(std::string(name) + "=", 0) == 0) return true;
+  }
+  for (const char* name : switches) {
+    if (arg == name) return true;
+  }
+  return false;
 }
 
 // The CPU's model name from /proc/cpuinfo ("unknown" elsewhere), for a benchmark's header line.

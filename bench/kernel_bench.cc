@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
 #include "kernels/common/mixer.h"
@@ -208,12 +209,6 @@ bool ResetPeakRss() {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Times `run_once`: --warmup untimed calls, then --repeats timed ones.

@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "kernels/common/memory_reuse.h"
 #include "server/model/model_repository.h"
@@ -116,10 +117,7 @@ double RunPrompt(Arm& arm, const model::Model& m, const std::vector<int64_t>& to
   return ms;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using attnserve::bench::Median;
 
 // The 2.5% and 97.5% points of the median of `v` resampled with replacement.
 std::pair<double, double> BootstrapMedian(const std::vector<double>& v, uint64_t seed) {

@@ -37,14 +37,8 @@ namespace {
 
 using namespace attnserve;
 
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Median;
+using bench::MsSince;
 
 // Prefills `tokens` (1, L) into `state` in chunks of 256 (the scheduler's default chunk).
 bool PrefillInChunks(const model::Model& m, const at::Tensor& tokens, model::ModelState* state) {
@@ -57,24 +51,10 @@ bool PrefillInChunks(const model::Model& m, const at::Tensor& tokens, model::Mod
   return true;
 }
 
-}  // namespace
-
-namespace {
-
-// The usage line, and whether `arg` is one of its flags.
+// The usage line.
 constexpr char kUsage[] =
     "attnserve_prefix_hit_bench [--models=mamba,rwkv,hybrid] [--prefix=4000] [--suffix=96] "
     "[--rounds=9] [--threads=2] [--free-copies]";
-
-bool KnownFlag(const std::string& arg) {
-  for (const char* name : {"--models", "--prefix", "--suffix", "--rounds", "--threads"}) {
-    if (arg.rfind(std::string(name) + "=", 0) == 0) return true;
-  }
-  for (const char* name : {"--free-copies"}) {
-    if (arg == name) return true;
-  }
-  return false;
-}
 
 }  // namespace
 
@@ -91,7 +71,8 @@ int main(int argc, char** argv) {
       std::printf("%s\n", kUsage);
       return 0;
     }
-    if (!KnownFlag(arg)) {
+    if (!bench::KnownFlag(arg, {"--models", "--prefix", "--suffix", "--rounds", "--threads"},
+                          {"--free-copies"})) {
       std::fprintf(stderr, "unknown argument %s\n%s\n", arg.c_str(), kUsage);
       return 2;
     }
