@@ -64,26 +64,39 @@ class MemoryReturnTest(pct.ServerProcesses, unittest.TestCase):
         time.sleep(seconds)
         return resident_bytes(pid)
 
-    def test_resident_memory_returns_after_the_sessions_are_gone(self):
-        server = pct.Server(self.binary, "--idle_memory_trim_s=1", "--max_sessions=5000")
+    def serve(self, *flags):
+        """A server with the idle trim after 1 s and `flags`, and a stub for it."""
+        server = pct.Server(self.binary, "--idle_memory_trim_s=1", *flags)
         self.servers.append(server)
         channel = self.grpc.insecure_channel(server.target)
         self.channels.append(channel)
-        stub = self.pb_grpc.AttnServeStub(channel)
-        tokens = list(range(1, 33))
-        # A warm-up of the same work, so that what stays is the server's (models, gRPC, the
-        # allocator's bookkeeping), then the baseline.
-        self.close_sessions(stub, self.open_sessions(stub, 20, tokens))
+        return server, self.pb_grpc.AttnServeStub(channel)
+
+    def resident_around(self, server, stub, tokens, warmup, count, while_open=None):
+        """Resident bytes settled before `count` sessions of `tokens`, with them open, and
+        settled after they were closed; first a warm-up of `warmup` such sessions, so that what
+        stays is the server's (models, gRPC, the allocator's bookkeeping). `while_open` runs
+        while they are open."""
+        self.close_sessions(stub, self.open_sessions(stub, warmup, tokens))
         before = self.settled_resident(server.proc.pid)
-        ids = self.open_sessions(stub, SESSIONS, tokens)
+        ids = self.open_sessions(stub, count, tokens)
         peak = resident_bytes(server.proc.pid)
-        listed = stub.ListSessions(self.pb.ListSessionsRequest(), timeout=10).total
+        if while_open is not None:
+            while_open()
         self.close_sessions(stub, ids)
         after = self.settled_resident(server.proc.pid)
         mib = lambda b: "%.1f MiB" % (b / 2**20)
-        print("resident: before %s, with %d sessions %s, after they were closed %s"
-              % (mib(before), listed, mib(peak), mib(after)))
-        self.assertEqual(listed, SESSIONS)
+        print("resident: before %s, with %d sessions of %d tokens %s, after they were closed %s"
+              % (mib(before), count, len(tokens), mib(peak), mib(after)))
+        return before, peak, after
+
+    def test_resident_memory_returns_after_the_sessions_are_gone(self):
+        server, stub = self.serve("--max_sessions=5000")
+        listed = []
+        before, peak, after = self.resident_around(
+            server, stub, list(range(1, 33)), 20, SESSIONS, while_open=lambda: listed.append(
+                stub.ListSessions(self.pb.ListSessionsRequest(), timeout=10).total))
+        self.assertEqual(listed, [SESSIONS])
         # The sessions must have taken far more than the 10% allowed, or the test says nothing.
         self.assertGreater(peak - before, before * 0.3, "the sessions should have taken memory")
         self.assertLess(after, before * 1.10, "resident memory did not come back")
@@ -93,26 +106,13 @@ class MemoryReturnTest(pct.ServerProcesses, unittest.TestCase):
         """Sessions whose KV caches have mappings of their own (2 MiB or more: 3000 tokens of
         `standard` are 3 MB a tensor): closed, their buffers stay in the reuse pool
         (--kv_buffer_pool_bytes) while the server works, and the idle trim unmaps them."""
-        server = pct.Server(self.binary, "--idle_memory_trim_s=1", "--prefix_cache_bytes=0")
-        self.servers.append(server)
-        channel = self.grpc.insecure_channel(server.target)
-        self.channels.append(channel)
-        stub = self.pb_grpc.AttnServeStub(channel)
-        tokens = [1 + i % 4000 for i in range(3000)]
-        self.close_sessions(stub, self.open_sessions(stub, 2, tokens))
-        before = self.settled_resident(server.proc.pid)
-        ids = self.open_sessions(stub, 12, tokens)
-        peak = resident_bytes(server.proc.pid)
-        self.close_sessions(stub, ids)
-        after = self.settled_resident(server.proc.pid)
-        mib = lambda b: "%.1f MiB" % (b / 2**20)
-        print("resident: before %s, with 12 long sessions %s, after %s"
-              % (mib(before), mib(peak), mib(after)))
+        server, stub = self.serve("--prefix_cache_bytes=0")
+        before, peak, after = self.resident_around(
+            server, stub, [1 + i % 4000 for i in range(3000)], 2, 12)
         # 12 sessions x 4 layers x 2 tensors x 3 MB: ~290 MB, above the pool's 256 MiB.
         self.assertGreater(peak - before, 200 * 2**20, "the sessions should have taken memory")
         self.assertLess(after, before * 1.10, "kept KV buffers were not unmapped when idle")
         self.assertIsNone(server.proc.poll())
-
 
 if __name__ == "__main__":
     pct.run_tests(sys.modules[__name__])
