@@ -69,9 +69,21 @@ std::pair<void*, size_t> TakeFromPool(size_t bytes) {
   return taken;
 }
 
-// Unmaps what does not fit under the bound, oldest first, outside the lock.
+// Unmaps `mappings` (taken out of the pool; outside its lock).
 void UnmapAll(const std::vector<std::pair<void*, size_t>>& mappings) {
   for (const auto& [p, mapped] : mappings) munmap(p, mapped);
+}
+
+// Takes the oldest mappings out of the pool until it is within its bound; the caller unmaps
+// them after unlocking. Called with pool.mu held.
+std::vector<std::pair<void*, size_t>> OverBound(Pool& pool) {
+  std::vector<std::pair<void*, size_t>> unmap;
+  while (pool.bytes > pool.bound) {
+    unmap.push_back(pool.free.front());
+    pool.bytes -= pool.free.front().second;
+    pool.free.pop_front();
+  }
+  return unmap;
 }
 
 void GiveBack(void* p, size_t mapped) {
@@ -81,11 +93,7 @@ void GiveBack(void* p, size_t mapped) {
     std::lock_guard<std::mutex> lock(pool.mu);
     pool.free.emplace_back(p, mapped);
     pool.bytes += mapped;
-    while (pool.bytes > pool.bound) {
-      unmap.push_back(pool.free.front());
-      pool.bytes -= pool.free.front().second;
-      pool.free.pop_front();
-    }
+    unmap = OverBound(pool);
   }
   UnmapAll(unmap);
 }
@@ -94,25 +102,13 @@ void GiveBack(void* p, size_t mapped) {
 
 void SetHugePageBufferPoolBytes(int64_t bytes) {
   Pool& pool = ThePool();
+  std::vector<std::pair<void*, size_t>> unmap;
   {
     std::lock_guard<std::mutex> lock(pool.mu);
     pool.bound = static_cast<size_t>(bytes > 0 ? bytes : 0);
+    unmap = OverBound(pool);  // shrinks to the new bound at once
   }
-  // Shrinks to the new bound at once.
-  if (bytes <= 0) {
-    ReleaseHugePageBufferPool();
-  } else {
-    std::vector<std::pair<void*, size_t>> unmap;
-    {
-      std::lock_guard<std::mutex> lock(pool.mu);
-      while (pool.bytes > pool.bound) {
-        unmap.push_back(pool.free.front());
-        pool.bytes -= pool.free.front().second;
-        pool.free.pop_front();
-      }
-    }
-    UnmapAll(unmap);
-  }
+  UnmapAll(unmap);
 }
 
 HugePageBufferPoolStats HugePageBufferPool() {

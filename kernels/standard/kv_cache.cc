@@ -104,17 +104,18 @@ MixerState SharePrefix(const MixerState& state, int64_t reserve) {
   return out;
 }
 
-void FlattenKvCache(MixerState& state, int64_t reserve) {
-  std::vector<int64_t> sizes = state.tensors[0].sizes().vec();
+at::Tensor KvCacheCopy(const MixerState& state, int index, int64_t reserve) {
+  std::vector<int64_t> sizes = state.tensors[index].sizes().vec();
   sizes[2] = state.position + reserve;
-  std::vector<at::Tensor> flat;
-  for (int index : {0, 1}) {
-    at::Tensor t = EmptyHugePageBuffer(sizes, state.tensors[index].options());
-    t.narrow(2, 0, state.position).copy_(KvCachePrefix(state, index, state.position));
-    flat.push_back(std::move(t));
-  }
-  state.tensors[0] = std::move(flat[0]);
-  state.tensors[1] = std::move(flat[1]);
+  at::Tensor out = EmptyHugePageBuffer(sizes, state.tensors[index].options());
+  out.narrow(2, 0, state.position).copy_(KvCachePrefix(state, index, state.position));
+  return out;
+}
+
+void FlattenKvCache(MixerState& state, int64_t reserve) {
+  at::Tensor k = KvCacheCopy(state, 0, reserve), v = KvCacheCopy(state, 1, reserve);
+  state.tensors[0] = std::move(k);
+  state.tensors[1] = std::move(v);
   state.shared.clear();
 }
 

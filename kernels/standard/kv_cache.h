@@ -54,8 +54,12 @@ inline constexpr size_t kMaxKvSegments = 8;
 // it is not modified, and goes on appending as before.
 MixerState SharePrefix(const MixerState& state, int64_t reserve);
 
-// Copies a state's shared segments and own entries into own caches of capacity
-// position + reserve and drops the segments: a state every KV reader takes.
+// Positions [0, position) of the cache's keys (index 0) or values (1), its shared segments' and
+// its own, copied into one new buffer of capacity position + reserve (the rest uninitialised).
+at::Tensor KvCacheCopy(const MixerState& state, int index, int64_t reserve);
+
+// Replaces a state's caches by KvCacheCopy's and drops the segments: a state every KV reader
+// takes.
 void FlattenKvCache(MixerState& state, int64_t reserve = 0);
 
 // Positions [0, length) of the cache's keys (index 0) or values (1), length <= position, as one

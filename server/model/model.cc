@@ -366,18 +366,6 @@ at::Tensor WithCapacity(const at::Tensor& t, int64_t position, int64_t reserve) 
   return out;
 }
 
-// Growing cache k of `layer` (its shared segments' positions and its own) in one new buffer of
-// capacity position + reserve.
-at::Tensor FlatWithCapacity(const kernels::MixerState& layer, size_t k, int64_t reserve) {
-  if (layer.shared.empty()) return WithCapacity(layer.tensors[k], layer.position, reserve);
-  std::vector<int64_t> sizes = layer.tensors[k].sizes().vec();
-  sizes[2] = layer.position + reserve;
-  at::Tensor out = kernels::EmptyHugePageBuffer(sizes, layer.tensors[k].options());
-  out.narrow(2, 0, layer.position)
-      .copy_(kernels::KvCachePrefix(layer, static_cast<int>(k), layer.position));
-  return out;
-}
-
 }  // namespace
 
 ModelState Model::CloneSharingCaches(const ModelState& state) const {
@@ -406,7 +394,7 @@ ModelState Model::CompactClone(const ModelState& state, int64_t reserve) const {
         out.tensors.push_back(t.defined() ? t.clone() : t);
         continue;
       }
-      out.tensors.push_back(FlatWithCapacity(layer, k, reserve));
+      out.tensors.push_back(kernels::KvCacheCopy(layer, static_cast<int>(k), reserve));
     }
   }
   return copy;
