@@ -63,10 +63,10 @@ int main(int argc, char** argv) {
                                {"1024x256", 1024, 256}}) {
     const at::Tensor w = at::randn({out, in}).to(at::kBFloat16).to(at::kFloat).contiguous();
     const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
-    const at::Tensor w_int8 = at::empty({out, in}, at::kChar);
+    const at::Tensor w_int8 = at::empty({out, in}, at::kByte);
     const at::Tensor w_scales = at::empty({out, in / attnserve::kernels::kInt8Block});
     attnserve::kernels::QuantizeWeightInt8(w.data_ptr<float>(), out, in, /*per_row=*/false,
-                                           w_int8.data_ptr<int8_t>(), w_scales.data_ptr<float>());
+                                           w_int8.data_ptr<uint8_t>(), w_scales.data_ptr<float>());
     for (int64_t rows : {1, 4, 8, 16, 24, 32, 48, 64}) {
       const at::Tensor x = at::randn({rows, in});
       at::Tensor y = at::empty({rows, out});
@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
           repeats);
       const double int8 = BestMs(
           [&] {
-            attnserve::kernels::Int8Gemm(w_int8.data_ptr<int8_t>(), w_scales.data_ptr<float>(), out,
-                                         in, x.data_ptr<float>(), in, rows, y.data_ptr<float>());
+            attnserve::kernels::Int8Gemm(w_int8.data_ptr<uint8_t>(), w_scales.data_ptr<float>(),
+                                         out, in, x.data_ptr<float>(), in, rows,
+                                         y.data_ptr<float>());
           },
           repeats);
       const double flop = 2.0 * out * in * rows, bytes = 4.0 * out * in;

@@ -25,24 +25,42 @@ namespace {
 using skinny::NextTilePrefetch;
 using skinny::PassPrefetch;
 
-// One row of X as the products read it: q (in) int8, d (in / kInt8Block) scales, and for
-// vpdpbusd (which multiplies unsigned by signed bytes: it sees q_w + 128) c (in / 4) =
-// -128 · Σ q over each group of 4, so that c + Σ (q_w + 128) q_x = Σ q_w q_x exactly.
+// Calls visit(natural k, packed index) for each element of a row of `in` (a multiple of
+// kInt8Block), in packed order.
+template <typename Visit>
+inline void ForEachPacked(int64_t in, Visit&& visit) {
+  const int64_t nb = in / kInt8Block;
+  for (int64_t g = 0; g * kInt8GroupBlocks < nb; ++g) {
+    const int64_t gb = std::min(kInt8GroupBlocks, nb - g * kInt8GroupBlocks);
+    int64_t index = g * kInt8GroupBlocks * kInt8Block;
+    for (int64_t m = 0; m < kInt8Block / 4; ++m) {
+      for (int64_t l = 0; l < gb; ++l) {
+        const int64_t k = (g * kInt8GroupBlocks + l) * kInt8Block + 4 * m;
+        for (int64_t e = 0; e < 4; ++e) visit(k + e, index++);
+      }
+    }
+  }
+}
+
+// A natural-order row of q into its packed order, each byte xor `bias` (0x80: q + 128).
+template <typename T>
+void PackRow(const int8_t* q, int64_t in, uint8_t bias, T* packed) {
+  ForEachPacked(in, [&](int64_t k, int64_t index) {
+    packed[index] = static_cast<T>(static_cast<uint8_t>(q[k]) ^ bias);
+  });
+}
+
+// One row of X as the products read it: q (in) int8 in the packed order, d (in / kInt8Block)
+// scales, and c (in / kInt8Block) = -128 · Σ q over each block: vpdpbusd multiplies the
+// biased weight bytes q_w + 128, and c + Σ (q_w + 128) q_x = Σ q_w q_x exactly.
 struct QuantizedX {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<int32_t> c;
-  // The scales as the VNNI tile multiplies them, one 16-lane vector per pair of blocks:
-  // [d[2t]] * 8 ++ [d[2t + 1]] * 8 (zeros for a missing last block), (in / kInt8Block + 1) / 2
-  // vectors a row, so that the tile loads them instead of building them at every step.
-  std::vector<float> d_pairs;
   int64_t in = 0;
   const int8_t* q_row(int64_t r) const { return q.data() + r * in; }
   const float* d_row(int64_t r) const { return d.data() + r * (in / kInt8Block); }
-  const int32_t* c_row(int64_t r) const { return c.data() + r * (in / 4); }
-  const float* d_pairs_row(int64_t r) const {
-    return d_pairs.data() + r * ((in / kInt8Block + 1) / 2) * 16;
-  }
+  const int32_t* c_row(int64_t r) const { return c.data() + r * (in / kInt8Block); }
 };
 
 // amax / 127 and round(v / d) clamped to [-127, 127] (never -128: the AVX2 path negates), the
@@ -99,154 +117,215 @@ void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
   }
 }
 
-// `pairs`: also fill d_pairs (only the VNNI tile reads them).
-QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in, bool pairs) {
+QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in) {
   QuantizedX qx;
   qx.in = in;
   const int64_t blocks = in / kInt8Block;
   qx.q.resize(rows * in);
   qx.d.resize(rows * blocks);
-  qx.c.resize(rows * (in / 4));
+  qx.c.resize(rows * blocks);
+  std::vector<int8_t> natural(in);
   for (int64_t r = 0; r < rows; ++r) {
-    int8_t* q = qx.q.data() + r * in;
-    QuantizeBlocksInt8(x + r * x_stride, blocks, q, &qx.d[r * blocks]);
-    int32_t* c = qx.c.data() + r * (in / 4);
-    for (int64_t g = 0; g < in / 4; ++g) {
-      c[g] = -128 * (q[4 * g] + q[4 * g + 1] + q[4 * g + 2] + q[4 * g + 3]);
+    QuantizeBlocksInt8(x + r * x_stride, blocks, natural.data(), &qx.d[r * blocks]);
+    PackRow(natural.data(), in, 0, qx.q.data() + r * in);
+    int32_t* c = qx.c.data() + r * blocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      int32_t sum = 0;
+      for (int64_t k = 0; k < kInt8Block; ++k) sum += natural[b * kInt8Block + k];
+      c[b] = -128 * sum;
     }
-  }
-  if (!pairs) return qx;
-  const int64_t pair_count = (blocks + 1) / 2;
-  qx.d_pairs.assign(rows * pair_count * 16, 0.0f);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* d = qx.d_row(r);
-    float* p = qx.d_pairs.data() + r * pair_count * 16;
-    for (int64_t b = 0; b < blocks; ++b) std::fill_n(p + (b / 2) * 16 + (b % 2) * 8, 8, d[b]);
   }
   return qx;
 }
 
-// The fixed tree of halvings over the 16 lanes (the header's order): vec::Sum's.
-inline float SumLanes(const float* a) { return vec::Sum(vec::Load(a)); }
+// Blocks of the group that starts at block 16 g of nb.
+inline int GroupBlocks(int64_t g, int64_t nb) {
+  return static_cast<int>(std::min(kInt8GroupBlocks, nb - g * kInt8GroupBlocks));
+}
+inline int64_t Groups(int64_t nb) { return (nb + kInt8GroupBlocks - 1) / kInt8GroupBlocks; }
 
 // The definition itself, one (weight row, X row) pair at a time.
-void ScalarRows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
+void ScalarRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
                 const QuantizedX& x, int64_t rows, float* y, int64_t out) {
   const int64_t nb = in / kInt8Block;
   for (int64_t j = begin; j < end; ++j) {
-    const int8_t* wq = w + j * in;
+    const uint8_t* wq = w + j * in;
     const float* wd = ws + j * nb;
     for (int64_t r = 0; r < rows; ++r) {
       const int8_t* xq = x.q_row(r);
       const float* xd = x.d_row(r);
       float acc[16] = {};
-      for (int64_t t = 0; t < (nb + 1) / 2; ++t) {
+      for (int64_t g = 0; g < Groups(nb); ++g) {
+        const int gb = GroupBlocks(g, nb);
+        const int64_t base = g * kInt8GroupBlocks * kInt8Block;
         for (int l = 0; l < 16; ++l) {
-          const int64_t b = 2 * t + l / 8;
           int32_t p = 0;
           float s = 0;
-          if (b < nb) {
-            const int64_t k = b * kInt8Block + 4 * (l % 8);
-            for (int m = 0; m < 4; ++m) p += int32_t{wq[k + m]} * int32_t{xq[k + m]};
-            s = wd[b] * xd[b];
+          if (l < gb) {
+            for (int64_t m = 0; m < kInt8Block / 4; ++m) {
+              const int64_t k = base + m * 4 * gb + 4 * l;
+              for (int e = 0; e < 4; ++e) {
+                p += (int32_t{wq[k + e]} - 128) * int32_t{xq[k + e]};
+              }
+            }
+            s = wd[g * kInt8GroupBlocks + l] * xd[g * kInt8GroupBlocks + l];
           }
           acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
         }
       }
-      y[r * out + j] = SumLanes(acc);
+      y[r * out + j] = vec::Sum(vec::Load(acc));
     }
   }
 }
 
 #if ATTNSERVE_INT8_X86
 
-// Lanes 0-7 of one block, lanes 8-15 of the next, as 256-bit halves: per block, |q_x| times
-// q_w with q_x's sign (vpmaddubsw: pairs of products, at most 2·127² < 2¹⁵), pairs summed
-// into int32 groups of 4 (vpmaddwd), the same groups vpdpbusd forms.
+// Lanes 0-7 and lanes 8-15 of a group as 256-bit halves: per step, |q_x| times q_w with q_x's
+// sign (vpmaddubsw: pairs of products, at most 2·127² < 2¹⁵), pairs summed into int32 groups
+// of 4 (vpmaddwd), and those summed over the block's 8 steps: the block sums vpdpbusd forms.
 ATTNSERVE_AVX2_TARGET
-void Avx2Rows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
+void Avx2Rows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
               const QuantizedX& x, int64_t rows, float* y, int64_t out) {
   const int64_t nb = in / kInt8Block;
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t j = begin; j < end; ++j) {
-    const int8_t* wq = w + j * in;
+    const uint8_t* wq = w + j * in;
     const float* wd = ws + j * nb;
     for (int64_t r = 0; r < rows; ++r) {
       const int8_t* xq = x.q_row(r);
       const float* xd = x.d_row(r);
       __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (int64_t t = 0; t < (nb + 1) / 2; ++t) {
-        for (int h = 0; h < 2; ++h) {
-          const int64_t b = 2 * t + h;
-          if (b >= nb) {
-            acc[h] = _mm256_fmadd_ps(_mm256_setzero_ps(), _mm256_setzero_ps(), acc[h]);
-            continue;
+      for (int64_t g = 0; g < Groups(nb); ++g) {
+        const int gb = GroupBlocks(g, nb);
+        const int64_t base = g * kInt8GroupBlocks * kInt8Block;
+        __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int64_t m = 0; m < kInt8Block / 4; ++m) {
+          // A short group's step (4 gb bytes) zero-padded: zero x bytes give zero products.
+          alignas(32) uint8_t wbuf[64], xbuf[64];
+          const uint8_t* wp = wq + base + m * 4 * gb;
+          const uint8_t* xp = reinterpret_cast<const uint8_t*>(xq) + base + m * 4 * gb;
+          if (gb < kInt8GroupBlocks) {
+            std::memset(wbuf, 0, sizeof(wbuf));
+            std::memset(xbuf, 0, sizeof(xbuf));
+            std::memcpy(wbuf, wp, 4 * gb);
+            std::memcpy(xbuf, xp, 4 * gb);
+            wp = wbuf;
+            xp = xbuf;
           }
-          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32 * b));
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32 * b));
-          const __m256i pairs =
-              _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
-          const __m256i p = _mm256_madd_epi16(pairs, ones);
-          acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd[b] * xd[b]), acc[h]);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i wv = _mm256_xor_si256(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * h)), bias);
+            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32 * h));
+            const __m256i pairs =
+                _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
+            p[h] = _mm256_add_epi32(p[h], _mm256_madd_epi16(pairs, ones));
+          }
+        }
+        for (int h = 0; h < 2; ++h) {
+          alignas(32) float wsc[8] = {}, xsc[8] = {};
+          for (int l = 0; l < 8 && 8 * h + l < gb; ++l) {
+            wsc[l] = wd[g * kInt8GroupBlocks + 8 * h + l];
+            xsc[l] = xd[g * kInt8GroupBlocks + 8 * h + l];
+          }
+          const __m256 s = _mm256_mul_ps(_mm256_load_ps(wsc), _mm256_load_ps(xsc));
+          acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[h]), s, acc[h]);
         }
       }
       float lanes[16];
       _mm256_storeu_ps(lanes, acc[0]);
       _mm256_storeu_ps(lanes + 8, acc[1]);
-      y[r * out + j] = SumLanes(lanes);
+      y[r * out + j] = vec::Sum(vec::Load(lanes));
     }
   }
 }
 
-// [s[0]] * 8 ++ [s[1]] * 8 (lanes 8-15 zero when only one block is left): both as one 8-byte
-// broadcast and a permutation, the last odd block without reading past it.
-ATTNSERVE_VNNI_TARGET inline __m512 PairScales(const float* s, bool both) {
-  if (!both) return _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(s[0]));
-  double pair;
-  std::memcpy(&pair, s, sizeof(pair));
-  const __m512i index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_permutexvar_ps(index, _mm512_castpd_ps(_mm512_set1_pd(pair)));
+// acc += vpdpbusd(w unsigned, x signed), in place: with the intrinsic GCC 12 copied each
+// accumulator to another register and back around every vpdpbusd of a tile (two moves per
+// product).
+ATTNSERVE_VNNI_TARGET inline void DotBytes(__m512i& acc, __m512i w, __m512i x) {
+  asm("vpdpbusd %[x], %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "v"(x));
 }
 
-// WR weight rows against XR rows of X, 64 bytes (two blocks) a step: vpdpbusd of (q_w + 128)
-// and q_x from c, as in QuantizedX; the last block of an odd count with the upper half zero.
+// WR weight rows against XR rows of X, one group of up to 16 blocks at a time: 8 steps of
+// vpdpbusd into int32 block sums (started at X's c; 4 steps of two for a group of at most 8
+// blocks), then one convert, scale product and FMA per group. A short group's bytes and lanes
+// past it are masked to zero. Integer sums are exact, so any grouping of the steps gives the
+// header's bits.
 template <int WR, int XR>
-ATTNSERVE_VNNI_TARGET inline void VnniTile(const int8_t* const* wq, const float* const* wd,
+ATTNSERVE_VNNI_TARGET inline void VnniTile(const uint8_t* const* wq, const float* const* wd,
                                            const QuantizedX& x, int64_t l0, int64_t nb, float* y,
                                            int64_t out, int64_t j, NextTilePrefetch pf) {
-  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512 acc[WR][XR];
-  for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) acc[i][l] = _mm512_setzero_ps();
+  // The float sums stay in memory between groups (touched once a group), so that the 16 int32
+  // sums, the weight vectors and X's vector fit the 32 registers.
+  alignas(64) float acc[WR][XR][16];
+  std::memset(acc, 0, sizeof(acc));
+  const int8_t* xq[XR];
+  const int32_t* xc[XR];
+  const float* xd[XR];
+  for (int l = 0; l < XR; ++l) {
+    xq[l] = x.q_row(l0 + l);
+    xc[l] = x.c_row(l0 + l);
+    xd[l] = x.d_row(l0 + l);
   }
-  for (int64_t t = 0; t < (nb + 1) / 2; ++t) {
-    const bool both = 2 * t + 1 < nb;
-    const __mmask64 bytes = both ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
-    const __mmask16 groups = both ? 0xFFFF : 0x00FF;
-    const int64_t k = 64 * t;
-    __m512i wv[WR];
-    __m512 ws[WR];
-    pf.Step();
-    for (int i = 0; i < WR; ++i) {
-      if (pf.lines_per_step == 0) __builtin_prefetch(wq[i] + k + 512);
-      wv[i] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(bytes, wq[i] + k), bias);
-      ws[i] = PairScales(wd[i] + 2 * t, both);
-    }
+  for (int64_t g = 0; g < Groups(nb); ++g) {
+    const int gb = GroupBlocks(g, nb);
+    const __mmask16 lanes = static_cast<__mmask16>((uint32_t{1} << gb) - 1);
+    const int64_t base = g * kInt8GroupBlocks * kInt8Block, first_block = g * kInt8GroupBlocks;
+    __m512i p[WR][XR];
     for (int l = 0; l < XR; ++l) {
-      const __m512i xv = _mm512_maskz_loadu_epi8(bytes, x.q_row(l0 + l) + k);
-      const __m512i cv = _mm512_maskz_loadu_epi32(groups, x.c_row(l0 + l) + 16 * t);
-      const __m512 xs = _mm512_loadu_ps(x.d_pairs_row(l0 + l) + 16 * t);
+      const __m512i c = _mm512_maskz_loadu_epi32(lanes, xc[l] + first_block);
+      for (int i = 0; i < WR; ++i) p[i][l] = c;
+    }
+    // A group of at most 8 blocks takes two of its steps a vector (they are adjacent in the
+    // packed row): lanes gb .. 2 gb - 1 sum the odd steps, added to lanes 0 .. gb - 1 after.
+    const bool paired = gb <= kInt8GroupBlocks / 2;
+    const int64_t step_length = (paired ? 8 : 4) * gb;  // bytes, at most 64
+    const __mmask64 step_bytes =
+        step_length == 64 ? ~__mmask64{0} : (__mmask64{1} << step_length) - 1;
+    const int64_t vector_steps = paired ? kInt8Block / 8 : kInt8Block / 4;
+    for (int64_t m = 0; m < vector_steps; ++m) {
+      const int64_t k = base + m * step_length;
+      __m512i wv[WR];
+      pf.Step();
       for (int i = 0; i < WR; ++i) {
-        const __m512i p = _mm512_dpbusd_epi32(cv, wv[i], xv);
-        acc[i][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(ws[i], xs), acc[i][l]);
+        if (pf.lines_per_step == 0) __builtin_prefetch(wq[i] + k + skinny::kPrefetchBytes);
+        wv[i] = _mm512_maskz_loadu_epi8(step_bytes, wq[i] + k);
+      }
+      for (int l = 0; l < XR; ++l) {
+        const __m512i xv = _mm512_maskz_loadu_epi8(step_bytes, xq[l] + k);
+        for (int i = 0; i < WR; ++i) DotBytes(p[i][l], wv[i], xv);
+      }
+    }
+    if (paired) {
+      const __m512i odd =
+          _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(gb));
+      for (int i = 0; i < WR; ++i) {
+        for (int l = 0; l < XR; ++l) {
+          p[i][l] = _mm512_maskz_add_epi32(lanes, p[i][l],
+                                           _mm512_maskz_permutexvar_epi32(lanes, odd, p[i][l]));
+        }
+      }
+    }
+    __m512 ws[WR];
+    for (int i = 0; i < WR; ++i) ws[i] = _mm512_maskz_loadu_ps(lanes, wd[i] + first_block);
+    for (int l = 0; l < XR; ++l) {
+      const __m512 xs = _mm512_maskz_loadu_ps(lanes, xd[l] + first_block);
+      for (int i = 0; i < WR; ++i) {
+        // The zero-masked convert is vcvtdq2ps (the unmasked intrinsic's undefined source trips
+        // GCC 12's -Wmaybe-uninitialized here).
+        const __m512 pf32 = _mm512_maskz_cvtepi32_ps(~__mmask16{0}, p[i][l]);
+        _mm512_store_ps(acc[i][l],
+                        _mm512_fmadd_ps(pf32, _mm512_mul_ps(ws[i], xs), _mm512_load_ps(acc[i][l])));
       }
     }
   }
-  // SumLanes is vec::Sum: a 4 x 4 tile sums its 16 accumulators side by side.
-  vec::Float16 lanes[WR][XR];
-  std::memcpy(lanes, acc, sizeof(lanes));
+  // vec::Sum's tree: a 4 x 4 tile sums its 16 accumulators side by side.
+  vec::Float16 sum_lanes[WR][XR];
+  std::memcpy(sum_lanes, acc, sizeof(sum_lanes));
   float sums[WR][XR];
-  skinny::TileSums(lanes, sums);
+  skinny::TileSums(sum_lanes, sums);
   for (int i = 0; i < WR; ++i) {
     for (int l = 0; l < XR; ++l) y[(l0 + l) * out + j + i] = sums[i][l];
   }
@@ -257,11 +336,14 @@ constexpr int kTileW = 4, kTileX = 4;
 // `next`, `next_end`: the next weight tile's bytes, prefetched while this one meets X's tiles
 // (skinny_tiles.h's NextTilePrefetch).
 template <int WR>
-ATTNSERVE_VNNI_TARGET void VnniTileRows(const int8_t* const* wq, const float* const* wd,
+ATTNSERVE_VNNI_TARGET void VnniTileRows(const uint8_t* const* wq, const float* const* wd,
                                         const QuantizedX& x, int64_t rows, int64_t nb, float* y,
-                                        int64_t out, int64_t j, const int8_t* next,
-                                        const int8_t* next_end) {
-  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = (nb + 1) / 2;
+                                        int64_t out, int64_t j, const uint8_t* next,
+                                        const uint8_t* next_end) {
+  // Vector steps a pass: 8 a group, 4 for a last group of at most 8 blocks (VnniTile).
+  const int64_t last = GroupBlocks(Groups(nb) - 1, nb);
+  const int64_t passes = (rows + kTileX - 1) / kTileX,
+                steps = Groups(nb) * (kInt8Block / 4) - (last <= kInt8GroupBlocks / 2 ? 4 : 0);
   auto pass_prefetch = [&](int64_t l) {
     return PassPrefetch(next, next_end, l / kTileX, passes, steps);
   };
@@ -283,19 +365,19 @@ ATTNSERVE_VNNI_TARGET void VnniTileRows(const int8_t* const* wq, const float* co
 }
 
 ATTNSERVE_VNNI_TARGET
-void VnniRows(const int8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
+void VnniRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
               const QuantizedX& x, int64_t rows, float* y, int64_t out) {
   const int64_t nb = in / kInt8Block;
   for (int64_t j = begin; j < end; j += kTileW) {
     const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
-    const int8_t* wq[kTileW] = {};
+    const uint8_t* wq[kTileW] = {};
     const float* wd[kTileW] = {};
     for (int i = 0; i < wr; ++i) {
       wq[i] = w + (j + i) * in;
       wd[i] = ws + (j + i) * nb;
     }
-    const int8_t* next = w + (j + wr) * in;
-    const int8_t* next_end = w + std::min(end, j + wr + kTileW) * in;
+    const uint8_t* next = w + (j + wr) * in;
+    const uint8_t* next_end = w + std::min(end, j + wr + kTileW) * in;
     switch (wr) {
       case 4:
         VnniTileRows<4>(wq, wd, x, rows, nb, y, out, j, next, next_end);
@@ -368,45 +450,66 @@ const char* Int8IsaName(Int8Isa isa) {
   return "?";
 }
 
-void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, int8_t* q,
+int64_t Int8PackedIndex(int64_t in, int64_t k) {
+  const int64_t b = k / kInt8Block, o = k % kInt8Block, g = b / kInt8GroupBlocks;
+  const int64_t gb = GroupBlocks(g, in / kInt8Block);
+  return g * kInt8GroupBlocks * kInt8Block + (o / 4) * 4 * gb + (b % kInt8GroupBlocks) * 4 + o % 4;
+}
+
+void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, uint8_t* packed,
                         float* scales) {
   const int64_t nb = in / kInt8Block;
   at::parallel_for(0, out, 64, [&](int64_t begin, int64_t end) {
+    std::vector<int8_t> q(in);
     for (int64_t j = begin; j < end; ++j) {
       if (per_row) {
         float d = 0;
-        QuantizeBlock(w + j * in, in, q + j * in, &d);
+        QuantizeBlock(w + j * in, in, q.data(), &d);
         std::fill(scales + j * nb, scales + (j + 1) * nb, d);
       } else {
         for (int64_t b = 0; b < nb; ++b) {
-          const int64_t k = j * in + b * kInt8Block;
-          QuantizeBlock(w + k, kInt8Block, q + k, scales + j * nb + b);
+          QuantizeBlock(w + j * in + b * kInt8Block, kInt8Block, q.data() + b * kInt8Block,
+                        scales + j * nb + b);
         }
       }
+      PackRow(q.data(), in, 0x80, packed + j * in);
     }
   });
+}
+
+void DequantizeWeightInt8(const uint8_t* packed, const float* scales, int64_t rows, int64_t in,
+                          float* out) {
+  const int64_t nb = in / kInt8Block;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = packed + r * in;
+    const float* d = scales + r * nb;
+    float* o = out + r * in;
+    ForEachPacked(in, [&](int64_t k, int64_t index) {
+      o[k] = static_cast<float>(int32_t{row[index]} - 128) * d[k / kInt8Block];
+    });
+  }
 }
 
 void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales) {
   QuantizeBlocks32(v, blocks, q, scales);
 }
 
-void Int8Gemm(const int8_t* q, const float* scales, int64_t out, int64_t in, const float* x,
+void Int8Gemm(const uint8_t* packed, const float* scales, int64_t out, int64_t in, const float* x,
               int64_t x_stride, int64_t rows, float* y, Int8Isa isa) {
   isa = isa == Int8Isa::kAuto ? Int8IsaInUse() : isa;
-  const QuantizedX qx = QuantizeX(x, x_stride, rows, in, isa == Int8Isa::kAvx512Vnni);
+  const QuantizedX qx = QuantizeX(x, x_stride, rows, in);
   at::parallel_for(0, out, GrainRows(in, rows), [&](int64_t begin, int64_t end) {
     switch (isa) {
 #if ATTNSERVE_INT8_X86
       case Int8Isa::kAvx512Vnni:
-        VnniRows(q, scales, begin, end, in, qx, rows, y, out);
+        VnniRows(packed, scales, begin, end, in, qx, rows, y, out);
         return;
       case Int8Isa::kAvx2:
-        Avx2Rows(q, scales, begin, end, in, qx, rows, y, out);
+        Avx2Rows(packed, scales, begin, end, in, qx, rows, y, out);
         return;
 #endif
       default:
-        ScalarRows(q, scales, begin, end, in, qx, rows, y, out);
+        ScalarRows(packed, scales, begin, end, in, qx, rows, y, out);
         return;
     }
   });

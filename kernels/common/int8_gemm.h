@@ -9,11 +9,20 @@
 //
 // y[r][j] is defined by integer products and one fixed float order, so that every instruction
 // set gives the same bits (and a row's result does not depend on the batch it sits in):
-//   16 float32 lanes acc[0..15] = +0; for each pair of blocks (2t, 2t+1) (a missing 2t+1 counts
-//   with p = 0, s = 0): lane l covers block b = 2t + l/8 and its elements 4(l%8) .. 4(l%8)+3,
-//   p = Σ q_w q_x over those 4 (an exact int32), s = d_w[b] · d_x[b] (rounded to float32),
-//   acc[l] = fma(float(p), s, acc[l]); then y = ((a0 + a2) + (a1 + a3)) with a = the fixed tree of
-//   halvings of acc (lanes i + 8, then i + 4), as the skinny float kernels sum.
+//   16 float32 lanes acc[0..15] = +0; for each group g of kInt8GroupBlocks (16) consecutive
+//   blocks (the last group may have fewer): lane l covers block b = 16 g + l, p = Σ q_w q_x over
+//   the block's 32 elements (an exact int32; below 2^24, so exact as a float too), s = d_w[b] ·
+//   d_x[b] (rounded to float32), acc[l] = fma(float(p), s, acc[l]), with p = s = 0 for a lane
+//   past the last block; then y = vec::Sum(acc), the fixed tree of halvings (lanes i + 8, then
+//   i + 4, then (0 + 2) + (1 + 3)) the skinny float kernels sum with.
+//
+// Packed rows. The integer sum of a whole block is what lets the VNNI kernel convert and scale
+// once per 8 vpdpbusd instead of after each one: a vector step holds 4 bytes of each of 16
+// blocks. So W's rows are stored packed: group g (gb blocks) fills bytes [512 g, 512 g + 32 gb)
+// of its row, as 8 steps of 4 gb bytes, step m holding elements 4m .. 4m+3 of each of the
+// group's blocks in block order (Int8PackedIndex). And biased: a stored byte is q_w + 128 (an
+// unsigned byte, as vpdpbusd multiplies unsigned by signed bytes; X's row carries -128 Σ q_x
+// per block to cancel the bias exactly). X is packed the same way on every call.
 //
 // The product runs on AVX512-VNNI (vpdpbusd) where the CPU reports it, else AVX2 (vpmaddubsw),
 // else scalar code; all three give bit-identical results (checked in tests/unit). Shapes in
@@ -26,6 +35,8 @@
 namespace attnserve::kernels {
 
 inline constexpr int64_t kInt8Block = 32;
+// Blocks in one vector step of the packed order (16 int32 lanes of 4 bytes).
+inline constexpr int64_t kInt8GroupBlocks = 16;
 
 // The instruction set of the integer products; kAuto: the best the CPU has.
 enum class Int8Isa { kAuto, kAvx512Vnni, kAvx2, kScalar };
@@ -36,17 +47,27 @@ bool Int8IsaSupported(Int8Isa isa);
 Int8Isa Int8IsaInUse();
 const char* Int8IsaName(Int8Isa isa);
 
-// w (out, in) float32 row-major -> q (out, in) and scales (out, in / kInt8Block). `in` must be
-// a multiple of kInt8Block. per_row: one scale (amax of the row / 127) repeated in every block.
-void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, int8_t* q,
+// Where element k (0 <= k < in) of a row of `in` elements sits in its packed row (above).
+int64_t Int8PackedIndex(int64_t in, int64_t k);
+
+// w (out, in) float32 row-major -> packed (out, in) biased bytes (q_w + 128 in the packed order)
+// and scales (out, in / kInt8Block). `in` must be a multiple of kInt8Block. per_row: one scale
+// (amax of the row / 127) repeated in every block.
+void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, uint8_t* packed,
                         float* scales);
 
+// Rows of a matrix QuantizeWeightInt8 made, back in float32 and natural order: out (rows, in) =
+// d_w · q_w, from `packed` and `scales` pointing at the first of those rows.
+void DequantizeWeightInt8(const uint8_t* packed, const float* scales, int64_t rows, int64_t in,
+                          float* out);
+
 // `blocks` consecutive blocks of kInt8Block activations quantized as Int8Gemm quantizes X's
-// rows, as vector code: the same bits as QuantizeWeightInt8 gives them per block (tested).
+// rows, as vector code, in natural order: the same q and d as QuantizeWeightInt8 gives them per
+// block (tested).
 void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales);
 
 // y (rows, out) = x Wᵀ as defined above, for W as QuantizeWeightInt8 made it. rows >= 1.
-void Int8Gemm(const int8_t* q, const float* scales, int64_t out, int64_t in, const float* x,
+void Int8Gemm(const uint8_t* packed, const float* scales, int64_t out, int64_t in, const float* x,
               int64_t x_stride, int64_t rows, float* y, Int8Isa isa = Int8Isa::kAuto);
 
 }  // namespace attnserve::kernels

@@ -44,7 +44,7 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, int64_t out, int64_t
   if (x2.stride(1) != 1) x2 = x2.contiguous();
   at::Tensor y = at::empty({rows, out}, x.options());
   if (int8.defined()) {
-    Int8Gemm(int8.data_ptr<int8_t>(), int8_scales.data_ptr<float>(), out, in, x2.data_ptr<float>(),
+    Int8Gemm(int8.data_ptr<uint8_t>(), int8_scales.data_ptr<float>(), out, in, x2.data_ptr<float>(),
              x2.stride(0), rows, y.data_ptr<float>());
   } else if (bf16.defined() && bf16_dot && in % 2 == 0) {
     SkinnyGemmBf16Dot(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
@@ -73,10 +73,10 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
   if (!weight_.is_cpu()) return;
   if (IsInt8(format) && weight_.dim() == 2 && in_ % kInt8Block == 0 &&
       weight_.scalar_type() == at::kFloat) {
-    int8_ = at::empty({out_, in_}, weight_.options().dtype(at::kChar));
+    int8_ = at::empty({out_, in_}, weight_.options().dtype(at::kByte));
     int8_scales_ = at::empty({out_, in_ / kInt8Block}, weight_.options());
     QuantizeWeightInt8(weight_.data_ptr<float>(), out_, in_, format == WeightFormat::kInt8PerRow,
-                       int8_.data_ptr<int8_t>(), int8_scales_.data_ptr<float>());
+                       int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>());
     weight_ = at::Tensor();  // the sgemm rows widen int8_
     return;
   }
@@ -95,18 +95,18 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
 
 void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
   at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / in_), [&](int64_t begin, int64_t end) {
+    if (int8_.defined()) {
+      DequantizeWeightInt8(int8_.data_ptr<uint8_t>() + (first + begin) * in_,
+                           int8_scales_.data_ptr<float>() + (first + begin) * (in_ / kInt8Block),
+                           end - begin, in_, out + begin * in_);
+      return;
+    }
     for (int64_t r = begin; r < end; ++r) {
       float* dst = out + r * in_;
-      if (int8_.defined()) {
-        const int8_t* q = int8_.data_ptr<int8_t>() + (first + r) * in_;
-        const float* d = int8_scales_.data_ptr<float>() + (first + r) * (in_ / kInt8Block);
-        for (int64_t c = 0; c < in_; ++c) dst[c] = static_cast<float>(q[c]) * d[c / kInt8Block];
-      } else {
-        const uint16_t* b = reinterpret_cast<const uint16_t*>(bf16_.data_ptr()) + (first + r) * in_;
-        for (int64_t c = 0; c < in_; ++c) {
-          const uint32_t bits = static_cast<uint32_t>(b[c]) << 16;
-          std::memcpy(dst + c, &bits, sizeof(float));
-        }
+      const uint16_t* b = reinterpret_cast<const uint16_t*>(bf16_.data_ptr()) + (first + r) * in_;
+      for (int64_t c = 0; c < in_; ++c) {
+        const uint32_t bits = static_cast<uint32_t>(b[c]) << 16;
+        std::memcpy(dst + c, &bits, sizeof(float));
       }
     }
   });

@@ -80,7 +80,7 @@ class LinearWeight {
   at::Tensor weight_;       // (out, in) float32, or undefined when bf16_ or int8_ holds W
   at::Tensor bf16_;         // (out, in) bfloat16, or undefined
   bool bf16_dot_ = false;   // kBfloat16Dot: bf16_ multiplies bfloat16-rounded activations
-  at::Tensor int8_;         // (out, in) int8, or undefined
+  at::Tensor int8_;         // (out, in) uint8: int8_gemm.h's packed, biased rows; or undefined
   at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_
 };
 

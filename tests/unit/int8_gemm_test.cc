@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -23,19 +24,26 @@ using testing::MaxRelativeError;
 using testing::RandomTensor;
 
 struct Quantized {
-  at::Tensor q, scales;  // (out, in) int8, (out, in / 32) float32
+  at::Tensor q, scales;  // (out, in) packed biased bytes, (out, in / 32) float32
 };
 
 Quantized Quantize(const at::Tensor& w, bool per_row = false) {
-  Quantized r{at::empty(w.sizes(), at::kChar), at::empty({w.size(0), w.size(1) / kInt8Block})};
-  QuantizeWeightInt8(w.data_ptr<float>(), w.size(0), w.size(1), per_row, r.q.data_ptr<int8_t>(),
+  Quantized r{at::empty(w.sizes(), at::kByte), at::empty({w.size(0), w.size(1) / kInt8Block})};
+  QuantizeWeightInt8(w.data_ptr<float>(), w.size(0), w.size(1), per_row, r.q.data_ptr<uint8_t>(),
                      r.scales.data_ptr<float>());
   return r;
 }
 
+at::Tensor Dequantize(const Quantized& w) {
+  at::Tensor out = at::empty(w.q.sizes(), at::kFloat);
+  DequantizeWeightInt8(w.q.data_ptr<uint8_t>(), w.scales.data_ptr<float>(), w.q.size(0),
+                       w.q.size(1), out.data_ptr<float>());
+  return out;
+}
+
 at::Tensor Gemm(const Quantized& w, const at::Tensor& x, Int8Isa isa) {
   at::Tensor y = at::full({x.size(0), w.q.size(0)}, std::nanf(""));
-  Int8Gemm(w.q.data_ptr<int8_t>(), w.scales.data_ptr<float>(), w.q.size(0), w.q.size(1),
+  Int8Gemm(w.q.data_ptr<uint8_t>(), w.scales.data_ptr<float>(), w.q.size(0), w.q.size(1),
            x.data_ptr<float>(), x.stride(0), x.size(0), y.data_ptr<float>(), isa);
   return y;
 }
@@ -70,10 +78,11 @@ std::vector<Int8Isa> SupportedIsas() {
 
 TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
   uint64_t seed = 100;
-  // Weight rows around the 4-row tiles, odd and even block counts, X rows around the 4-row
-  // tiles up to the skinny limit.
+  // Weight rows around the 4-row tiles; block counts in one short group, one whole group of 16
+  // (512), whole and short groups (768: 16 + 8; 800: 16 + 9), X rows around the 4-row tiles up
+  // to the skinny limit.
   for (int64_t out : {1, 3, 5, 37, 260}) {
-    for (int64_t in : {32, 64, 96, 160, 768}) {
+    for (int64_t in : {32, 64, 96, 160, 512, 768, 800}) {
       for (int64_t rows : {1, 2, 5, 16, 64}) {
         const at::Tensor w = RandomTensor({out, in}, seed++);
         const at::Tensor x = RandomTensor({rows, in}, seed++);
@@ -98,6 +107,28 @@ TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
         }
       }
     }
+  }
+}
+
+// The packed order is a permutation of each row, and the weights come back from it as d · q in
+// the natural order: q = round(w / d) for d = amax / 127 per block, as X's rows are quantized.
+TEST(Int8GemmTest, PackedRowsHoldEachElementOnceAndDequantizeToTheirBlocks) {
+  for (int64_t in : {32, 96, 512, 544, 768, 1536}) {
+    SCOPED_TRACE(in);
+    std::vector<int> seen(in, 0);
+    for (int64_t k = 0; k < in; ++k) {
+      const int64_t index = Int8PackedIndex(in, k);
+      ASSERT_GE(index, 0);
+      ASSERT_LT(index, in);
+      ++seen[index];
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), in);
+    // Element k of a block sits in step k / 4 of its group, lane b % 16.
+    const int64_t nb = in / kInt8Block, gb = std::min<int64_t>(16, nb);
+    EXPECT_EQ(Int8PackedIndex(in, kInt8Block + 5), 4 * gb + 4 + 1);
+    const at::Tensor w = RandomTensor({7, in}, 60 + in);
+    // d · q is exact in float64; rounded to float32 it is the float32 product.
+    EXPECT_TRUE(at::equal(Dequantize(Quantize(w)), DequantizeBlocksDouble(w).to(at::kFloat)));
   }
 }
 
@@ -136,14 +167,17 @@ TEST(Int8GemmTest, ActivationsQuantizeToTheDefinitionsBits) {
       }
     }
   }
-  std::vector<int8_t> want_q(v.size()), got_q(v.size(), 99);
+  // Rows of one block: packed in the natural order, biased by 128.
+  std::vector<uint8_t> want_q(v.size());
+  std::vector<int8_t> got_q(v.size(), 99);
   std::vector<float> want_d(blocks), got_d(blocks, -1.0f);
   QuantizeWeightInt8(v.data(), blocks, kInt8Block, /*per_row=*/false, want_q.data(), want_d.data());
   QuantizeBlocksInt8(v.data(), blocks, got_q.data(), got_d.data());
   for (int64_t b = 0; b < blocks; ++b) {
     EXPECT_EQ(std::memcmp(&want_d[b], &got_d[b], sizeof(float)), 0) << "block " << b;
     for (int64_t k = 0; k < kInt8Block; ++k) {
-      ASSERT_EQ(got_q[b * kInt8Block + k], want_q[b * kInt8Block + k])
+      ASSERT_EQ(got_q[b * kInt8Block + k],
+                static_cast<int8_t>(int32_t{want_q[b * kInt8Block + k]} - 128))
           << "block " << b << " element " << k << " value " << v[b * kInt8Block + k];
     }
   }
@@ -153,7 +187,7 @@ TEST(Int8GemmTest, EveryInstructionSetGivesTheSameBits) {
   const std::vector<Int8Isa> isas = SupportedIsas();
   if (isas.size() < 2) GTEST_SKIP() << "only the scalar path on this CPU";
   uint64_t seed = 300;
-  for (int64_t in : {32, 96, 1536}) {
+  for (int64_t in : {32, 96, 800, 1536}) {
     for (int64_t rows : {1, 3, 16, 64}) {
       const at::Tensor w = RandomTensor({203, in}, seed++);
       // Zero blocks (scale 0) and large values next to small ones.
@@ -193,9 +227,8 @@ TEST(Int8GemmTest, BlockScalesBeatRowScalesOnOutliers) {
   w.select(1, 3).mul_(8);
   const at::Tensor exact = w.to(at::kDouble);
   auto error = [&](bool per_row) {
-    const Quantized q = Quantize(w, per_row);
-    const at::Tensor d = q.q.to(at::kDouble).view({64, 16, 32}) * q.scales.unsqueeze(2);
-    return (d.view({64, 512}) - exact).norm().item<double>() / exact.norm().item<double>();
+    const at::Tensor d = Dequantize(Quantize(w, per_row)).to(at::kDouble);
+    return (d - exact).norm().item<double>() / exact.norm().item<double>();
   };
   EXPECT_LT(error(false), error(true) / 2);
 }
@@ -206,8 +239,7 @@ TEST(LinearInt8Test, StepsUseTheIntegerProductsAndPrefillTheDequantizedWeights) 
   ASSERT_TRUE(linear.int8());
   const Quantized q = Quantize(w);
   // Float32Weight() is d · q exactly.
-  const at::Tensor dequantized =
-      (q.q.to(at::kFloat).view({96, 4, 32}) * q.scales.unsqueeze(2)).view({96, 128});
+  const at::Tensor dequantized = Dequantize(q);
   EXPECT_TRUE(at::equal(linear.Float32Weight(), dequantized));
   for (int64_t rows : {int64_t{1}, int64_t{7}, kSkinnyGemmMaxRows}) {
     const at::Tensor x = RandomTensor({rows, 128}, 12 + rows);
