@@ -78,7 +78,45 @@ void QuantizeBlock(const float* v, int64_t n, int8_t* q, float* d_out) {
   *d_out = d;
 }
 
-// QuantizeBlock for kInt8Block (32) elements as two vectors: the same bits. amax ignores NaNs
+// The scale that fits a block's q best in least squares, d = Σ v q / Σ q² (the refit of
+// llama.cpp's k-quants' make_qx_quants): never a larger squared error than amax / 127 for the
+// same q, at no cost to the products. Kept only where it is finite and positive (an all-zero
+// block, or one with a NaN or an infinity, keeps QuantizeBlock's). The products v q are exact
+// in float64 (24 + 7 bits), so a fused multiply-add gives the same bits as a multiply and an
+// add; a block of kInt8Block sums them in a fixed tree (i + 16, i + 8, ...), so that the scalar
+// and the vector quantizers, which both call this, agree bit for bit.
+inline void RefitScale(const float* v, int64_t n, const int8_t* q, float* d_out) {
+  double vq = 0, qq = 0;
+  if (n == kInt8Block) {
+    double t[kInt8Block];
+    int32_t u = 0;
+    for (int64_t k = 0; k < kInt8Block; ++k) {
+      t[k] = static_cast<double>(v[k]) * q[k];
+      u += int32_t{q[k]} * q[k];
+    }
+    for (int64_t h = kInt8Block / 2; h >= 1; h /= 2) {
+      for (int64_t i = 0; i < h; ++i) t[i] += t[i + h];
+    }
+    vq = t[0];
+    qq = u;
+  } else {
+    for (int64_t k = 0; k < n; ++k) {
+      vq += static_cast<double>(v[k]) * q[k];
+      qq += static_cast<double>(q[k]) * q[k];
+    }
+  }
+  if (qq <= 0) return;
+  const float fit = static_cast<float>(vq / qq);
+  if (std::isfinite(fit) && fit > 0) *d_out = fit;
+}
+
+// QuantizeBlock, then RefitScale: every quantized block, weights' and activations'.
+void QuantizeFittedBlock(const float* v, int64_t n, int8_t* q, float* d_out) {
+  QuantizeBlock(v, n, q, d_out);
+  RefitScale(v, n, q, d_out);
+}
+
+// QuantizeFittedBlock for kInt8Block (32) elements as two vectors: the same bits. amax ignores NaNs
 // as std::max does; round() is trunc() plus a carry for fractions of at least one half
 // (the fraction s - trunc(s) is exact for |s| < 2^23); a NaN product quantizes to 0.
 ATTNSERVE_MULTIVERSION
@@ -114,6 +152,7 @@ void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
       }
     }
     d_out[b] = d;
+    RefitScale(p, kInt8Block, q + b * kInt8Block, d_out + b);
   }
 }
 
@@ -464,12 +503,12 @@ void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, u
     for (int64_t j = begin; j < end; ++j) {
       if (per_row) {
         float d = 0;
-        QuantizeBlock(w + j * in, in, q.data(), &d);
+        QuantizeFittedBlock(w + j * in, in, q.data(), &d);
         std::fill(scales + j * nb, scales + (j + 1) * nb, d);
       } else {
         for (int64_t b = 0; b < nb; ++b) {
-          QuantizeBlock(w + j * in + b * kInt8Block, kInt8Block, q.data() + b * kInt8Block,
-                        scales + j * nb + b);
+          QuantizeFittedBlock(w + j * in + b * kInt8Block, kInt8Block, q.data() + b * kInt8Block,
+                              scales + j * nb + b);
         }
       }
       PackRow(q.data(), in, 0x80, packed + j * in);
@@ -488,6 +527,10 @@ void DequantizeWeightInt8(const uint8_t* packed, const float* scales, int64_t ro
       o[k] = static_cast<float>(int32_t{row[index]} - 128) * d[k / kInt8Block];
     });
   }
+}
+
+void QuantizeBlockInt8Scalar(const float* v, int64_t n, int8_t* q, float* scale) {
+  QuantizeFittedBlock(v, n, q, scale);
 }
 
 void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales) {

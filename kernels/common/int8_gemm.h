@@ -3,9 +3,11 @@
 //
 //   W (out, in), in a multiple of kInt8Block, as int8 q_w in [-127, 127] and one float32 scale
 //   d_w per block of kInt8Block consecutive elements of a row (or, QuantizeWeightInt8 with
-//   per_row, one scale for the whole row, stored once per block): w ≈ d_w · q_w.
-//   X (rows, in) quantized on every call the same way, per block of kInt8Block: d_x = amax/127,
-//   q_x = round(x / d_x).
+//   per_row, one scale for the whole row, stored once per block): w ≈ d_w · q_w, q_w =
+//   round(w / (amax / 127)) as Q8_0 rounds, and d_w refit to those q_w in least squares
+//   (Σ w q_w / Σ q_w², as llama.cpp's k-quants refit their scales; Q8_0 keeps amax / 127).
+//   X (rows, in) quantized on every call the same way, per block of kInt8Block: q_x =
+//   round(x / (amax / 127)), d_x = Σ x q_x / Σ q_x² (QuantizeBlockInt8Scalar).
 //
 // y[r][j] is defined by integer products and one fixed float order, so that every instruction
 // set gives the same bits (and a row's result does not depend on the batch it sits in):
@@ -61,9 +63,14 @@ void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, u
 void DequantizeWeightInt8(const uint8_t* packed, const float* scales, int64_t rows, int64_t in,
                           float* out);
 
+// The activations' quantization, as plain scalar code: n values -> q = round(v / (amax / 127))
+// clamped to [-127, 127] (NaN -> 0; NaNs do not count in amax), and the scale d = Σ v q / Σ q²
+// (for n = kInt8Block summed in a fixed tree), or amax / 127 where that is not finite and
+// positive.
+void QuantizeBlockInt8Scalar(const float* v, int64_t n, int8_t* q, float* scale);
+
 // `blocks` consecutive blocks of kInt8Block activations quantized as Int8Gemm quantizes X's
-// rows, as vector code, in natural order: the same q and d as QuantizeWeightInt8 gives them per
-// block (tested).
+// rows, as vector code, in natural order: QuantizeBlockInt8Scalar's bits per block (tested).
 void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales);
 
 // y (rows, out) = x Wᵀ as defined above, for W as QuantizeWeightInt8 made it. rows >= 1.

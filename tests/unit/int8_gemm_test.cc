@@ -48,24 +48,38 @@ at::Tensor Gemm(const Quantized& w, const at::Tensor& x, Int8Isa isa) {
   return y;
 }
 
-// Blocks of 32 of a (rows, in) tensor, dequantized in float64 from an independent rendering of
-// the header's rule (d = amax / 127, q = round(v / d) in float32): the values the integer
-// products multiply.
-at::Tensor DequantizeBlocksDouble(const at::Tensor& v) {
+// Blocks of 32 of a (rows, in) tensor as the header's rounding makes them, from an independent
+// rendering of it (d = amax / 127, q = round(v / d) in float32): q (as doubles) and d per block.
+struct BlockInts {
+  at::Tensor q;  // (rows, in) float64 integers
+  at::Tensor d;  // (rows, in / 32) float64
+};
+BlockInts RoundBlocks(const at::Tensor& v) {
   const at::Tensor c = v.contiguous();
-  at::Tensor out = at::empty(c.sizes(), at::kDouble);
+  BlockInts r{at::empty(c.sizes(), at::kDouble),
+              at::empty({c.size(0), c.size(1) / kInt8Block}, at::kDouble)};
   const float* p = c.data_ptr<float>();
-  double* o = out.data_ptr<double>();
+  double* q = r.q.data_ptr<double>();
   for (int64_t b = 0; b < c.numel() / kInt8Block; ++b) {
     float amax = 0;
     for (int k = 0; k < kInt8Block; ++k) amax = std::max(amax, std::fabs(p[b * 32 + k]));
     const float d = amax / 127.0f;
     const float id = d > 0 ? 1.0f / d : 0.0f;
-    for (int k = 0; k < kInt8Block; ++k) {
-      o[b * 32 + k] = static_cast<double>(d) * std::round(p[b * 32 + k] * id);
-    }
+    for (int k = 0; k < kInt8Block; ++k) q[b * 32 + k] = std::round(p[b * 32 + k] * id);
+    r.d.data_ptr<double>()[b] = d;
   }
-  return out;
+  return r;
+}
+
+// X's blocks dequantized in float64, q times the least-squares scale Σ v q / Σ q² rounded to
+// float32: the values the integer products multiply.
+at::Tensor DequantizeBlocksDouble(const at::Tensor& v) {
+  const BlockInts r = RoundBlocks(v);
+  const at::Tensor q = r.q.view({v.size(0), -1, kInt8Block});
+  const at::Tensor vd = v.to(at::kDouble).view({v.size(0), -1, kInt8Block});
+  const at::Tensor qq = (q * q).sum(2);
+  const at::Tensor fit = at::where(qq > 0, (vd * q).sum(2) / qq.clamp_min(1), r.d);
+  return (q * fit.to(at::kFloat).to(at::kDouble).unsqueeze(2)).view(v.sizes());
 }
 
 std::vector<Int8Isa> SupportedIsas() {
@@ -89,7 +103,8 @@ TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
         const Quantized q = Quantize(w);
         // Both quantized operands in float64: what the int8 product approximates to float32
         // rounding of the scale products and their sum.
-        const at::Tensor want = at::mm(DequantizeBlocksDouble(x), DequantizeBlocksDouble(w).t());
+        const at::Tensor want =
+            at::mm(DequantizeBlocksDouble(x), Dequantize(q).to(at::kDouble).t());
         const at::Tensor exact = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
         for (Int8Isa isa : SupportedIsas()) {
           SCOPED_TRACE(::testing::Message()
@@ -111,7 +126,7 @@ TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
 }
 
 // The packed order is a permutation of each row, and the weights come back from it as d · q in
-// the natural order: q = round(w / d) for d = amax / 127 per block, as X's rows are quantized.
+// the natural order.
 TEST(Int8GemmTest, PackedRowsHoldEachElementOnceAndDequantizeToTheirBlocks) {
   for (int64_t in : {32, 96, 512, 544, 768, 1536}) {
     SCOPED_TRACE(in);
@@ -127,12 +142,35 @@ TEST(Int8GemmTest, PackedRowsHoldEachElementOnceAndDequantizeToTheirBlocks) {
     const int64_t nb = in / kInt8Block, gb = std::min<int64_t>(16, nb);
     EXPECT_EQ(Int8PackedIndex(in, kInt8Block + 5), 4 * gb + 4 + 1);
     const at::Tensor w = RandomTensor({7, in}, 60 + in);
+    const Quantized q = Quantize(w);
     // d · q is exact in float64; rounded to float32 it is the float32 product.
-    EXPECT_TRUE(at::equal(Dequantize(Quantize(w)), DequantizeBlocksDouble(w).to(at::kFloat)));
+    const at::Tensor want =
+        RoundBlocks(w).q.view({7, nb, kInt8Block}) * q.scales.to(at::kDouble).unsqueeze(2);
+    EXPECT_TRUE(at::equal(Dequantize(q), want.view({7, in}).to(at::kFloat)));
   }
 }
 
-// X's vector quantizer against the scalar definition (QuantizeWeightInt8 per block), bit for
+// A weight block's q are Q8_0's (round(w / (amax / 127))); its scale is their least-squares fit
+// Σ w q / Σ q², whose error is never above amax / 127's (and here, on Gaussian rows, lower in
+// total).
+TEST(Int8GemmTest, WeightScalesFitTheirIntegersInLeastSquares) {
+  const at::Tensor w = RandomTensor({64, 256}, 70);
+  w[3].zero_();  // an all-zero row keeps scale 0
+  const Quantized q = Quantize(w);
+  const BlockInts r = RoundBlocks(w);
+  const at::Tensor ints = r.q.view({64, 8, kInt8Block});
+  const at::Tensor wd = w.to(at::kDouble).view({64, 8, kInt8Block});
+  const at::Tensor fit = (wd * ints).sum(2) / (ints * ints).sum(2).clamp_min(1e-300);
+  const at::Tensor scales = q.scales.to(at::kDouble);
+  EXPECT_LE(((scales - fit).abs() - 1e-7 * fit.abs()).max().item<double>(), 0.0);
+  EXPECT_TRUE(at::equal(q.scales[3], at::zeros({8})));
+  const at::Tensor fit_error = (wd - ints * scales.unsqueeze(2)).pow(2).sum(2);
+  const at::Tensor amax_error = (wd - ints * r.d.view({64, 8}).unsqueeze(2)).pow(2).sum(2);
+  EXPECT_TRUE((fit_error <= amax_error * (1 + 1e-6) + 1e-30).all().item<bool>());
+  EXPECT_LT(fit_error.sum().item<double>(), amax_error.sum().item<double>());
+}
+
+// X's vector quantizer against the scalar definition (QuantizeBlockInt8Scalar), bit for
 // bit: random bit patterns (NaNs, infinities, denormals), ties at one half, zero blocks,
 // blocks whose amax is so small that 1 / d overflows to infinity.
 TEST(Int8GemmTest, ActivationsQuantizeToTheDefinitionsBits) {
@@ -167,17 +205,17 @@ TEST(Int8GemmTest, ActivationsQuantizeToTheDefinitionsBits) {
       }
     }
   }
-  // Rows of one block: packed in the natural order, biased by 128.
-  std::vector<uint8_t> want_q(v.size());
-  std::vector<int8_t> got_q(v.size(), 99);
+  std::vector<int8_t> want_q(v.size()), got_q(v.size(), 99);
   std::vector<float> want_d(blocks), got_d(blocks, -1.0f);
-  QuantizeWeightInt8(v.data(), blocks, kInt8Block, /*per_row=*/false, want_q.data(), want_d.data());
+  for (int64_t b = 0; b < blocks; ++b) {
+    QuantizeBlockInt8Scalar(v.data() + b * kInt8Block, kInt8Block, want_q.data() + b * kInt8Block,
+                            &want_d[b]);
+  }
   QuantizeBlocksInt8(v.data(), blocks, got_q.data(), got_d.data());
   for (int64_t b = 0; b < blocks; ++b) {
     EXPECT_EQ(std::memcmp(&want_d[b], &got_d[b], sizeof(float)), 0) << "block " << b;
     for (int64_t k = 0; k < kInt8Block; ++k) {
-      ASSERT_EQ(got_q[b * kInt8Block + k],
-                static_cast<int8_t>(int32_t{want_q[b * kInt8Block + k]} - 128))
+      ASSERT_EQ(got_q[b * kInt8Block + k], want_q[b * kInt8Block + k])
           << "block " << b << " element " << k << " value " << v[b * kInt8Block + k];
     }
   }
