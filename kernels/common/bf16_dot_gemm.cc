@@ -257,18 +257,18 @@ void SkinnyGemmBf16Dot(const uint16_t* w, int64_t out, int64_t in, const float* 
   std::unique_ptr<uint32_t[]> pairs(new uint32_t[static_cast<size_t>(rows * words)]);
   RoundRowsToBf16Pairs(x, x_stride, rows, words, pairs.get());
   const uint32_t* xp = pairs.get();
-  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows),
-                   [&](int64_t begin, int64_t end) {
-                     begin *= kTileW;
-                     end = std::min(out, end * kTileW);
+  skinny::ParallelTiles((out + kTileW - 1) / kTileW, GrainTiles(in, rows),
+                        [&](int64_t begin, int64_t end) {
+                          begin *= kTileW;
+                          end = std::min(out, end * kTileW);
 #if ATTNSERVE_BF16DOT_X86
-                     if (isa == Bf16DotIsa::kAvx512Bf16) {
-                       HardwareRows(w, begin, end, words, xp, rows, y, out);
-                       return;
-                     }
+                          if (isa == Bf16DotIsa::kAvx512Bf16) {
+                            HardwareRows(w, begin, end, words, xp, rows, y, out);
+                            return;
+                          }
 #endif
-                     PortableRows(w, begin, end, words, xp, rows, y, out);
-                   });
+                          PortableRows(w, begin, end, words, xp, rows, y, out);
+                        });
 }
 
 }  // namespace attnserve::kernels

@@ -449,12 +449,6 @@ Int8Isa Resolve(Int8Isa isa) {
   return Int8Isa::kScalar;
 }
 
-// Weight rows per task: at least ~64 Ki multiply-adds (as the skinny float kernels).
-int64_t GrainRows(int64_t in, int64_t rows) {
-  const int64_t weight_rows = (int64_t{1} << 16) / std::max<int64_t>(1, in * rows);
-  return (std::max<int64_t>(kTileW, weight_rows) + kTileW - 1) / kTileW * kTileW;
-}
-
 }  // namespace
 
 bool Int8IsaSupported(Int8Isa isa) {
@@ -547,21 +541,26 @@ void Int8Gemm(const uint8_t* packed, const float* scales, int64_t out, int64_t i
               int64_t x_stride, int64_t rows, float* y, Int8Isa isa) {
   isa = isa == Int8Isa::kAuto ? Int8IsaInUse() : isa;
   const QuantizedX qx = QuantizeX(x, x_stride, rows, in);
-  at::parallel_for(0, out, GrainRows(in, rows), [&](int64_t begin, int64_t end) {
-    switch (isa) {
+  // Tiles of the skinny float kernels' 4 rows and their grain; VnniRows takes any row range.
+  constexpr int64_t kRows = skinny::kTileW;
+  skinny::ParallelTiles((out + kRows - 1) / kRows, skinny::GrainTiles(in, rows),
+                        [&](int64_t begin, int64_t end) {
+                          begin *= kRows;
+                          end = std::min(out, end * kRows);
+                          switch (isa) {
 #if ATTNSERVE_INT8_X86
-      case Int8Isa::kAvx512Vnni:
-        VnniRows(packed, scales, begin, end, in, qx, rows, y, out);
-        return;
-      case Int8Isa::kAvx2:
-        Avx2Rows(packed, scales, begin, end, in, qx, rows, y, out);
-        return;
+                            case Int8Isa::kAvx512Vnni:
+                              VnniRows(packed, scales, begin, end, in, qx, rows, y, out);
+                              return;
+                            case Int8Isa::kAvx2:
+                              Avx2Rows(packed, scales, begin, end, in, qx, rows, y, out);
+                              return;
 #endif
-      default:
-        ScalarRows(packed, scales, begin, end, in, qx, rows, y, out);
-        return;
-    }
-  });
+                            default:
+                              ScalarRows(packed, scales, begin, end, in, qx, rows, y, out);
+                              return;
+                          }
+                        });
 }
 
 }  // namespace attnserve::kernels

@@ -137,8 +137,8 @@ void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const f
 
 void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                    int64_t rows, float* y) {
-  at::parallel_for(
-      0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
+  skinny::ParallelTiles(
+      (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
         F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
       });
 }
@@ -151,11 +151,11 @@ void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x, 
     const float* row = x + r * x_stride;
     for (int64_t c = 0; c < in; ++c) (c % 2 ? odd : even)[r * half + c / 2] = row[c];
   }
-  at::parallel_for(0, (out + kTileW - 1) / kTileW, GrainTiles(in, rows),
-                   [&](int64_t begin, int64_t end) {
-                     Bf16Rows(w, begin * kTileW, std::min(out, end * kTileW), in, even.data(),
-                              odd.data(), half, x, x_stride, rows, y, out);
-                   });
+  skinny::ParallelTiles((out + kTileW - 1) / kTileW, GrainTiles(in, rows),
+                        [&](int64_t begin, int64_t end) {
+                          Bf16Rows(w, begin * kTileW, std::min(out, end * kTileW), in, even.data(),
+                                   odd.data(), half, x, x_stride, rows, y, out);
+                        });
 }
 
 }  // namespace attnserve::kernels
