@@ -5,7 +5,11 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <vector>
+
 #include "kernels/common/skinny_gemm.h"
+#include "kernels/common/skinny_tiles.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::kernels {
@@ -68,6 +72,30 @@ TEST(SkinnyGemmTest, EachRowIsBitIdenticalAloneAndInAnyBatch) {
     }
     EXPECT_TRUE(at::equal(tail, batch.narrow(0, 7, 9)));
   }
+}
+
+// The skinny products' work split: every tile exactly once, in ranges of at least the grain
+// (but the last), whatever the thread count, and nothing for no tiles.
+TEST(SkinnyGemmTest, ParallelTilesVisitsEveryTileOnce) {
+  const int threads = at::get_num_threads();
+  for (int t : {1, 2, 3}) {
+    at::set_num_threads(t);
+    for (int64_t tiles : {0, 1, 7, 64, 1000, 12570}) {
+      for (int64_t grain : {1, 5, 22, 5000}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(tiles));
+        std::atomic<int> short_ranges{0};
+        skinny::ParallelTiles(tiles, grain, [&](int64_t begin, int64_t end) {
+          if (end - begin < grain && end != tiles) ++short_ranges;
+          for (int64_t i = begin; i < end; ++i) ++seen[i];
+        });
+        for (int64_t i = 0; i < tiles; ++i) {
+          ASSERT_EQ(seen[i].load(), 1) << t << " threads, " << tiles << " tiles, grain " << grain;
+        }
+        EXPECT_EQ(short_ranges.load(), 0);
+      }
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(LinearTest, FewRowsEqualTheMatrixProductOnTheSameWeights) {
