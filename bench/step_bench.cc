@@ -4,7 +4,8 @@
 // attnserve_decode_bench, it tells the model's time from the serving overhead.
 //
 //   attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20] [--threads=2]
-//                        [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8]
+//                        [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8] [--parts=1,2]
+// (--parts: Model::StepBatch's data-parallel parts, each figure measured at each; default 1.)
 // (--models: only these models of the repository; default: every streaming one.)
 // (--bf16-dot: bfloat16 weights and activations, --activation_precision=bf16.)
 #include <ATen/ATen.h>
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve;
-  std::string repository, batches = "1,4,16,64", models;
+  std::string repository, batches = "1,4,16,64", models, parts_list = "1";
   int steps = 20, threads = 2;
   model::ModelOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     if (arg.rfind("--batches=", 0) == 0) batches = arg.substr(10);
     if (arg.rfind("--models=", 0) == 0) models = "," + arg.substr(9) + ",";
     if (arg.rfind("--steps=", 0) == 0) steps = std::atoi(arg.c_str() + 8);
+    if (arg.rfind("--parts=", 0) == 0) parts_list = arg.substr(8);
     if (arg.rfind("--threads=", 0) == 0) threads = std::atoi(arg.c_str() + 10);
     if (arg == "--bf16") options.precision = model::WeightPrecision::kBfloat16;
     if (arg == "--bf16-dot") options.precision = model::WeightPrecision::kBfloat16Dot;
@@ -53,31 +55,42 @@ int main(int argc, char** argv) {
     std::cerr << "--batches: expected positive integers, got " << batches << std::endl;
     return 2;
   }
-  std::printf("%-12s %6s %12s %14s\n", "model", "B", "ms/step", "tokens/s");
+  const std::optional<std::vector<int64_t>> part_counts = bench::PositiveList(parts_list);
+  if (!part_counts) {
+    std::cerr << "--parts: expected positive integers, got " << parts_list << std::endl;
+    return 2;
+  }
+  std::printf("%-12s %12s %6s %6s %12s %14s\n", "model", "weights MB", "B", "parts", "ms/step",
+              "tokens/s");
   for (const model::Model* m : (*repo)->models()) {
     if (!m->can_stream()) continue;
     if (!models.empty() && models.find("," + m->name() + ",") == std::string::npos) continue;
     for (const int64_t b : *batch_sizes) {
-      std::vector<model::ModelState> states;
-      std::vector<model::ModelState*> pointers;
-      for (int64_t i = 0; i < b; ++i) states.push_back(*m->NewState());
-      for (auto& s : states) pointers.push_back(&s);
       std::vector<int64_t> tokens(b, 1);
-      for (int i = 0; i < 3; ++i) (void)m->StepBatch(tokens, pointers);  // warm
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < steps; ++i) {
-        absl::StatusOr<at::Tensor> logits = m->StepBatch(tokens, pointers);
-        if (!logits.ok()) {
-          std::cerr << logits.status() << std::endl;
-          return 1;
+      // Each part count in turn, so that the machine's drift touches all, each on fresh states
+      // (a KV cache's step grows with its position).
+      for (const int64_t parts : *part_counts) {
+        std::vector<model::ModelState> states;
+        std::vector<model::ModelState*> pointers;
+        for (int64_t i = 0; i < b; ++i) states.push_back(*m->NewState());
+        for (auto& s : states) pointers.push_back(&s);
+        for (int i = 0; i < 3; ++i) (void)m->StepBatch(tokens, pointers, parts);  // warm
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < steps; ++i) {
+          absl::StatusOr<at::Tensor> logits = m->StepBatch(tokens, pointers, parts);
+          if (!logits.ok()) {
+            std::cerr << logits.status() << std::endl;
+            return 1;
+          }
         }
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                .count() /
+            steps;
+        std::printf("%-12s %12.1f %6lld %6lld %12.2f %14.1f\n", m->name().c_str(),
+                    m->DecodeWeightBytes() / 1e6, static_cast<long long>(b),
+                    static_cast<long long>(parts), ms, b * 1000.0 / ms);
       }
-      const double ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count() /
-          steps;
-      std::printf("%-12s %6lld %12.2f %14.1f\n", m->name().c_str(), static_cast<long long>(b), ms,
-                  b * 1000.0 / ms);
     }
   }
   return 0;

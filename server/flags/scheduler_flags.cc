@@ -12,6 +12,12 @@ ABSL_FLAG(bool, adapt_threads_to_load, true,
           "Run the kernels on fewer threads while other processes keep cores busy (sampled "
           "every 100 ms from /proc), so that a thread team never waits at its barriers for a "
           "thread the kernel descheduled; never more than --intra_op_threads.");
+ABSL_FLAG(int64_t, decode_split_max_weight_bytes, int64_t{16} << 20,
+          "Data-parallel decode: a batched step of a model whose decode weights are at most "
+          "this many bytes (and at least 4 rows a thread) runs as one part per kernel thread, "
+          "each part a whole step on its own rows, single-threaded, instead of every product "
+          "split across the threads: no barrier inside the step, at the price of each part "
+          "reading the weights again (cheap while they stay in the CPU's caches). 0: never.");
 ABSL_FLAG(int64_t, max_batch_sessions, 64,
           "Most sessions decoded in one scheduler iteration (rows of one batched step).");
 ABSL_FLAG(int64_t, max_batch_tokens, 256,

@@ -2,11 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/huge_page_buffer.h"
@@ -333,6 +335,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   }
 
   m->fingerprint_ = fingerprint;
+  // What a decode step reads: every weight but the embedding table (a step looks up B rows of
+  // it; tied, it is lm_head and read whole), at the bytes per element of the format (int8's
+  // scales and its float32 leftovers left out: this sizes the scheduler's split, not memory).
+  const int64_t element_bytes = kernels::IsBfloat16(format) ? 2 : kernels::IsInt8(format) ? 1 : 4;
+  for (const auto& [tensor_name, t] : weights) {
+    if (tensor_name.rfind("backbone.embedding", 0) == 0 && !c.tie_word_embeddings()) continue;
+    m->decode_weight_bytes_ += t.numel() * element_bytes;
+  }
   // Float32 weights share their storage with the layers' tensors: keeping them costs nothing.
   // Bfloat16 and int8 matrices live only in their LinearWeights: a float32 map would hold the
   // model's size again.
@@ -539,7 +549,8 @@ at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
 }
 
 absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
-                                            const std::vector<ModelState*>& states) const {
+                                            const std::vector<ModelState*>& states,
+                                            int parts) const {
   if (tokens.empty() || tokens.size() != states.size()) {
     return absl::InvalidArgumentError(absl::StrCat("StepBatch: ", tokens.size(), " tokens and ",
                                                    states.size(),
@@ -562,21 +573,43 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
                        "' max_sequence_length ", max_sequence_length()));
     }
   }
+  const size_t b = tokens.size();
+  parts = static_cast<int>(std::clamp<size_t>(parts < 1 ? 1 : parts, 1, b));
   return kernels::GuardTorch("Model::StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
-    const int64_t b = static_cast<int64_t>(tokens.size());
-    const at::Tensor ids = at::tensor(tokens, at::kLong).to(device());
-    at::Tensor x = Embed(ids);  // (B, hidden)
-    std::vector<kernels::MixerState*> layer_states(b);
-    for (size_t l = 0; l < layers_.size(); ++l) {
-      const Layer& layer = layers_[l];
-      for (int64_t i = 0; i < b; ++i) layer_states[i] = &states[i]->layers[l];
-      ASSIGN_OR_RETURN(at::Tensor mixed, layer.mixer->StepBatch(Norm(x, layer.norm), layer_states));
-      x = AddMlp(layer, x + mixed);
-    }
-    for (ModelState* state : states) state->position += 1;
-    return lm_head_(Norm(x, norm_f_)).cpu();
+    if (parts == 1) return StepRows(tokens, states, 0, b);
+    // Each part on one thread: at::parallel_for runs a task per part, and every kernel inside
+    // sees in_parallel_region() and runs single-threaded. Part p holds rows
+    // [p b / parts, (p + 1) b / parts).
+    std::vector<at::Tensor> logits(parts);
+    at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        logits[p] = StepRows(tokens, states, p * b / parts, (p + 1) * b / parts);
+      }
+    });
+    return at::cat(logits, 0);
   });
 }
+
+at::Tensor Model::StepRows(const std::vector<int64_t>& tokens,
+                           const std::vector<ModelState*>& states, size_t begin,
+                           size_t end) const {
+  const std::vector<int64_t> ids_of_rows(tokens.begin() + begin, tokens.begin() + end);
+  const at::Tensor ids = at::tensor(ids_of_rows, at::kLong).to(device());
+  at::Tensor x = Embed(ids);  // (rows, hidden)
+  std::vector<kernels::MixerState*> layer_states(end - begin);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    for (size_t i = begin; i < end; ++i) layer_states[i - begin] = &states[i]->layers[l];
+    absl::StatusOr<at::Tensor> mixed = layer.mixer->StepBatch(Norm(x, layer.norm), layer_states);
+    // Inputs were checked; a mixer's error here is internal, and a part cannot return it
+    // through at::parallel_for: GuardTorch turns the exception into a status.
+    if (!mixed.ok()) throw std::runtime_error(std::string(mixed.status().message()));
+    x = AddMlp(layer, x + *mixed);
+  }
+  for (size_t i = begin; i < end; ++i) states[i]->position += 1;
+  return lm_head_(Norm(x, norm_f_)).cpu();
+}
+
 
 absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* state,
                                           OutputKind output) const {

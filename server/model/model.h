@@ -63,6 +63,7 @@ struct ModelOptions {
   WeightPrecision precision = WeightPrecision::kFloat32;
 };
 
+
 // Every layer's mixer state for a batch of sequences, and how many tokens it has consumed.
 struct ModelState {
   std::vector<kernels::MixerState> layers;
@@ -161,8 +162,18 @@ class Model {
   // matrix is read once for all B rows; row i equals Forward of tokens[i] on states[i] alone, to
   // float32 rounding. Input errors (a token outside the vocabulary, a state of another model or
   // at max_sequence_length) are found before any state changes.
+  // parts > 1 (data-parallel decode): the rows are cut into `parts` contiguous slices, each run
+  // as a StepBatch of its own on one of the kernels' threads (its kernels then single-threaded),
+  // concurrently: no barrier inside the step, each weight matrix read once per part. Each row's
+  // logits are the same bits as with parts = 1 (the kernels are row- and thread-count-invariant;
+  // tested). Use it where a step's parallel regions cost more than re-reading the weights
+  // (the scheduler's DecodeParts). parts is clamped to [1, B].
   absl::StatusOr<at::Tensor> StepBatch(const std::vector<int64_t>& tokens,
-                                       const std::vector<ModelState*>& states) const;
+                                       const std::vector<ModelState*>& states,
+                                       int parts = 1) const;
+  // Bytes of weights one decode step reads: all but the embedding table (of which it reads B
+  // rows), at their stored precision's bytes per element (int8's scales left out).
+  int64_t DecodeWeightBytes() const { return decode_weight_bytes_; }
 
   // All weights under their checkpoint names, in checkpoint order (lm_head omitted when tied).
   // Only for a float32 model (WeightPrecision::kFloat32): the others keep their matrices only in
@@ -192,6 +203,9 @@ class Model {
   // The embeddings of `ids` (any shape), normed when the config has an embedding norm.
   at::Tensor Embed(const at::Tensor& ids) const;
   absl::StatusOr<at::Tensor> RunLayers(at::Tensor x, ModelState* state) const;
+  // StepBatch's computation for rows [begin, end), inputs already checked: (end - begin, vocab).
+  at::Tensor StepRows(const std::vector<int64_t>& tokens, const std::vector<ModelState*>& states,
+                      size_t begin, size_t end) const;
   // x + MLP(norm(x)) for a layer with an MLP, else x.
   at::Tensor AddMlp(const Layer& layer, const at::Tensor& x) const;
 
@@ -207,6 +221,7 @@ class Model {
   bool can_stream_ = true;
   int64_t max_sequence_length_ = 0;
   uint64_t fingerprint_ = 0;
+  int64_t decode_weight_bytes_ = 0;
   int64_t interpolates_past_ = 0;  // the shortest interpolating Linformer's max_len; 0: none
   std::optional<ModelText> text_;
 };

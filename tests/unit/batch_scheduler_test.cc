@@ -106,6 +106,19 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl:
   return true;
 }
 
+// Data-parallel decode: one part a thread only for weights within the bound and at least
+// kMinRowsPerDecodePart rows a part; one thread, or a bound of 0, never splits.
+TEST(DecodePartsTest, SplitsSmallModelsWithEnoughRowsAThread) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  EXPECT_EQ(DecodeParts(16, 2, 4 * kMiB, 16 * kMiB), 2);
+  EXPECT_EQ(DecodeParts(2 * kMinRowsPerDecodePart, 2, 16 * kMiB, 16 * kMiB), 2);
+  EXPECT_EQ(DecodeParts(2 * kMinRowsPerDecodePart - 1, 2, 4 * kMiB, 16 * kMiB), 1);
+  EXPECT_EQ(DecodeParts(64, 2, 16 * kMiB + 1, 16 * kMiB), 1);  // mamba-130m's 500 MB: never
+  EXPECT_EQ(DecodeParts(64, 1, 4 * kMiB, 16 * kMiB), 1);
+  EXPECT_EQ(DecodeParts(64, 4, 4 * kMiB, 16 * kMiB), 4);
+  EXPECT_EQ(DecodeParts(64, 2, 4 * kMiB, 0), 1);  // --decode_split_max_weight_bytes=0
+}
+
 TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {
   const std::vector<std::string> variants = {"standard", "linear", "mamba", "hybrid"};
   std::mt19937 rng(7);
@@ -119,6 +132,11 @@ TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {
     options.intra_op_threads = 1;
     options.max_batch_tokens = 4 + static_cast<int64_t>(rng() % 40);  // prompts cut into chunks
     options.max_batch_sessions = 1 + static_cast<int64_t>(rng() % 16);
+    if (trial == 3) {  // two threads and batches of 16: decode steps in two parts (DecodeParts)
+      options.intra_op_threads = 2;
+      options.max_batch_sessions = 16;
+      options.max_batch_tokens = 40;
+    }
     BatchScheduler scheduler(options);
 
     std::vector<const model::Model*> models;

@@ -3,6 +3,7 @@
 #include "server/model/model.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -289,6 +290,46 @@ TEST_P(ModelStreamingTest, StepBatchRowsAreBitIdenticalToTheSessionAlone) {
           << "session " << i << " step " << step;
     }
   }
+}
+
+// Data-parallel decode (StepBatch's `parts`, the scheduler's DecodeParts): a batch cut into
+// parts, each a step of its own on one thread, gives every row the same bits as the whole batch
+// in one part, over steps (so the states the parts wrote are the same too), in each precision.
+TEST_P(ModelStreamingTest, StepBatchInPartsIsBitIdenticalToOnePart) {
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(2);  // parts run concurrently, as in the server
+  for (WeightPrecision precision : {WeightPrecision::kFloat32, WeightPrecision::kBfloat16Dot,
+                                    WeightPrecision::kInt8}) {
+    auto model = BuildDefaultModel(GetParam(), {at::Device(at::kCPU), precision});
+    ASSERT_TRUE(model.ok());
+    const Model& m = **model;
+    constexpr int kSessions = 9;
+    std::vector<ModelState> whole, in_parts;
+    const auto prompt = [](int i) -> int64_t { return 2 + 5 * i; };
+    TwinStates(m, kSessions, prompt, &whole, &in_parts);
+    ASSERT_FALSE(HasFatalFailure());
+    for (int step = 0; step < 4; ++step) {
+      const int parts = 2 + step % 3;  // 2, 3, 4 parts of 9 rows
+      std::vector<int64_t> tokens;
+      std::vector<ModelState*> one_part, many_parts;
+      for (int i = 0; i < kSessions; ++i) {
+        tokens.push_back((step * 97 + i * 29) % m.vocab_size());
+        one_part.push_back(&whole[i]);
+        many_parts.push_back(&in_parts[i]);
+      }
+      auto want = m.StepBatch(tokens, one_part);
+      auto got = m.StepBatch(tokens, many_parts, parts);
+      ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+      EXPECT_TRUE(at::equal(*got, *want)) << "step " << step << ", " << parts << " parts";
+      for (int i = 0; i < kSessions; ++i) EXPECT_EQ(in_parts[i].position, whole[i].position);
+    }
+    // More parts than rows: one row a part.
+    auto clamped = m.StepBatch({3, 4}, {&in_parts[0], &in_parts[1]}, 8);
+    auto want = m.StepBatch({3, 4}, {&whole[0], &whole[1]});
+    ASSERT_TRUE(clamped.ok() && want.ok());
+    EXPECT_TRUE(at::equal(*clamped, *want));
+  }
+  at::set_num_threads(threads_before);
 }
 
 TEST(ModelTest, RejectsBadTokensWithMessages) {
