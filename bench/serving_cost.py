@@ -9,7 +9,9 @@ For each default model and session count (1 and 16 by default) it measures, in o
             server's CPU time per token (utime + stime from /proc) and the client's;
   overhead  served step time - model step time, per step and per token: what serving adds.
 With --builds A,B (two build folders) it alternates them --reps times and prints medians, so
-that a change to the serving path is compared on the same minutes of this noisy machine.
+that a change to the serving path is compared on the same minutes of this noisy machine;
+--server-flags 'A|B' does the same for one build run with two sets of extra server flags
+(e.g. '--decode_split_max_bytes_per_row=0|': data-parallel decode off, then on).
 With --perf, one more run per model at the largest session count under `perf record` (DWARF
 call stacks) splits the server's CPU time per token into the model's computation, the kernels'
 team waiting (libgomp barriers and spinning), sampling and writing tokens, the scheduler's
@@ -17,6 +19,7 @@ other work and gRPC's own threads.
 
   /usr/bin/python3 bench/serving_cost.py --build-dir build [--models mamba,hybrid] [--reps 3]
   /usr/bin/python3 bench/serving_cost.py --builds /tmp/before,build --reps 5
+  /usr/bin/python3 bench/serving_cost.py --server-flags='--decode_split_max_bytes_per_row=0|' --reps 3
   /usr/bin/python3 bench/serving_cost.py --perf --models mamba   # needs perf (linux-perf)
 """
 
@@ -50,15 +53,19 @@ def children_cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
-def model_step_ms(build, models, batches):
+def model_step_ms(build, models, batches, flags):
+    # The step as the server runs it: the scheduler's data-parallel parts, unless turned off.
+    parts = "1" if "--decode_split_max_bytes_per_row=0" in flags else "auto"
     out = subprocess.run([str(Path(build) / "bench" / "attnserve_step_bench"),
                           f"--models={','.join(models)}", f"--batches={','.join(map(str, batches))}",
-                          "--steps=400"], check=True, capture_output=True, text=True).stdout
+                          "--steps=400", f"--parts={parts}"],
+                         check=True, capture_output=True, text=True).stdout
     steps = {}
     for line in out.splitlines():
         cells = line.split()
-        if len(cells) == 4 and cells[1].isdigit():
-            steps[(cells[0], int(cells[1]))] = float(cells[2])
+        # model, weights MB, B, parts, ms/step, tokens/s (parts: the scheduler's choice)
+        if len(cells) == 6 and cells[2].isdigit():
+            steps[(cells[0], int(cells[2]))] = float(cells[4])
     return steps
 
 
@@ -78,9 +85,9 @@ def served(build, server, model, sessions, generate):
             "client_cpu_us_per_token": 1e6 * client_cpu / tokens}
 
 
-def measure(build, models, sessions, generate):
-    steps = model_step_ms(build, models, sessions)
-    server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096")
+def measure(build, flags, models, sessions, generate):
+    steps = model_step_ms(build, models, sessions, flags)
+    server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096", *flags)
     try:
         results = {}
         for m in models:
@@ -118,9 +125,9 @@ def classify(comm, frames):
     return "scheduler other"
 
 
-def perf_breakdown(build, model, sessions, generate):
+def perf_breakdown(build, flags, model, sessions, generate):
     """Server CPU microseconds per generated token, per category, from one profiled run."""
-    server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096")
+    server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096", *flags)
     with tempfile.NamedTemporaryFile(suffix=".perf", delete=False) as f:
         data = f.name
     try:
@@ -161,6 +168,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--build-dir", default="build")
     p.add_argument("--builds", help="two build folders, comma-separated, alternated --reps times")
+    p.add_argument("--server-flags", help="two sets of extra server flags, '|'-separated, for "
+                   "one build, alternated --reps times")
     p.add_argument("--models", default=",".join(DEFAULT_MODELS))
     p.add_argument("--sessions", default="1,16")
     p.add_argument("--generate", type=int, default=512)
@@ -169,14 +178,20 @@ def main():
     p.add_argument("--perf", action="store_true",
                    help="also split the server's CPU per token by category with perf")
     args = p.parse_args()
-    builds = args.builds.split(",") if args.builds else [args.build_dir]
+    # Each configuration: a label, a build folder and extra server flags.
+    if args.server_flags:
+        configs = [(f or "(default)", args.build_dir, f.split())
+                   for f in args.server_flags.split("|")]
+    else:
+        configs = [(b, b, []) for b in (args.builds.split(",") if args.builds else [args.build_dir])]
+    builds = [c[0] for c in configs]
     models = args.models.split(",")
     sessions = [int(s) for s in args.sessions.split(",")]
     runs = {b: [] for b in builds}
     for rep in range(args.reps):
-        for b in builds:
-            runs[b].append(measure(b, models, sessions, args.generate))
-            print(f"rep {rep + 1}/{args.reps} {b} done", file=sys.stderr)
+        for label, build, flags in configs:
+            runs[label].append(measure(build, flags, models, sessions, args.generate))
+            print(f"rep {rep + 1}/{args.reps} {label} done", file=sys.stderr)
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
           f"{args.reps} rep(s), medians; {args.generate} tokens a session")
     keys = ["aggregate_tok_s", "model_step_ms", "served_step_ms", "overhead_us_per_token",
@@ -191,7 +206,7 @@ def main():
                 med = {k: statistics.median(r[(m, n)][k] for r in runs[b]) for k in keys}
                 report.setdefault(b, {}).setdefault(m, {})[n] = med
                 one = med["aggregate_tok_s"] if n == sessions[0] else one
-                print(f"{Path(b).name[-14:]:>14} {m:>9} {n:>3} {med['aggregate_tok_s']:>8.0f} "
+                print(f"{b.rstrip('/').split('/')[-1][-14:]:>14} {m:>9} {n:>3} {med['aggregate_tok_s']:>8.0f} "
                       f"{med['aggregate_tok_s'] / one:>8.2f} {med['model_step_ms']:>9.3f} "
                       f"{med['served_step_ms']:>9.3f} {med['overhead_us_per_token']:>10.1f} "
                       f"{med['server_cpu_us_per_token']:>10.1f} "
@@ -201,7 +216,7 @@ def main():
         print(f"\nserver CPU µs per token by category (perf, {n} sessions, {builds[-1]}):")
         print(f"{'model':>9} " + " ".join(f"{c:>17}" for c in CATEGORIES) + f" {'total':>8}")
         for m in models:
-            split = perf_breakdown(builds[-1], m, n, args.generate)
+            split = perf_breakdown(configs[-1][1], configs[-1][2], m, n, args.generate)
             report.setdefault("perf", {})[m] = split
             print(f"{m:>9} " + " ".join(f"{split[c]:>17.1f}" for c in CATEGORIES) +
                   f" {sum(split.values()):>8.1f}")

@@ -5,7 +5,8 @@
 //
 //   attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20] [--threads=2]
 //                        [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8] [--parts=1,2]
-// (--parts: Model::StepBatch's data-parallel parts, each figure measured at each; default 1.)
+// (--parts: Model::StepBatch's data-parallel parts, each figure measured at each; auto: what the
+// server's scheduler picks, server/scheduler/decode_parts.h; default auto.)
 // (--models: only these models of the repository; default: every streaming one.)
 // (--bf16-dot: bfloat16 weights and activations, --activation_precision=bf16.)
 #include <ATen/ATen.h>
@@ -23,12 +24,13 @@
 #include "bench/bench_util.h"
 #include "kernels/common/blas_kernels.h"
 #include "server/model/model_repository.h"
+#include "server/scheduler/decode_parts.h"
 
 int main(int argc, char** argv) {
   // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
   using namespace attnserve;
-  std::string repository, batches = "1,4,16,64", models, parts_list = "1";
+  std::string repository, batches = "1,4,16,64", models, parts_list = "auto";
   int steps = 20, threads = 2;
   model::ModelOptions options;
   for (int i = 1; i < argc; ++i) {
@@ -55,7 +57,9 @@ int main(int argc, char** argv) {
     std::cerr << "--batches: expected positive integers, got " << batches << std::endl;
     return 2;
   }
-  const std::optional<std::vector<int64_t>> part_counts = bench::PositiveList(parts_list);
+  // 0 stands for auto.
+  const std::optional<std::vector<int64_t>> part_counts =
+      parts_list == "auto" ? std::vector<int64_t>{0} : bench::PositiveList(parts_list);
   if (!part_counts) {
     std::cerr << "--parts: expected positive integers, got " << parts_list << std::endl;
     return 2;
@@ -69,7 +73,12 @@ int main(int argc, char** argv) {
       std::vector<int64_t> tokens(b, 1);
       // Each part count in turn, so that the machine's drift touches all, each on fresh states
       // (a KV cache's step grows with its position).
-      for (const int64_t parts : *part_counts) {
+      for (int64_t parts : *part_counts) {
+        if (parts == 0) {
+          parts = server::scheduler::DecodeParts(
+              b, threads, m->DecodeWeightBytes(),
+              server::scheduler::kDefaultDecodeSplitMaxBytesPerRow);
+        }
         std::vector<model::ModelState> states;
         std::vector<model::ModelState*> pointers;
         for (int64_t i = 0; i < b; ++i) states.push_back(*m->NewState());

@@ -295,17 +295,17 @@ int main(int argc, char** argv) {
   scheduler_options.max_queued_per_client = absl::GetFlag(FLAGS_max_queue_per_client);
   scheduler_options.intra_op_threads = intra_op_threads;
   scheduler_options.adapt_threads_to_load = absl::GetFlag(FLAGS_adapt_threads_to_load);
-  scheduler_options.decode_split_max_weight_bytes =
-      absl::GetFlag(FLAGS_decode_split_max_weight_bytes);
+  scheduler_options.decode_split_max_bytes_per_row =
+      absl::GetFlag(FLAGS_decode_split_max_bytes_per_row);
   scheduler_options.sessions = &sessions;
   scheduler_options.metrics = &metrics;
   if (scheduler_options.max_batch_sessions < 1 || scheduler_options.max_batch_tokens < 1 ||
       scheduler_options.max_queued_jobs < 1 || scheduler_options.max_queued_per_session < 1 ||
       scheduler_options.max_queued_per_client < 0 ||
-      scheduler_options.decode_split_max_weight_bytes < 0) {
+      scheduler_options.decode_split_max_bytes_per_row < 0) {
     return Fail(
         "--max_batch_sessions, --max_batch_tokens, --max_queue and --max_queue_per_session must "
-        "be >= 1, --max_queue_per_client and --decode_split_max_weight_bytes >= 0");
+        "be >= 1, --max_queue_per_client and --decode_split_max_bytes_per_row >= 0");
   }
   server::scheduler::BatchScheduler scheduler(scheduler_options);
 

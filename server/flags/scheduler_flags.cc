@@ -3,6 +3,7 @@
 // Declared for main.cc in server/flags/server_flags.h; `attnserve-server --help` lists
 // them under this file's name.
 #include "server/flags/server_flags.h"
+#include "server/scheduler/decode_parts.h"
 
 ABSL_FLAG(int, intra_op_threads, 0,
           "Threads the kernels use inside each computation of the scheduler (0: one per core "
@@ -12,12 +13,14 @@ ABSL_FLAG(bool, adapt_threads_to_load, true,
           "Run the kernels on fewer threads while other processes keep cores busy (sampled "
           "every 100 ms from /proc), so that a thread team never waits at its barriers for a "
           "thread the kernel descheduled; never more than --intra_op_threads.");
-ABSL_FLAG(int64_t, decode_split_max_weight_bytes, int64_t{16} << 20,
-          "Data-parallel decode: a batched step of a model whose decode weights are at most "
-          "this many bytes (and at least 4 rows a thread) runs as one part per kernel thread, "
-          "each part a whole step on its own rows, single-threaded, instead of every product "
-          "split across the threads: no barrier inside the step, at the price of each part "
-          "reading the weights again (cheap while they stay in the CPU's caches). 0: never.");
+ABSL_FLAG(int64_t, decode_split_max_bytes_per_row,
+          attnserve::server::scheduler::kDefaultDecodeSplitMaxBytesPerRow,
+          "Data-parallel decode: a batched decode step runs as one part per kernel thread, "
+          "each a whole step of its own rows on one thread, instead of every product split "
+          "across the threads, when the model's decode weights (bytes) divided by a part's rows "
+          "are at most this: no barrier inside the step, at the price of each part reading the "
+          "weights again. The default splits the built-in models (15 MB) from 8 rows and an "
+          "int8 mamba-130m (130 MB) from 64; never a float32 one. 0: never.");
 ABSL_FLAG(int64_t, max_batch_sessions, 64,
           "Most sessions decoded in one scheduler iteration (rows of one batched step).");
 ABSL_FLAG(int64_t, max_batch_tokens, 256,

@@ -61,7 +61,7 @@ ABSL_DECLARE_FLAG(int, max_session_ttl_s);
 ABSL_DECLARE_FLAG(int, intra_op_threads);
 ABSL_DECLARE_FLAG(bool, adapt_threads_to_load);
 ABSL_DECLARE_FLAG(int64_t, max_batch_sessions);
-ABSL_DECLARE_FLAG(int64_t, decode_split_max_weight_bytes);
+ABSL_DECLARE_FLAG(int64_t, decode_split_max_bytes_per_row);
 ABSL_DECLARE_FLAG(int64_t, max_batch_tokens);
 ABSL_DECLARE_FLAG(int64_t, max_queue);
 ABSL_DECLARE_FLAG(int64_t, max_queue_per_session);

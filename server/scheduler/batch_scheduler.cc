@@ -455,11 +455,6 @@ BatchScheduler::Batch BatchScheduler::FormBatch(const std::vector<Active*>& live
   return batch;
 }
 
-int DecodeParts(int64_t rows, int threads, int64_t weight_bytes, int64_t max_weight_bytes) {
-  if (threads < 2 || weight_bytes > max_weight_bytes) return 1;
-  return rows >= kMinRowsPerDecodePart * threads ? threads : 1;
-}
-
 void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
   const model::Model& m = *rows.front()->job->model;
   std::vector<int64_t> tokens;
@@ -470,7 +465,7 @@ void BatchScheduler::RunDecodeRows(const std::vector<Active*>& rows) {
     states.push_back(a->state());  // a session's, or a sessionless generation's own
   }
   const int parts = DecodeParts(static_cast<int64_t>(rows.size()), kernel_threads_.load(),
-                                m.DecodeWeightBytes(), options_.decode_split_max_weight_bytes);
+                                m.DecodeWeightBytes(), options_.decode_split_max_bytes_per_row);
   absl::StatusOr<at::Tensor> logits = m.StepBatch(tokens, states, parts);
   if (!logits.ok()) {
     for (Active* a : rows) Finish(*a, logits.status());

@@ -46,6 +46,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/metrics.h"
 #include "server/prefix_cache/prefix_cache.h"
+#include "server/scheduler/decode_parts.h"
 #include "server/scheduler/job.h"
 #include "server/scheduler/queue_shares.h"
 
@@ -72,26 +73,14 @@ struct SchedulerOptions {
   // Shrink the team, iteration by iteration, to the cores other processes leave free
   // (--adapt_threads_to_load; kernels/common/cpu_share.h), never above intra_op_threads.
   bool adapt_threads_to_load = false;
-  // Data-parallel decode (--decode_split_max_weight_bytes; 0: never): DecodeParts.
-  int64_t decode_split_max_weight_bytes = int64_t{16} << 20;
+  // Data-parallel decode (--decode_split_max_bytes_per_row; 0: never): DecodeParts.
+  int64_t decode_split_max_bytes_per_row = kDefaultDecodeSplitMaxBytesPerRow;
   SessionTable* sessions = nullptr;  // borrowed: state reservations of session jobs
   // Borrowed, may be null (off): prompts from position 0 whose output is the last logits start
   // from the longest cached prefix and cache their states (server/prefix_cache/).
   PrefixCache* prefix_cache = nullptr;
   ServerMetrics* metrics = nullptr;  // borrowed; null: no metrics
 };
-
-// Each part of a data-parallel decode step gets at least this many rows.
-inline constexpr int64_t kMinRowsPerDecodePart = 4;
-
-// How many parts (Model::StepBatch's `parts`) a decode step of `rows` rows of a model whose
-// decode step reads `weight_bytes` runs in on `threads` kernel threads: one a thread when the
-// weights are at most `max_weight_bytes` (each part reads them again: cheap while they stay in
-// the CPU's caches, a second pass over memory when they do not) and every part gets at least
-// kMinRowsPerDecodePart rows; else 1, every product split across the threads. Why: at width
-// 256 a step is ~75 parallel regions of a few µs each, and the threads' waiting at their
-// barriers was a third of the server's CPU a token (docs/benchmarks.md, issue #25).
-int DecodeParts(int64_t rows, int threads, int64_t weight_bytes, int64_t max_weight_bytes);
 
 class BatchScheduler {
  public:

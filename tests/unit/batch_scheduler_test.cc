@@ -106,17 +106,21 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl:
   return true;
 }
 
-// Data-parallel decode: one part a thread only for weights within the bound and at least
-// kMinRowsPerDecodePart rows a part; one thread, or a bound of 0, never splits.
-TEST(DecodePartsTest, SplitsSmallModelsWithEnoughRowsAThread) {
-  constexpr int64_t kMiB = int64_t{1} << 20;
-  EXPECT_EQ(DecodeParts(16, 2, 4 * kMiB, 16 * kMiB), 2);
-  EXPECT_EQ(DecodeParts(2 * kMinRowsPerDecodePart, 2, 16 * kMiB, 16 * kMiB), 2);
-  EXPECT_EQ(DecodeParts(2 * kMinRowsPerDecodePart - 1, 2, 4 * kMiB, 16 * kMiB), 1);
-  EXPECT_EQ(DecodeParts(64, 2, 16 * kMiB + 1, 16 * kMiB), 1);  // mamba-130m's 500 MB: never
-  EXPECT_EQ(DecodeParts(64, 1, 4 * kMiB, 16 * kMiB), 1);
-  EXPECT_EQ(DecodeParts(64, 4, 4 * kMiB, 16 * kMiB), 4);
-  EXPECT_EQ(DecodeParts(64, 2, 4 * kMiB, 0), 1);  // --decode_split_max_weight_bytes=0
+// Data-parallel decode: one part a thread only while the weights over a part's rows are within
+// the bound; one thread, fewer rows than threads, or a bound of 0 never split.
+TEST(DecodePartsTest, SplitsWhileAPartsRowsAmortiseItsReadOfTheWeights) {
+  constexpr int64_t kMB = 1000 * 1000, kMiB = int64_t{1} << 20;
+  EXPECT_EQ(DecodeParts(16, 2, 15 * kMB, 4 * kMiB), 2);     // a default model, 16 sessions
+  EXPECT_EQ(DecodeParts(8, 2, 15 * kMB, 4 * kMiB), 2);      // 3.75 MB a row of a part
+  EXPECT_EQ(DecodeParts(7, 2, 15 * kMB, 4 * kMiB), 1);      // 5 MB
+  EXPECT_EQ(DecodeParts(64, 2, 129 * kMB, 4 * kMiB), 2);    // mamba-130m int8
+  EXPECT_EQ(DecodeParts(16, 2, 129 * kMB, 4 * kMiB), 1);
+  EXPECT_EQ(DecodeParts(64, 2, 258 * kMB, 4 * kMiB), 1);    // bf16
+  EXPECT_EQ(DecodeParts(64, 2, 516 * kMB, 4 * kMiB), 1);    // float32
+  EXPECT_EQ(DecodeParts(64, 1, 15 * kMB, 4 * kMiB), 1);
+  EXPECT_EQ(DecodeParts(1, 2, 1, 4 * kMiB), 1);
+  EXPECT_EQ(DecodeParts(64, 4, 15 * kMB, 4 * kMiB), 4);
+  EXPECT_EQ(DecodeParts(64, 2, 15 * kMB, 0), 1);  // --decode_split_max_bytes_per_row=0
 }
 
 TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {
