@@ -75,9 +75,9 @@ int main(int argc, char** argv) {
       // (a KV cache's step grows with its position).
       for (int64_t parts : *part_counts) {
         if (parts == 0) {
-          parts = server::scheduler::DecodeParts(
-              b, threads, m->DecodeWeightBytes(),
-              server::scheduler::kDefaultDecodeSplitMaxBytesPerRow);
+          parts =
+              server::scheduler::DecodeParts(b, threads, m->DecodeWeightBytes(),
+                                             server::scheduler::kDefaultDecodeSplitMaxBytesPerRow);
         }
         std::vector<model::ModelState> states;
         std::vector<model::ModelState*> pointers;

@@ -591,8 +591,7 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
 }
 
 at::Tensor Model::StepRows(const std::vector<int64_t>& tokens,
-                           const std::vector<ModelState*>& states, size_t begin,
-                           size_t end) const {
+                           const std::vector<ModelState*>& states, size_t begin, size_t end) const {
   const std::vector<int64_t> ids_of_rows(tokens.begin() + begin, tokens.begin() + end);
   const at::Tensor ids = at::tensor(ids_of_rows, at::kLong).to(device());
   at::Tensor x = Embed(ids);  // (rows, hidden)
@@ -609,7 +608,6 @@ at::Tensor Model::StepRows(const std::vector<int64_t>& tokens,
   for (size_t i = begin; i < end; ++i) states[i]->position += 1;
   return lm_head_(Norm(x, norm_f_)).cpu();
 }
-
 
 absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* state,
                                           OutputKind output) const {

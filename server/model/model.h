@@ -63,7 +63,6 @@ struct ModelOptions {
   WeightPrecision precision = WeightPrecision::kFloat32;
 };
 
-
 // Every layer's mixer state for a batch of sequences, and how many tokens it has consumed.
 struct ModelState {
   std::vector<kernels::MixerState> layers;
@@ -169,8 +168,7 @@ class Model {
   // tested). Use it where a step's parallel regions cost more than re-reading the weights
   // (the scheduler's DecodeParts). parts is clamped to [1, B].
   absl::StatusOr<at::Tensor> StepBatch(const std::vector<int64_t>& tokens,
-                                       const std::vector<ModelState*>& states,
-                                       int parts = 1) const;
+                                       const std::vector<ModelState*>& states, int parts = 1) const;
   // Bytes of weights one decode step reads: all but the embedding table (of which it reads B
   // rows), at their stored precision's bytes per element (int8's scales left out).
   int64_t DecodeWeightBytes() const { return decode_weight_bytes_; }

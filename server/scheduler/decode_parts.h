@@ -20,8 +20,7 @@ inline constexpr int64_t kDefaultDecodeSplitMaxBytesPerRow = int64_t{4} << 20;
 // (issue #25, session 17): 15 MB models from 8 rows (2 parts) gain 10-40%; mamba-130m int8
 // (129 MB) gains 9-13% at 64 rows (4 MB a row of a part), is even at 16; bf16 at 64 rows
 // (8 MB) is even; float32 (516 MB) loses 7-12% at 16 and 64 rows.
-inline int DecodeParts(int64_t rows, int threads, int64_t weight_bytes,
-                       int64_t max_bytes_per_row) {
+inline int DecodeParts(int64_t rows, int threads, int64_t weight_bytes, int64_t max_bytes_per_row) {
   if (threads < 2 || rows < threads) return 1;
   const int64_t rows_per_part = rows / threads;  // the smallest part's
   return weight_bytes <= max_bytes_per_row * rows_per_part ? threads : 1;

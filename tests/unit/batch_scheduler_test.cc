@@ -110,13 +110,13 @@ bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl:
 // the bound; one thread, fewer rows than threads, or a bound of 0 never split.
 TEST(DecodePartsTest, SplitsWhileAPartsRowsAmortiseItsReadOfTheWeights) {
   constexpr int64_t kMB = 1000 * 1000, kMiB = int64_t{1} << 20;
-  EXPECT_EQ(DecodeParts(16, 2, 15 * kMB, 4 * kMiB), 2);     // a default model, 16 sessions
-  EXPECT_EQ(DecodeParts(8, 2, 15 * kMB, 4 * kMiB), 2);      // 3.75 MB a row of a part
-  EXPECT_EQ(DecodeParts(7, 2, 15 * kMB, 4 * kMiB), 1);      // 5 MB
-  EXPECT_EQ(DecodeParts(64, 2, 129 * kMB, 4 * kMiB), 2);    // mamba-130m int8
+  EXPECT_EQ(DecodeParts(16, 2, 15 * kMB, 4 * kMiB), 2);   // a default model, 16 sessions
+  EXPECT_EQ(DecodeParts(8, 2, 15 * kMB, 4 * kMiB), 2);    // 3.75 MB a row of a part
+  EXPECT_EQ(DecodeParts(7, 2, 15 * kMB, 4 * kMiB), 1);    // 5 MB
+  EXPECT_EQ(DecodeParts(64, 2, 129 * kMB, 4 * kMiB), 2);  // mamba-130m int8
   EXPECT_EQ(DecodeParts(16, 2, 129 * kMB, 4 * kMiB), 1);
-  EXPECT_EQ(DecodeParts(64, 2, 258 * kMB, 4 * kMiB), 1);    // bf16
-  EXPECT_EQ(DecodeParts(64, 2, 516 * kMB, 4 * kMiB), 1);    // float32
+  EXPECT_EQ(DecodeParts(64, 2, 258 * kMB, 4 * kMiB), 1);  // bf16
+  EXPECT_EQ(DecodeParts(64, 2, 516 * kMB, 4 * kMiB), 1);  // float32
   EXPECT_EQ(DecodeParts(64, 1, 15 * kMB, 4 * kMiB), 1);
   EXPECT_EQ(DecodeParts(1, 2, 1, 4 * kMiB), 1);
   EXPECT_EQ(DecodeParts(64, 4, 15 * kMB, 4 * kMiB), 4);

@@ -298,8 +298,8 @@ TEST_P(ModelStreamingTest, StepBatchRowsAreBitIdenticalToTheSessionAlone) {
 TEST_P(ModelStreamingTest, StepBatchInPartsIsBitIdenticalToOnePart) {
   const int threads_before = at::get_num_threads();
   at::set_num_threads(2);  // parts run concurrently, as in the server
-  for (WeightPrecision precision : {WeightPrecision::kFloat32, WeightPrecision::kBfloat16Dot,
-                                    WeightPrecision::kInt8}) {
+  for (WeightPrecision precision :
+       {WeightPrecision::kFloat32, WeightPrecision::kBfloat16Dot, WeightPrecision::kInt8}) {
     auto model = BuildDefaultModel(GetParam(), {at::Device(at::kCPU), precision});
     ASSERT_TRUE(model.ok());
     const Model& m = **model;
