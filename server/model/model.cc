@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <set>
-#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/huge_page_buffer.h"
@@ -340,7 +339,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   // scales and its float32 leftovers left out: this sizes the scheduler's split, not memory).
   const int64_t element_bytes = kernels::IsBfloat16(format) ? 2 : kernels::IsInt8(format) ? 1 : 4;
   for (const auto& [tensor_name, t] : weights) {
-    if (tensor_name.rfind("backbone.embedding", 0) == 0 && !c.tie_word_embeddings()) continue;
+    if (tensor_name == "backbone.embeddings.weight" && !c.tie_word_embeddings()) continue;
     m->decode_weight_bytes_ += t.numel() * element_bytes;
   }
   // Float32 weights share their storage with the layers' tensors: keeping them costs nothing.
@@ -574,24 +573,30 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
     }
   }
   const size_t b = tokens.size();
-  parts = static_cast<int>(std::clamp<size_t>(parts < 1 ? 1 : parts, 1, b));
+  parts = static_cast<int>(std::min<size_t>(std::max(parts, 1), b));
   return kernels::GuardTorch("Model::StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
     if (parts == 1) return StepRows(tokens, states, 0, b);
     // Each part on one thread: at::parallel_for runs a task per part, and every kernel inside
     // sees in_parallel_region() and runs single-threaded. Part p holds rows
     // [p b / parts, (p + 1) b / parts).
-    std::vector<at::Tensor> logits(parts);
+    std::vector<absl::StatusOr<at::Tensor>> logits(parts);
     at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
       for (int64_t p = begin; p < end; ++p) {
         logits[p] = StepRows(tokens, states, p * b / parts, (p + 1) * b / parts);
       }
     });
-    return at::cat(logits, 0);
+    std::vector<at::Tensor> rows;
+    for (absl::StatusOr<at::Tensor>& part : logits) {
+      if (!part.ok()) return part.status();
+      rows.push_back(*std::move(part));
+    }
+    return at::cat(rows, 0);
   });
 }
 
-at::Tensor Model::StepRows(const std::vector<int64_t>& tokens,
-                           const std::vector<ModelState*>& states, size_t begin, size_t end) const {
+absl::StatusOr<at::Tensor> Model::StepRows(const std::vector<int64_t>& tokens,
+                                           const std::vector<ModelState*>& states, size_t begin,
+                                           size_t end) const {
   const std::vector<int64_t> ids_of_rows(tokens.begin() + begin, tokens.begin() + end);
   const at::Tensor ids = at::tensor(ids_of_rows, at::kLong).to(device());
   at::Tensor x = Embed(ids);  // (rows, hidden)
@@ -599,11 +604,8 @@ at::Tensor Model::StepRows(const std::vector<int64_t>& tokens,
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
     for (size_t i = begin; i < end; ++i) layer_states[i - begin] = &states[i]->layers[l];
-    absl::StatusOr<at::Tensor> mixed = layer.mixer->StepBatch(Norm(x, layer.norm), layer_states);
-    // Inputs were checked; a mixer's error here is internal, and a part cannot return it
-    // through at::parallel_for: GuardTorch turns the exception into a status.
-    if (!mixed.ok()) throw std::runtime_error(std::string(mixed.status().message()));
-    x = AddMlp(layer, x + *mixed);
+    ASSIGN_OR_RETURN(at::Tensor mixed, layer.mixer->StepBatch(Norm(x, layer.norm), layer_states));
+    x = AddMlp(layer, x + mixed);
   }
   for (size_t i = begin; i < end; ++i) states[i]->position += 1;
   return lm_head_(Norm(x, norm_f_)).cpu();

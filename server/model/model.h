@@ -201,9 +201,11 @@ class Model {
   // The embeddings of `ids` (any shape), normed when the config has an embedding norm.
   at::Tensor Embed(const at::Tensor& ids) const;
   absl::StatusOr<at::Tensor> RunLayers(at::Tensor x, ModelState* state) const;
-  // StepBatch's computation for rows [begin, end), inputs already checked: (end - begin, vocab).
-  at::Tensor StepRows(const std::vector<int64_t>& tokens, const std::vector<ModelState*>& states,
-                      size_t begin, size_t end) const;
+  // StepBatch's computation for rows [begin, end), inputs already checked: (end - begin, vocab);
+  // a mixer's error is returned as it came (the rows' states then to be discarded).
+  absl::StatusOr<at::Tensor> StepRows(const std::vector<int64_t>& tokens,
+                                      const std::vector<ModelState*>& states, size_t begin,
+                                      size_t end) const;
   // x + MLP(norm(x)) for a layer with an MLP, else x.
   at::Tensor AddMlp(const Layer& layer, const at::Tensor& x) const;
 

@@ -17,9 +17,9 @@ inline constexpr int64_t kDefaultDecodeSplitMaxBytesPerRow = int64_t{4} << 20;
 // does enough rows' arithmetic on each weight byte, and the barriers it saves matter most for
 // small models (at width 256 a step is ~75 parallel regions of a few µs each, and the threads'
 // waiting at them was a third of the server's CPU a token). Measured in docs/benchmarks.md
-// (issue #25, session 17): 15 MB models from 8 rows (2 parts) gain 10-40%; mamba-130m int8
-// (129 MB) gains 9-13% at 64 rows (4 MB a row of a part), is even at 16; bf16 at 64 rows
-// (8 MB) is even; float32 (516 MB) loses 7-12% at 16 and 64 rows.
+// (issue #25, session 17), step time with two parts against one: the 10-15 MB default models
+// 10-66% less from 8 rows; mamba-130m int8 (129 MB) 9% less at 64 rows (4 MB a row of a part),
+// 4% less at 16; bf16 (258 MB) even; float32 (516 MB) 13-29% more at 16 and 64 rows.
 inline int DecodeParts(int64_t rows, int threads, int64_t weight_bytes, int64_t max_bytes_per_row) {
   if (threads < 2 || rows < threads) return 1;
   const int64_t rows_per_part = rows / threads;  // the smallest part's
