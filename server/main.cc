@@ -274,6 +274,10 @@ int main(int argc, char** argv) {
                                : absl::GetFlag(FLAGS_max_batch_tokens);
   if (absl::GetFlag(FLAGS_prefix_cache_tail) < 0) return Fail("--prefix_cache_tail must be >= 0");
   cache_options.tail = absl::GetFlag(FLAGS_prefix_cache_tail);
+  cache_options.prefault_bytes =
+      absl::GetFlag(FLAGS_prefix_cache_prefault_bytes) >= 0
+          ? absl::GetFlag(FLAGS_prefix_cache_prefault_bytes)
+          : std::min<int64_t>(int64_t{64} << 20, cache_options.max_bytes / 16);
   const std::string cache_scope = absl::GetFlag(FLAGS_prefix_cache_scope);
   if (cache_scope != "principal" && cache_scope != "global") {
     return Fail("--prefix_cache_scope=" + cache_scope + ": expected principal or global");

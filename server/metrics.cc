@@ -122,6 +122,18 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
       out.push_back(Family("attnserve_prefix_cache_evictions_total",
                            "Prefix-cache entries evicted to stay within --prefix_cache_bytes.",
                            prometheus::MetricType::Counter, {evictions}));
+      const PrefaultedBlocksStats prefaulted = cache->prefaulted();
+      out.push_back(Family("attnserve_prefix_cache_prefaulted_bytes",
+                           "Memory paged in ahead for the next prefix-cache entries "
+                           "(--prefix_cache_prefault_bytes).",
+                           prometheus::MetricType::Gauge,
+                           {GaugeValue(static_cast<double>(prefaulted.ready_bytes))}));
+      prometheus::ClientMetric fresh;
+      fresh.counter.value = static_cast<double>(prefaulted.served_fresh);
+      out.push_back(Family("attnserve_prefix_cache_unprefaulted_entries_total",
+                           "Prefix-cache entries whose memory was paged in on the scheduler's "
+                           "thread (none was ready).",
+                           prometheus::MetricType::Counter, {fresh}));
     }
     {
       const kernels::HugePageBufferPoolStats pool = kernels::HugePageBufferPool();

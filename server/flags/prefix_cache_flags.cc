@@ -17,6 +17,11 @@ ABSL_FLAG(int64_t, prefix_cache_tail, 64,
           "that a prompt that differs from an earlier one only in its last tokens computes at "
           "most this many more (llama.cpp's server checkpoints 64 tokens before the end). Only "
           "in prompts of at least 8 chunks (--max_batch_tokens): the point costs one more chunk.");
+ABSL_FLAG(int64_t, prefix_cache_prefault_bytes, -1,
+          "Memory for the next cache entries, paged in ahead by a thread that runs only on idle "
+          "cores, so that a growing cache's new entries do not page-fault on the scheduler's "
+          "thread (0: none; -1, the default: 64 MiB or a sixteenth of --prefix_cache_bytes, "
+          "whichever is less). Counted within --prefix_cache_bytes.");
 ABSL_FLAG(std::string, prefix_cache_scope, "principal",
           "Who shares cached prefixes: principal (a principal's requests only; without "
           "authentication every caller is the same principal) or global (every principal: "

@@ -85,4 +85,5 @@ ABSL_DECLARE_FLAG(int64_t, kv_buffer_pool_bytes);
 ABSL_DECLARE_FLAG(int64_t, prefix_cache_bytes);
 ABSL_DECLARE_FLAG(int64_t, prefix_cache_interval);
 ABSL_DECLARE_FLAG(int64_t, prefix_cache_tail);
+ABSL_DECLARE_FLAG(int64_t, prefix_cache_prefault_bytes);
 ABSL_DECLARE_FLAG(std::string, prefix_cache_scope);

@@ -377,13 +377,40 @@ at::Tensor WithCapacity(const at::Tensor& t, int64_t position, int64_t reserve) 
 
 }  // namespace
 
-ModelState Model::CloneSharingCaches(const ModelState& state) const {
+ModelState Model::CloneSharingCaches(const ModelState& state, const BlockSource& block) const {
   ModelState copy = state;  // shallow: every tensor shared
+  auto copied = [&](size_t i, size_t k) {
+    return !IsGrowing(growing_caches_, i, k) && copy.layers[i].tensors[k].defined();
+  };
+  constexpr int64_t kAlign = 64;
+  auto bytes_of = [](const at::Tensor& t) {
+    return (t.numel() * static_cast<int64_t>(t.element_size()) + kAlign - 1) / kAlign * kAlign;
+  };
+  at::Tensor memory;
+  if (block) {
+    int64_t total = 0;
+    for (size_t i = 0; i < copy.layers.size(); ++i) {
+      for (size_t k = 0; k < copy.layers[i].tensors.size(); ++k) {
+        if (copied(i, k)) total += bytes_of(copy.layers[i].tensors[k]);
+      }
+    }
+    if (total > 0) memory = block(total);
+  }
+  int64_t offset = 0;
   for (size_t i = 0; i < copy.layers.size(); ++i) {
     std::vector<at::Tensor>& tensors = copy.layers[i].tensors;
     for (size_t k = 0; k < tensors.size(); ++k) {
-      if (!IsGrowing(growing_caches_, i, k) && tensors[k].defined())
-        tensors[k] = tensors[k].clone();
+      if (!copied(i, k)) continue;
+      const at::Tensor& t = tensors[k];
+      if (!memory.defined()) {
+        tensors[k] = t.clone();
+        continue;
+      }
+      const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+      at::Tensor out = memory.narrow(0, offset, bytes).view(t.scalar_type()).view(t.sizes());
+      out.copy_(t);
+      tensors[k] = out;
+      offset += bytes_of(t);
     }
   }
   return copy;

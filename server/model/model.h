@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -144,8 +145,12 @@ class Model {
   // new buffer: kernels/standard/kv_cache.h), so a state that is only read, and copied with
   // CompactClone before anything computes on it (a prefix-cache entry), can share them with the
   // live session that goes on appending. It keeps their whole buffers alive: Bytes() counts
-  // them. Every other tensor is cloned.
-  ModelState CloneSharingCaches(const ModelState& state) const;
+  // them. Every other tensor is copied: cloned, or with `block`, into views of one block it
+  // returns (a 1-D uint8 CPU tensor of at least the bytes asked for; each copy 64-byte aligned
+  // in it), which the copies keep alive together: the prefix cache's entries take blocks faulted
+  // in ahead (server/prefix_cache/prefaulted_blocks.h).
+  using BlockSource = std::function<at::Tensor(int64_t bytes)>;
+  ModelState CloneSharingCaches(const ModelState& state, const BlockSource& block = nullptr) const;
 
   // tokens: (B, L) int64 ids in [0, vocab_size), on the CPU; the result is on the CPU. With a
   // state, continues it (a chunk of a stream) and updates it; without, runs the whole sequence (the

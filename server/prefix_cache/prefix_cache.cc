@@ -18,7 +18,10 @@ uint64_t Mix(uint64_t x) {
 
 }  // namespace
 
-PrefixCache::PrefixCache(PrefixCacheOptions options) : options_(options) {}
+PrefixCache::PrefixCache(PrefixCacheOptions options)
+    : options_(options), blocks_(options.max_bytes > 0 ? options.prefault_bytes : 0) {
+  blocks_.SetRoom(options_.max_bytes);
+}
 
 uint64_t PrefixCache::Seed(const std::string& scope, const model::Model& model) const {
   return Mix(std::hash<std::string>()(scope) ^ Mix(model.fingerprint()) ^
@@ -122,12 +125,15 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
     AddContinuation(*e, tokens, n, prompt_length);
     return;
   }
-  // The session goes on computing on `state`: its recurrent tensors are copied, its KV caches
-  // shared (their prefix never changes; a hit copies it out with CompactClone).
-  model::ModelState copy = model.CloneSharingCaches(state);
-  const int64_t bytes = EntryBytes(copy);
+  // The copy below has the bytes of `state`: the same tensors, its KV caches shared.
+  const int64_t bytes = EntryBytes(state);
   if (bytes > options_.max_bytes) return;
   while (bytes_.load() + bytes > options_.max_bytes && !store_.empty()) EvictOne();
+  // The session goes on computing on `state`: its recurrent tensors are copied (into one block
+  // paged in ahead where one is ready), its KV caches shared (their prefix never changes; a hit
+  // reads it in place, CloneSharingPrefix).
+  model::ModelState copy = model.CloneSharingCaches(
+      state, [this](int64_t block_bytes) { return blocks_.Take(block_bytes); });
   store_.emplace_back();
   Entry& e = store_.back();
   e.self = std::prev(store_.end());
@@ -143,6 +149,7 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   index_.emplace(key, &e);
   bytes_.fetch_add(bytes);
   entries_.fetch_add(1);
+  blocks_.SetRoom(options_.max_bytes - bytes_.load());
 }
 
 void PrefixCache::EvictOne() {
@@ -160,6 +167,8 @@ void PrefixCache::EvictOne() {
   bytes_.fetch_sub(victim->bytes);
   entries_.fetch_sub(1);
   evictions_.fetch_add(1);
+  // First the room, so that the victim's block, freed next, is kept for the next entry.
+  blocks_.SetRoom(options_.max_bytes - bytes_.load());
   store_.erase(victim->self);
 }
 

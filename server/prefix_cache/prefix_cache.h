@@ -42,7 +42,10 @@
 // prefill an entry saves) and size = its bytes: an entry's priority is the clock plus
 // tokens / bytes when inserted or hit; the lowest goes first and the clock rises to it, so
 // entries that save many tokens per byte stay and ones not used for a while age out. The cache
-// never holds more than `max_bytes` (an entry larger than that is not cached).
+// never holds more than `max_bytes` (an entry larger than that is not cached); with
+// `prefault_bytes`, that bound holds its entries and the memory faulted in for the next ones
+// (server/prefix_cache/prefaulted_blocks.h: the entries' recurrent tensors are copied into one
+// block each, which a thread running on idle cores has paged in).
 //
 // Threads: used on the scheduler's thread only (inserts and lookups happen between
 // computations there); bytes(), entries() and the counters are readable from any thread.
@@ -58,6 +61,7 @@
 #include <vector>
 
 #include "server/model/model.h"
+#include "server/prefix_cache/prefaulted_blocks.h"
 
 namespace attnserve::server {
 
@@ -67,6 +71,9 @@ struct PrefixCacheOptions {
   // Only for tests: replaces the hash chain's step (to force collisions).
   uint64_t (*hash_step)(uint64_t h, int64_t token) = nullptr;
   int64_t tail = 64;  // --prefix_cache_tail (tokens; 0: none)
+  // --prefix_cache_prefault_bytes: entries' memory faulted in ahead, within max_bytes
+  // (prefaulted_blocks.h; 0: none, each entry's memory is faulted in when it is copied).
+  int64_t prefault_bytes = 0;
 };
 
 class PrefixCache {
@@ -113,6 +120,7 @@ class PrefixCache {
   int64_t hits() const { return hits_.load(); }
   int64_t hit_tokens() const { return hit_tokens_.load(); }  // prefill tokens saved
   int64_t evictions() const { return evictions_.load(); }
+  PrefaultedBlocksStats prefaulted() const { return blocks_.stats(); }
 
  private:
   struct Entry {
@@ -140,6 +148,9 @@ class PrefixCache {
   void EvictOne();
 
   const PrefixCacheOptions options_;
+  // Entries' recurrent copies; the blocks kept ready count against max_bytes with the entries
+  // (SetRoom after every change of bytes_). Declared before store_, so destroyed after it.
+  PrefaultedBlocks blocks_;
   std::list<Entry> store_;
   std::unordered_multimap<uint64_t, Entry*> index_;
   std::multimap<double, Entry*> order_;  // by priority, lowest first
