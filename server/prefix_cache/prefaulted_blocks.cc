@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <map>
@@ -26,11 +27,14 @@ void* Allocate(size_t bytes) {
   return p;
 }
 
-// Writes one byte of each page, so that every page is backed before the block is handed out.
-void FaultIn(void* p, size_t bytes) {
+// Writes one byte of each page, so that every page is backed before the block is handed out;
+// stops early (the rest faults in when the block is written) once `idle` turns false.
+void FaultIn(void* p, size_t bytes, const std::atomic<bool>& idle) {
   volatile char* c = static_cast<char*>(p);
-  for (size_t i = 0; i < bytes; i += kPage) c[i] = 0;
-  if (bytes > 0) c[bytes - 1] = 0;
+  for (size_t i = 0; i < bytes; i += kPage) {
+    c[i] = 0;
+    if (i % (16 * kPage) == 0 && !idle.load(std::memory_order_relaxed)) return;
+  }
 }
 
 }  // namespace
@@ -39,6 +43,7 @@ struct PrefaultedBlocks::Core {
   mutable std::mutex mu;
   std::condition_variable wake;  // the filler: a block was taken, room changed, or stop
   bool stop = false;
+  std::atomic<bool> idle{true};  // SetIdle: the filler works only while true
   const size_t reserve;
   size_t room;
   std::map<size_t, std::vector<void*>> ready;  // by block size
@@ -92,10 +97,12 @@ struct PrefaultedBlocks::Core {
     // thread, which only changes when the faults are taken).
     sched_param param{};
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
+    pthread_setname_np(pthread_self(), "prefault");  // in top -H, perf and /proc/*/task
     std::unique_lock<std::mutex> lock(mu);
     while (!stop) {
       size_t size = 0;
       for (const size_t s : wanted) {
+        if (!idle.load()) break;
         if (Wants(s)) {
           size = s;
           break;
@@ -109,7 +116,7 @@ struct PrefaultedBlocks::Core {
       void* p = nullptr;
       try {
         p = Allocate(size);
-        FaultIn(p, size);
+        FaultIn(p, size, idle);
       } catch (const std::bad_alloc&) {
         p = nullptr;
       }
@@ -178,6 +185,15 @@ at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
   return at::from_blob(
       p, {bytes}, [core = core_, size](void* q) { core->Give(q, size); },
       at::TensorOptions().dtype(at::kByte));
+}
+
+void PrefaultedBlocks::SetIdle(bool idle) {
+  if (core_->idle.load() == idle) return;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);  // so that the filler cannot miss the wake-up
+    core_->idle.store(idle);
+  }
+  if (idle) core_->wake.notify_one();
 }
 
 void PrefaultedBlocks::SetRoom(int64_t bytes) {

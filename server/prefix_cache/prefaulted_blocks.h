@@ -59,6 +59,12 @@ class PrefaultedBlocks {
   // less its entries' bytes). Ready blocks beyond it are freed at once.
   void SetRoom(int64_t bytes);
 
+  // Whether the blocks' user has no work now (true at first). The filler works only while it is
+  // idle and stops within 16 pages when it is not: a fault taken while the user computes, even
+  // on an idle core, delays the kernels' team (the core is lent to the filler when a worker
+  // sleeps between parallel regions, and a worker woken there waits for the fault to end).
+  void SetIdle(bool idle);
+
   PrefaultedBlocksStats stats() const;
 
  private:

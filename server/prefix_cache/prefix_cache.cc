@@ -38,7 +38,7 @@ PrefixCache::Entry* PrefixCache::Find(uint64_t key, const std::string& scope,
   auto [begin, end] = index_.equal_range(key);
   for (auto it = begin; it != end; ++it) {
     Entry& e = *it->second;
-    if (e.model == &model && static_cast<int64_t>(e.tokens.size()) == n && e.scope == scope &&
+    if (e.model == &model && e.tokens.length == n && e.scope == scope &&
         std::memcmp(e.tokens.data(), tokens, sizeof(int64_t) * static_cast<size_t>(n)) == 0) {
       return &e;
     }
@@ -48,7 +48,7 @@ PrefixCache::Entry* PrefixCache::Find(uint64_t key, const std::string& scope,
 
 void PrefixCache::Touch(Entry& e) {
   if (e.order != order_.end()) order_.erase(e.order);
-  e.priority = clock_ + static_cast<double>(e.tokens.size()) / static_cast<double>(e.bytes);
+  e.priority = clock_ + static_cast<double>(e.tokens.length) / static_cast<double>(e.bytes);
   e.order = order_.emplace(e.priority, &e);
 }
 
@@ -75,7 +75,7 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
       hits_.fetch_add(1);
       hit_tokens_.fetch_add(k);
       Hit hit{*std::move(state), k, Branch(*e, tokens, k, longest)};
-      AddContinuation(*e, tokens, k, n);
+      AddContinuation(*e, Intern(tokens, n), k, n);
       return hit;
     }
   }
@@ -92,12 +92,24 @@ int64_t PrefixCache::ContinuationLength() const {
   return options_.interval > 0 ? options_.interval : kMaxContinuation;
 }
 
-void PrefixCache::AddContinuation(Entry& e, const int64_t* prompt, int64_t n,
+PrefixCache::Prompt PrefixCache::Intern(const int64_t* tokens, int64_t length) {
+  if (last_prompt_ == nullptr || static_cast<int64_t>(last_prompt_->size()) < length ||
+      std::memcmp(last_prompt_->data(), tokens, sizeof(int64_t) * static_cast<size_t>(length)) !=
+          0) {
+    last_prompt_ = std::make_shared<const std::vector<int64_t>>(tokens, tokens + length);
+  }
+  return last_prompt_;
+}
+
+void PrefixCache::AddContinuation(Entry& e, const Prompt& prompt, int64_t n,
                                   int64_t prompt_length) {
   const int64_t length = std::min(prompt_length - n, ContinuationLength());
   if (length <= 0) return;
-  std::vector<int64_t> next(prompt + n, prompt + n + length);
-  auto same = std::find(e.continuations.begin(), e.continuations.end(), next);
+  Span next{prompt, n, length};
+  auto same = std::find_if(e.continuations.begin(), e.continuations.end(), [&](const Span& c) {
+    return c.length == length &&
+           std::memcmp(c.data(), next.data(), sizeof(int64_t) * static_cast<size_t>(length)) == 0;
+  });
   if (same != e.continuations.end()) e.continuations.erase(same);
   e.continuations.insert(e.continuations.begin(), std::move(next));
   if (e.continuations.size() > static_cast<size_t>(kContinuations)) e.continuations.pop_back();
@@ -106,8 +118,9 @@ void PrefixCache::AddContinuation(Entry& e, const int64_t* prompt, int64_t n,
 int64_t PrefixCache::Branch(const Entry& e, const int64_t* tokens, int64_t k,
                             int64_t max_length) const {
   int64_t best = 0;
-  for (const std::vector<int64_t>& c : e.continuations) {
-    const int64_t limit = std::min(static_cast<int64_t>(c.size()), max_length - k);
+  for (const Span& span : e.continuations) {
+    const int64_t limit = std::min(span.length, max_length - k);
+    const int64_t* c = span.data();
     int64_t agree = 0;
     while (agree < limit && c[agree] == tokens[k + agree]) ++agree;
     best = std::max(best, agree);
@@ -120,9 +133,10 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   if (!enabled() || n < 1) return;
   uint64_t key = Seed(scope, model);
   for (int64_t k = 0; k < n; ++k) key = Step(key, tokens[k]);
+  const Prompt prompt = Intern(tokens, std::max(n, prompt_length));
   if (Entry* e = Find(key, scope, model, tokens, n); e != nullptr) {
     Touch(*e);
-    AddContinuation(*e, tokens, n, prompt_length);
+    AddContinuation(*e, prompt, n, prompt_length);
     return;
   }
   // The copy below has the bytes of `state`: the same tensors, its KV caches shared.
@@ -139,8 +153,8 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   e.self = std::prev(store_.end());
   e.scope = scope;
   e.model = &model;
-  e.tokens.assign(tokens, tokens + n);
-  AddContinuation(e, tokens, n, prompt_length);
+  e.tokens = Span{prompt, 0, n};
+  AddContinuation(e, prompt, n, prompt_length);
   e.state = std::move(copy);
   e.bytes = bytes;
   e.key = key;

@@ -198,11 +198,14 @@ void BatchScheduler::Loop() {
     absl::Status abort;
     {
       absl::MutexLock lock(&mu_);
+      PrefixCache* cache = options_.prefix_cache;
+      if (cache != nullptr && queues_.empty()) cache->SchedulerIdle(true);
       mu_.Await(absl::Condition(
           +[](BatchScheduler* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
             return s->stopping_ || !s->queues_.empty();
           },
           this));
+      if (cache != nullptr) cache->SchedulerIdle(false);
       if (queues_.empty()) return;  // stopping, and every job has ended
       abort = abort_;
       for (auto& [key, queue] : queues_) {
