@@ -37,6 +37,7 @@ void IdleMemoryTrimmer::Run() {
     if (options_.idle_after > absl::ZeroDuration() && !trimmed_this_quiet &&
         now - quiet_since >= options_.idle_after) {
       kernels::ReleaseHugePageBufferPool();
+      if (options_.release_reserves) options_.release_reserves();
       kernels::ReturnFreedMemory();
       trims_.fetch_add(1);
       trimmed_this_quiet = true;

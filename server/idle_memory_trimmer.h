@@ -9,7 +9,8 @@
 //     or freed) for
 //     `idle_after` (--idle_memory_trim_s; zero: never), once per idle period: the next burst
 //     pays the page faults again, an idle server holds only what it uses; this trim also
-//     unmaps the KV buffers kept for reuse (kernels/common/huge_page_buffer.h's pool);
+//     unmaps the KV buffers kept for reuse (kernels/common/huge_page_buffer.h's pool) and
+//     calls `release_reserves` (the prefix cache's prefaulted memory);
 //   * when the allocator's free heap is above `max_free_bytes` (--max_free_heap_bytes; 0: no
 //     bound), busy or not, at most once every `bound_trim_every` (a trimmed heap still counts
 //     the pages it released as free, so the bound alone would trim at every poll).
@@ -32,6 +33,9 @@ struct MemoryTrimOptions {
   int64_t max_free_bytes = int64_t{1} << 30;
   absl::Duration poll = absl::Milliseconds(500);
   absl::Duration bound_trim_every = absl::Seconds(10);
+  // Also called at the idle trim (on the trimmer's thread): frees memory kept ahead of need
+  // elsewhere (the prefix cache's prefaulted entry memory).
+  std::function<void()> release_reserves;
 };
 
 class IdleMemoryTrimmer {

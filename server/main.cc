@@ -287,7 +287,8 @@ int main(int argc, char** argv) {
             << (prefix_cache.enabled()
                     ? absl::StrCat(cache_options.max_bytes, " bytes, every ",
                                    cache_options.interval, " tokens and ", cache_options.tail,
-                                   " before the end, shared by ", cache_scope)
+                                   " before the end, shared by ", cache_scope, "; ",
+                                   cache_options.prefault_bytes, " bytes paged in ahead")
                     : std::string("off"))
             << std::endl;
   server::scheduler::SchedulerOptions scheduler_options;
@@ -356,6 +357,7 @@ int main(int argc, char** argv) {
   server::MemoryTrimOptions trim_options;
   trim_options.idle_after = absl::Seconds(absl::GetFlag(FLAGS_idle_memory_trim_s));
   trim_options.max_free_bytes = absl::GetFlag(FLAGS_max_free_heap_bytes);
+  trim_options.release_reserves = [&prefix_cache] { prefix_cache.ReleasePrefaulted(); };
   if (trim_options.idle_after < absl::ZeroDuration() || trim_options.max_free_bytes < 0 ||
       absl::GetFlag(FLAGS_kv_buffer_pool_bytes) < 0) {
     return Fail(

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -39,7 +40,12 @@ struct Pool {
   size_t bytes = 0;
   size_t bound = kDefaultHugePageBufferPoolBytes;
   int64_t reused = 0;
+  std::vector<size_t> missed;  // sizes mapped fresh since the last prefault, oldest first
+  int64_t prefaulted = 0;
 };
+
+// Sizes kept in Pool::missed (the first ones missed go first).
+constexpr size_t kMissedKept = 16;
 
 // Never destroyed: a tensor freed during exit still returns its mapping here.
 Pool& ThePool() {
@@ -114,7 +120,8 @@ void SetHugePageBufferPoolBytes(int64_t bytes) {
 HugePageBufferPoolStats HugePageBufferPool() {
   Pool& pool = ThePool();
   std::lock_guard<std::mutex> lock(pool.mu);
-  return {static_cast<int64_t>(pool.bytes), static_cast<int64_t>(pool.free.size()), pool.reused};
+  return {static_cast<int64_t>(pool.bytes), static_cast<int64_t>(pool.free.size()), pool.reused,
+          pool.prefaulted};
 }
 
 void ReleaseHugePageBufferPool() {
@@ -125,8 +132,35 @@ void ReleaseHugePageBufferPool() {
     unmap.assign(pool.free.begin(), pool.free.end());
     pool.free.clear();
     pool.bytes = 0;
+    pool.missed.clear();  // an idle server holds only what it uses
   }
   UnmapAll(unmap);
+}
+
+bool PrefaultHugePageBuffer(const std::atomic<bool>& keep_going) {
+  Pool& pool = ThePool();
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    while (!pool.missed.empty() && size == 0) {
+      const size_t s = pool.missed.front();
+      pool.missed.erase(pool.missed.begin());
+      if (pool.bytes + s <= pool.bound) size = s;
+    }
+  }
+  if (size == 0) return false;
+  void* data = MapAligned(size);
+#ifdef MADV_HUGEPAGE
+  madvise(data, size, MADV_HUGEPAGE);
+#endif
+  volatile char* c = static_cast<char*>(data);
+  for (size_t i = 0; i < size && keep_going.load(std::memory_order_relaxed); i += kPage) c[i] = 0;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    ++pool.prefaulted;
+  }
+  GiveBack(data, size);
+  return true;
 }
 
 at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -140,6 +174,11 @@ at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& o
   const size_t needed = RoundUp(static_cast<size_t>(bytes), kPage);
   auto [data, mapped] = TakeFromPool(needed);
   if (data == nullptr) {
+    {
+      Pool& pool = ThePool();
+      std::lock_guard<std::mutex> lock(pool.mu);
+      if (pool.missed.size() < kMissedKept) pool.missed.push_back(needed);
+    }
     mapped = needed;
     data = MapAligned(mapped);
     // Its whole huge pages are backed by huge pages, the part past the last one by ordinary

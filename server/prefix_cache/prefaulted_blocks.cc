@@ -13,6 +13,8 @@
 #include <new>
 #include <vector>
 
+#include "kernels/common/huge_page_buffer.h"
+
 namespace attnserve::server {
 namespace {
 
@@ -109,6 +111,17 @@ struct PrefaultedBlocks::Core {
         }
       }
       if (size == 0) {
+        // Then the KV buffers that requests mapped fresh since the last idle time.
+        if (idle.load()) {
+          lock.unlock();
+          bool mapped = false;
+          try {
+            mapped = kernels::PrefaultHugePageBuffer(idle);
+          } catch (const std::bad_alloc&) {  // no mapping: the request maps its own
+          }
+          lock.lock();
+          if (mapped) continue;
+        }
         wake.wait(lock);
         continue;
       }
@@ -194,6 +207,18 @@ void PrefaultedBlocks::SetIdle(bool idle) {
     core_->idle.store(idle);
   }
   if (idle) core_->wake.notify_one();
+}
+
+void PrefaultedBlocks::Release() {
+  std::vector<void*> drop;
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    for (auto& [size, blocks] : core_->ready) drop.insert(drop.end(), blocks.begin(), blocks.end());
+    core_->ready.clear();
+    core_->ready_bytes = 0;
+    core_->wanted.clear();
+  }
+  for (void* p : drop) std::free(p);
 }
 
 void PrefaultedBlocks::SetRoom(int64_t bytes) {

@@ -65,6 +65,10 @@ class PrefaultedBlocks {
   // sleeps between parallel regions, and a worker woken there waits for the fault to end).
   void SetIdle(bool idle);
 
+  // Frees the ready blocks and forgets the sizes taken: nothing is made ready again until the
+  // next Take (the server's idle trim: an idle server holds only what it uses).
+  void Release();
+
   PrefaultedBlocksStats stats() const;
 
  private:

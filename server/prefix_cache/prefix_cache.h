@@ -125,6 +125,8 @@ class PrefixCache {
   // The scheduler has no work now (true) or has (false): memory for the next entries is paged
   // in only while it has none (PrefaultedBlocks::SetIdle). Any thread.
   void SchedulerIdle(bool idle) { blocks_.SetIdle(idle); }
+  // Frees the memory paged in for the next entries (the idle trim). Any thread.
+  void ReleasePrefaulted() { blocks_.Release(); }
 
  private:
   // Tokens of a prompt, shared by the entries and continuations taken from it: a 4096-token

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -91,6 +92,42 @@ TEST(HugePageBufferTest, FreedBuffersAreReusedWithinThePoolsBound) {
   d = at::Tensor();
   EXPECT_EQ(HugePageBufferPool().buffers, 0);
   SetHugePageBufferPoolBytes(kDefaultHugePageBufferPoolBytes);
+}
+
+// A size that found no kept buffer is mapped and faulted in ahead by PrefaultHugePageBuffer
+// (the prefix cache's idle-time thread), once per miss, within the bound; the idle trim's
+// release forgets the misses.
+TEST(HugePageBufferTest, MissedSizesArePagedInAheadOncePerMiss) {
+  const at::TensorOptions f32(at::kFloat);
+  const std::atomic<bool> go{true};
+  SetHugePageBufferPoolBytes(int64_t{16} << 20);
+  ReleaseHugePageBufferPool();
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));  // nothing missed
+  at::Tensor a = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);  // a miss: mapped fresh
+  const int64_t prefaulted = HugePageBufferPool().prefaulted;
+  ASSERT_TRUE(PrefaultHugePageBuffer(go));
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));  // one per miss
+  EXPECT_EQ(HugePageBufferPool().prefaulted, prefaulted + 1);
+  EXPECT_EQ(HugePageBufferPool().buffers, 1);
+  const int64_t reused = HugePageBufferPool().reused;
+  at::Tensor b = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);  // served by the one paged in
+  EXPECT_EQ(HugePageBufferPool().reused, reused + 1);
+  EXPECT_EQ(HugePageBufferPool().buffers, 0);
+  b.fill_(2.0f);
+  EXPECT_EQ(b.sum().item<float>(), 2.0f * static_cast<float>(b.numel()));
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));  // that was no miss
+  // Released: the misses are forgotten.
+  at::Tensor c = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);
+  ReleaseHugePageBufferPool();
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));
+  // Past the bound: not paged in.
+  SetHugePageBufferPoolBytes(int64_t{1} << 20);
+  at::Tensor d = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));
+  EXPECT_EQ(HugePageBufferPool().buffers, 0);
+  a = b = c = d = at::Tensor();
+  SetHugePageBufferPoolBytes(kDefaultHugePageBufferPoolBytes);
+  ReleaseHugePageBufferPool();
 }
 
 }  // namespace

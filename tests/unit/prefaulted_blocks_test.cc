@@ -71,6 +71,23 @@ TEST(PrefaultedBlocksTest, TheRoomBoundsWhatIsReadyAndFreedBlocksRefillIt) {
   ASSERT_TRUE(Eventually([&] { return blocks.stats().ready_blocks == 8; }));
 }
 
+TEST(PrefaultedBlocksTest, NothingIsPagedInWhileBusyOrAfterARelease) {
+  PrefaultedBlocks blocks(4 * kRounded);
+  blocks.SetIdle(false);
+  at::Tensor first = blocks.Take(kBlock);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(blocks.stats().ready_bytes, 0);  // the user is busy
+  blocks.SetIdle(true);
+  ASSERT_TRUE(Eventually([&] { return blocks.stats().ready_blocks == 4; }));
+  blocks.Release();  // the idle trim: freed, and not made ready again until the next Take
+  EXPECT_EQ(blocks.stats().ready_bytes, 0);
+  first = at::Tensor();  // a block freed after the release is not kept either
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(blocks.stats().ready_bytes, 0);
+  at::Tensor again = blocks.Take(kBlock);
+  ASSERT_TRUE(Eventually([&] { return blocks.stats().ready_blocks == 4; }));
+}
+
 TEST(PrefaultedBlocksTest, OnlyTheSizesLastTakenAreKeptAndNoReserveMeansNoneReady) {
   const int64_t reserve = int64_t{2} << 20;
   PrefaultedBlocks blocks(reserve);
