@@ -56,7 +56,9 @@ Outcome SessionPrompt(TestServer& server, const std::string& model,
 // edge. Each gives the logits and greedy tokens of a server without the cache, to 1e-5 of the
 // logits' scale, and the cache reports the hits. In fp32 and with bfloat16 weights.
 void ExpectOutputsIndependentOfTheCache(bool bf16) {
-  PrefixCache cache(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr});
+  PrefixCacheOptions options{int64_t{1} << 30, 256, nullptr};
+  options.prefault_bytes = int64_t{64} << 20;  // entries copied into blocks paged in ahead
+  PrefixCache cache(options);
   auto cached = ServerWith(&cache, bf16);
   auto plain = ServerWith(nullptr, bf16);
   const std::vector<int64_t> prefix = RandomTokens(600, 11);
@@ -182,13 +184,17 @@ TEST(PrefixCacheTest, TheTailCheckpointIsKeptInLongPromptsOnly) {
 // A bound smaller than the states asked of it: the cache stays within it, evicting.
 TEST(PrefixCacheTest, TheCacheStaysWithinItsBound) {
   const int64_t bound = 4 * Repository().Find("standard")->StateBytesPerSequence(300);
-  PrefixCache cache(PrefixCacheOptions{bound, 256, nullptr});
+  PrefixCacheOptions options{bound, 256, nullptr};
+  options.prefault_bytes = bound / 2;  // counted within the bound with the entries
+  PrefixCache cache(options);
   auto cached = ServerWith(&cache);
   for (int i = 0; i < 12; ++i) {
     v1::InferResponse response;
-    ASSERT_TRUE(
-        cached->client().Infer(MakeInfer("standard", RandomTokens(300, 100 + i)), &response).ok());
-    EXPECT_LE(cache.bytes(), bound);
+    ASSERT_TRUE(cached->client()
+                    .Infer(MakeInfer(i % 2 == 0 ? "standard" : "hybrid", RandomTokens(300, 100 + i)),
+                           &response)
+                    .ok());
+    EXPECT_LE(cache.bytes() + cache.prefaulted().ready_bytes, bound);
   }
   EXPECT_GT(cache.evictions(), 0);
   EXPECT_GT(cache.entries(), 0);
