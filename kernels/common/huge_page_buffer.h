@@ -61,9 +61,9 @@ inline constexpr int64_t kDefaultHugePageBufferPoolBytes = int64_t{256} << 20;
 void SetHugePageBufferPoolBytes(int64_t bytes);
 
 struct HugePageBufferPoolStats {
-  int64_t bytes = 0;    // mapped bytes kept
-  int64_t buffers = 0;  // mappings kept
-  int64_t reused = 0;   // buffers served from the pool so far
+  int64_t bytes = 0;       // mapped bytes kept
+  int64_t buffers = 0;     // mappings kept
+  int64_t reused = 0;      // buffers served from the pool so far
   int64_t prefaulted = 0;  // buffers PrefaultHugePageBuffer put in it
 };
 HugePageBufferPoolStats HugePageBufferPool();

@@ -236,7 +236,8 @@ PrefaultedBlocksStats PrefaultedBlocks::stats() const {
   std::lock_guard<std::mutex> lock(core_->mu);
   PrefaultedBlocksStats s;
   s.ready_bytes = static_cast<int64_t>(core_->ready_bytes);
-  for (const auto& [size, blocks] : core_->ready) s.ready_blocks += static_cast<int64_t>(blocks.size());
+  for (const auto& [size, blocks] : core_->ready)
+    s.ready_blocks += static_cast<int64_t>(blocks.size());
   s.served_ready = core_->served_ready;
   s.served_fresh = core_->served_fresh;
   return s;

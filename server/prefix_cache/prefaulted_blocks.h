@@ -32,7 +32,7 @@
 namespace attnserve::server {
 
 struct PrefaultedBlocksStats {
-  int64_t ready_bytes = 0;   // blocks faulted in and waiting
+  int64_t ready_bytes = 0;  // blocks faulted in and waiting
   int64_t ready_blocks = 0;
   int64_t served_ready = 0;  // Take calls served from them
   int64_t served_fresh = 0;  // Take calls that allocated on the caller's thread

@@ -141,7 +141,7 @@ class PrefixCache {
   struct Entry {
     std::string scope;
     const model::Model* model = nullptr;
-    Span tokens;                     // from 0: the prefix
+    Span tokens;                      // from 0: the prefix
     std::vector<Span> continuations;  // most recent first
     model::ModelState state;
     int64_t bytes = 0;

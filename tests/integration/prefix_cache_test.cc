@@ -190,10 +190,11 @@ TEST(PrefixCacheTest, TheCacheStaysWithinItsBound) {
   auto cached = ServerWith(&cache);
   for (int i = 0; i < 12; ++i) {
     v1::InferResponse response;
-    ASSERT_TRUE(cached->client()
-                    .Infer(MakeInfer(i % 2 == 0 ? "standard" : "hybrid", RandomTokens(300, 100 + i)),
-                           &response)
-                    .ok());
+    ASSERT_TRUE(
+        cached->client()
+            .Infer(MakeInfer(i % 2 == 0 ? "standard" : "hybrid", RandomTokens(300, 100 + i)),
+                   &response)
+            .ok());
     EXPECT_LE(cache.bytes() + cache.prefaulted().ready_bytes, bound);
   }
   EXPECT_GT(cache.evictions(), 0);

@@ -102,7 +102,7 @@ TEST(HugePageBufferTest, MissedSizesArePagedInAheadOncePerMiss) {
   const std::atomic<bool> go{true};
   SetHugePageBufferPoolBytes(int64_t{16} << 20);
   ReleaseHugePageBufferPool();
-  EXPECT_FALSE(PrefaultHugePageBuffer(go));  // nothing missed
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));                    // nothing missed
   at::Tensor a = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);  // a miss: mapped fresh
   const int64_t prefaulted = HugePageBufferPool().prefaulted;
   ASSERT_TRUE(PrefaultHugePageBuffer(go));

@@ -135,9 +135,9 @@ TEST(PrefaultedBlocksTest, AStateCopiedIntoOneBlockEqualsAClone) {
     const model::ModelState clone = m.CloneSharingCaches(state);
     const model::ModelState packed =
         m.CloneSharingCaches(state, [&](int64_t bytes) { return blocks.Take(bytes); });
-    ASSERT_TRUE(m.Forward(at::randint(1, 200, {1, 5}, at::kLong), &state,
-                          model::OutputKind::kLastLogits)
-                    .ok());
+    ASSERT_TRUE(
+        m.Forward(at::randint(1, 200, {1, 5}, at::kLong), &state, model::OutputKind::kLastLogits)
+            .ok());
     ASSERT_EQ(clone.layers.size(), packed.layers.size());
     EXPECT_EQ(clone.Bytes(), packed.Bytes());
     for (size_t i = 0; i < clone.layers.size(); ++i) {
