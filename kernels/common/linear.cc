@@ -155,8 +155,31 @@ at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
   if (const int64_t rows = SkinnyRows(x); rows > 0) {
     return SkinnyProduct(x, rows, out_, in_, weight_, bf16_, bf16_dot_, int8_, int8_scales_);
   }
+  if ((int8_.defined() || (bf16_dot_ && bf16_.defined() && in_ % 2 == 0)) &&
+      x.scalar_type() == at::kFloat && x.size(-1) == in_) {
+    return DotRowTiles(x);
+  }
   if (weight_.defined()) return at::linear(x, weight_);
   return WidenedProduct(x);
+}
+
+at::Tensor LinearWeight::DotRowTiles(const at::Tensor& x) const {
+  const at::Tensor x2 = x.reshape({-1, in_}).contiguous();
+  const int64_t rows = x2.size(0);
+  at::Tensor y = at::empty({rows, out_}, x.options());
+  for (int64_t first = 0; first < rows; first += kDotRowTile) {
+    const int64_t n = std::min(kDotRowTile, rows - first);
+    const float* xs = x2.data_ptr<float>() + first * in_;
+    float* ys = y.data_ptr<float>() + first * out_;
+    if (int8_.defined()) {
+      Int8Gemm(int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>(), out_, in_, xs, in_, n,
+               ys);
+    } else {
+      SkinnyGemmBf16Dot(reinterpret_cast<const uint16_t*>(bf16_.data_ptr()), out_, in_, xs, in_, n,
+                        ys);
+    }
+  }
+  return y.view(OutputSizes(x, out_));
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {

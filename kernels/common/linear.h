@@ -15,18 +15,22 @@
 // also round x to bfloat16 and multiply through bf16_dot_gemm.h (vdpbf16ps where the CPU has
 // it, llama.cpp's BF16 arithmetic): half the instructions of widening the weights, at the cost of
 // the activations' rounding. Its bfloat16 copy has no denormals (flushed to zero, as the
-// instruction reads them). A W whose `in` is odd keeps kBfloat16's exact products.
+// instruction reads them). A W whose `in` is odd keeps kBfloat16's exact products. Prefill
+// chunks go through the same products, 64 rows at a time (DotRowTiles), not sgemm: twice the
+// FMA peak's work per instruction (pp512 on mamba-130m 682 -> 1191 tok/s, docs/benchmarks.md,
+// session 18), and every row has the bits a step would give it.
 //
 // WeightFormat::kInt8 (--weight_precision=int8): W is quantized at construction to int8 with a
 // float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity); the skinny rows go to
 // Int8Gemm, which quantizes each row of x per block of 32 too and multiplies in integers
 // (AVX512-VNNI, else AVX2, else scalar: the same bits), batch-invariant like the float kernels.
-// Sgemm rows (long prefill chunks) multiply float32 x by the dequantized W, so they differ from
-// the int8 rows by x's quantization. A W whose `in` is not a multiple of 32 (mamba's dt_proj)
-// stays float32, as llama.cpp keeps such tensors wider.
+// Prefill chunks too, 64 rows at a time (DotRowTiles: vpdpbusd does four times the FMA's
+// multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md, session 18),
+// so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in` is
+// not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
 //
 // Memory: a LinearWeight keeps one matrix, in its format: float32, bfloat16 (half the bytes) or
-// int8 with its scales (a little over a quarter). The sgemm rows of a bfloat16 or int8 W widen it
+// int8 with its scales (a little over a quarter). The sgemm rows of a kBfloat16 W widen it
 // to float32 a block of 4 MB of output rows at a time and multiply each block by sgemm straight
 // into the output's columns: the same values as a float32 copy of W would give, without keeping
 // one.
@@ -70,6 +74,12 @@ class LinearWeight {
   at::Tensor operator()(const at::Tensor& x) const;
 
  private:
+  // Rows of a prefill chunk in one Int8Gemm or SkinnyGemmBf16Dot call (kSkinnyGemmMaxRows: a
+  // call's X rows stay in L2 while W streams past them).
+  static constexpr int64_t kDotRowTile = 64;
+  // y = x Wᵀ for any number of rows through the int8 or bf16-dot skinny kernels (whichever W
+  // has), kDotRowTile rows at a time: each row's bits are those of the decode step's.
+  at::Tensor DotRowTiles(const at::Tensor& x) const;
   // Output rows [first, first + rows) of W as float32 into `out` (rows, in), from bf16_ or int8_.
   void Widen(int64_t first, int64_t rows, float* out) const;
   // y = x Wᵀ on sgemm for a W kept in bfloat16 or int8, widened a block of rows at a time.

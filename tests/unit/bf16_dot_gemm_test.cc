@@ -182,6 +182,15 @@ TEST(Bf16DotGemmTest, LinearWeightUsesThemForDecodeRows) {
   const at::Tensor x_rounded = x.to(at::kBFloat16).to(at::kFloat);
   EXPECT_LT(MaxRelativeError(y_dot, at::matmul(x_rounded, w.t())), 1e-5);
   EXPECT_GT(MaxRelativeError(y_dot, y_exact), 1e-5) << "activations were not rounded";
+  // A prefill chunk (more rows than a step has, in tiles of 64) through the same products: each
+  // row has the bits it has alone.
+  const at::Tensor chunk = RandomTensor({1, 150, 96}, 7);
+  const at::Tensor y_chunk = dot(chunk);
+  EXPECT_LT(MaxRelativeError(y_chunk, at::matmul(chunk.to(at::kBFloat16).to(at::kFloat), w.t())),
+            1e-5);
+  for (int64_t r : {0, 63, 64, 149}) {
+    EXPECT_TRUE(at::equal(y_chunk[0][r], dot(chunk[0].narrow(0, r, 1))[0])) << "row " << r;
+  }
   const at::Tensor w_odd = RandomTensor({8, 33}, 5).to(at::kBFloat16).to(at::kFloat);
   const at::Tensor x_odd = RandomTensor({2, 33}, 6);
   EXPECT_LT(MaxRelativeError(LinearWeight(w_odd, WeightFormat::kBfloat16Dot)(x_odd),

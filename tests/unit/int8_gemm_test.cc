@@ -271,7 +271,7 @@ TEST(Int8GemmTest, BlockScalesBeatRowScalesOnOutliers) {
   EXPECT_LT(error(false), error(true) / 2);
 }
 
-TEST(LinearInt8Test, StepsUseTheIntegerProductsAndPrefillTheDequantizedWeights) {
+TEST(LinearInt8Test, StepsAndPrefillChunksUseTheIntegerProducts) {
   const at::Tensor w = RandomTensor({96, 128}, 11);
   const LinearWeight linear(w, WeightFormat::kInt8);
   ASSERT_TRUE(linear.int8());
@@ -288,9 +288,13 @@ TEST(LinearInt8Test, StepsUseTheIntegerProductsAndPrefillTheDequantizedWeights) 
     EXPECT_TRUE(at::equal(linear(wide.narrow(1, 50, 128)),
                           Gemm(q, wide.narrow(1, 50, 128).contiguous(), Int8Isa::kAuto)));
   }
-  // Beyond the skinny rows: sgemm on the dequantized float32 weights.
-  const at::Tensor many = RandomTensor({kSkinnyGemmMaxRows + 1, 128}, 99);
-  EXPECT_TRUE(at::equal(linear(many), at::linear(many, dequantized)));
+  // Beyond the skinny rows (a prefill chunk, tiles of 64 rows): the same integer products, so
+  // each row has the bits it has alone.
+  const at::Tensor many = RandomTensor({2 * kSkinnyGemmMaxRows + 3, 128}, 99);
+  EXPECT_TRUE(at::equal(linear(many), Gemm(q, many, Int8Isa::kAuto)));
+  EXPECT_TRUE(at::equal(linear(many.unsqueeze(0)).squeeze(0), Gemm(q, many, Int8Isa::kAuto)));
+  EXPECT_TRUE(at::equal(linear(many)[kSkinnyGemmMaxRows + 1],
+                        linear(many.narrow(0, kSkinnyGemmMaxRows + 1, 1))[0]));
 }
 
 TEST(LinearInt8Test, WidthsThatAreNotBlocksOf32StayFloat32) {
