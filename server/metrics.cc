@@ -34,6 +34,17 @@ prometheus::MetricFamily Family(std::string name, std::string help, prometheus::
   return f;
 }
 
+// A family of one unlabelled gauge or counter.
+prometheus::MetricFamily OneGauge(std::string name, std::string help, double value) {
+  return Family(std::move(name), std::move(help), prometheus::MetricType::Gauge,
+                {GaugeValue(value)});
+}
+prometheus::MetricFamily OneCounter(std::string name, std::string help, double value) {
+  prometheus::ClientMetric m;
+  m.counter.value = value;
+  return Family(std::move(name), std::move(help), prometheus::MetricType::Counter, {m});
+}
+
 double ProcessCpuSeconds() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -111,42 +122,34 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                            {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
     }
     if (const PrefixCache* cache = sources_.prefix_cache; cache != nullptr) {
-      out.push_back(
-          Family("attnserve_prefix_cache_bytes", "Bytes of model states the prefix cache holds.",
-                 prometheus::MetricType::Gauge, {GaugeValue(static_cast<double>(cache->bytes()))}));
-      out.push_back(Family("attnserve_prefix_cache_entries", "Prefixes the prefix cache holds.",
-                           prometheus::MetricType::Gauge,
-                           {GaugeValue(static_cast<double>(cache->entries()))}));
-      prometheus::ClientMetric evictions;
-      evictions.counter.value = static_cast<double>(cache->evictions());
-      out.push_back(Family("attnserve_prefix_cache_evictions_total",
-                           "Prefix-cache entries evicted to stay within --prefix_cache_bytes.",
-                           prometheus::MetricType::Counter, {evictions}));
+      out.push_back(OneGauge("attnserve_prefix_cache_bytes",
+                             "Bytes of model states the prefix cache holds.",
+                             static_cast<double>(cache->bytes())));
+      out.push_back(OneGauge("attnserve_prefix_cache_entries", "Prefixes the prefix cache holds.",
+                             static_cast<double>(cache->entries())));
+      out.push_back(OneCounter("attnserve_prefix_cache_evictions_total",
+                               "Prefix-cache entries evicted to stay within --prefix_cache_bytes.",
+                               static_cast<double>(cache->evictions())));
       const PrefaultedBlocksStats prefaulted = cache->prefaulted();
-      out.push_back(Family("attnserve_prefix_cache_prefaulted_bytes",
-                           "Memory paged in ahead for the next prefix-cache entries "
-                           "(--prefix_cache_prefault_bytes).",
-                           prometheus::MetricType::Gauge,
-                           {GaugeValue(static_cast<double>(prefaulted.ready_bytes))}));
-      prometheus::ClientMetric fresh;
-      fresh.counter.value = static_cast<double>(prefaulted.served_fresh);
-      out.push_back(Family("attnserve_prefix_cache_unprefaulted_entries_total",
-                           "Prefix-cache entries whose memory was paged in on the scheduler's "
-                           "thread (none was ready).",
-                           prometheus::MetricType::Counter, {fresh}));
+      out.push_back(OneGauge("attnserve_prefix_cache_prefaulted_bytes",
+                             "Memory paged in ahead for the next prefix-cache entries "
+                             "(--prefix_cache_prefault_bytes).",
+                             static_cast<double>(prefaulted.ready_bytes)));
+      out.push_back(OneCounter("attnserve_prefix_cache_unprefaulted_entries_total",
+                               "Prefix-cache entries whose memory was paged in on the "
+                               "scheduler's thread (none was ready).",
+                               static_cast<double>(prefaulted.served_fresh)));
     }
     {
       const kernels::HugePageBufferPoolStats pool = kernels::HugePageBufferPool();
-      out.push_back(Family("attnserve_kv_buffer_pool_bytes",
-                           "Bytes of freed KV-cache buffers kept mapped for reuse "
-                           "(--kv_buffer_pool_bytes).",
-                           prometheus::MetricType::Gauge,
-                           {GaugeValue(static_cast<double>(pool.bytes))}));
-      prometheus::ClientMetric reused;
-      reused.counter.value = static_cast<double>(pool.reused);
-      out.push_back(Family("attnserve_kv_buffer_pool_reuses_total",
-                           "KV-cache buffers served from the reuse pool instead of fresh memory.",
-                           prometheus::MetricType::Counter, {reused}));
+      out.push_back(OneGauge("attnserve_kv_buffer_pool_bytes",
+                             "Bytes of freed KV-cache buffers kept mapped for reuse "
+                             "(--kv_buffer_pool_bytes).",
+                             static_cast<double>(pool.bytes)));
+      out.push_back(
+          OneCounter("attnserve_kv_buffer_pool_reuses_total",
+                     "KV-cache buffers served from the reuse pool instead of fresh memory.",
+                     static_cast<double>(pool.reused)));
     }
     prometheus::ClientMetric cpu;
     cpu.counter.value = ProcessCpuSeconds();
