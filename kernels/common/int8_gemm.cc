@@ -124,6 +124,9 @@ void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
   using vec::Float16;
   using vec::Int16;
   static_assert(kInt8Block == 2 * vec::kLanes, "two vectors a block");
+  typedef double Double8 __attribute__((vector_size(8 * sizeof(double))));
+  typedef int8_t Byte8 __attribute__((vector_size(8)));
+  typedef int8_t Byte16 __attribute__((vector_size(16)));
   for (int64_t b = 0; b < blocks; ++b) {
     const float* p = v + b * kInt8Block;
     const Float16 lo = vec::Load(p), hi = vec::Load(p + vec::kLanes);
@@ -131,10 +134,18 @@ void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
     Float16 m = alo < ahi ? ahi : alo;
     // std::max(amax, |v|) in order: a NaN never wins, and max is exact, so any order agrees.
     m = m == m ? m : (alo == alo ? alo : (ahi == ahi ? ahi : Float16{}));
-    float amax = 0;
-    for (int i = 0; i < vec::kLanes; ++i) amax = std::max(amax, m[i]);
+    // Then the lanes' max in a tree (max is exact, so any order agrees; -0 lanes end as +0 as
+    // std::max(0, -0) gives).
+    vec::Float8 m8 = __builtin_shufflevector(m, m, 0, 1, 2, 3, 4, 5, 6, 7);
+    const vec::Float8 m8b = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15);
+    m8 = m8 < m8b ? m8b : m8;
+    vec::Float4 m4 = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
+    const vec::Float4 m4b = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+    m4 = m4 < m4b ? m4b : m4;
+    const float amax = std::max(0.0f, std::max(std::max(m4[0], m4[1]), std::max(m4[2], m4[3])));
     const float d = amax / 127.0f;
     const float id = d > 0 ? 1.0f / d : 0.0f;
+    Int16 squares{};
     for (int h = 0; h < 2; ++h) {
       Float16 s = (h ? hi : lo) * id;
       // Beyond ±128 (an infinite 1/d) the clamp below gives ±127 as round() then the clamp do.
@@ -147,12 +158,36 @@ void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
       i -= frac <= -0.5f ? Int16{} + 1 : Int16{};
       i = i > 127 ? Int16{} + 127 : i;
       i = i < -127 ? Int16{} - 127 : i;
-      for (int l = 0; l < vec::kLanes; ++l) {
-        q[b * kInt8Block + h * vec::kLanes + l] = static_cast<int8_t>(i[l]);
-      }
+      const Byte16 bytes = __builtin_convertvector(i, Byte16);  // exact: |i| <= 127
+      std::memcpy(q + b * kInt8Block + h * vec::kLanes, &bytes, sizeof bytes);
+      squares += i * i;
     }
     d_out[b] = d;
-    RefitScale(p, kInt8Block, q + b * kInt8Block, d_out + b);
+    // RefitScale as vectors: the same exact float64 products and the same tree of additions
+    // (i + 16, i + 8, then i + 4, i + 2, i + 1), so the same bits; Σ q² is an exact integer.
+    const int8_t* qb = q + b * kInt8Block;
+    Double8 t[4];
+    for (int j = 0; j < 4; ++j) {
+      vec::Float8 f;
+      Byte8 qj;
+      std::memcpy(&f, p + 8 * j, sizeof f);
+      std::memcpy(&qj, qb + 8 * j, sizeof qj);
+      t[j] = __builtin_convertvector(f, Double8) * __builtin_convertvector(qj, Double8);
+    }
+    t[0] += t[2];
+    t[1] += t[3];
+    t[0] += t[1];
+    double a[8];
+    std::memcpy(a, &t[0], sizeof a);
+    for (int h = 4; h >= 1; h /= 2) {
+      for (int k = 0; k < h; ++k) a[k] += a[k + h];
+    }
+    int32_t qq = 0;
+    for (int l = 0; l < vec::kLanes; ++l) qq += squares[l];
+    if (qq > 0) {
+      const float fit = static_cast<float>(a[0] / qq);
+      if (std::isfinite(fit) && fit > 0) d_out[b] = fit;
+    }
   }
 }
 
