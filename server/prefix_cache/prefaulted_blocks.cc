@@ -83,6 +83,15 @@ struct PrefaultedBlocks::Core {
     return out;
   }
 
+  // Every ready block, taken out; freed by the caller outside mu. Called with mu held.
+  std::vector<void*> TakeAllReady() {
+    std::vector<void*> out;
+    for (auto& [size, blocks] : ready) out.insert(out.end(), blocks.begin(), blocks.end());
+    ready.clear();
+    ready_bytes = 0;
+    return out;
+  }
+
   void Give(void* p, size_t size) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -155,9 +164,7 @@ PrefaultedBlocks::~PrefaultedBlocks() {
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->stop = true;
-    for (auto& [size, blocks] : core_->ready) drop.insert(drop.end(), blocks.begin(), blocks.end());
-    core_->ready.clear();
-    core_->ready_bytes = 0;
+    drop = core_->TakeAllReady();
   }
   core_->wake.notify_all();
   if (filler_.joinable()) filler_.join();
@@ -213,9 +220,7 @@ void PrefaultedBlocks::Release() {
   std::vector<void*> drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
-    for (auto& [size, blocks] : core_->ready) drop.insert(drop.end(), blocks.begin(), blocks.end());
-    core_->ready.clear();
-    core_->ready_bytes = 0;
+    drop = core_->TakeAllReady();
     core_->wanted.clear();
   }
   for (void* p : drop) std::free(p);
