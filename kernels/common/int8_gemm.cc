@@ -336,10 +336,14 @@ template <int WR, int XR>
 ATTNSERVE_VNNI_TARGET inline void VnniTile(const uint8_t* const* wq, const float* const* wd,
                                            const QuantizedX& x, int64_t l0, int64_t nb, float* y,
                                            int64_t out, int64_t j, NextTilePrefetch pf) {
-  // The float sums stay in memory between groups (touched once a group), so that the 16 int32
-  // sums, the weight vectors and X's vector fit the 32 registers.
-  alignas(64) float acc[WR][XR][16];
-  std::memset(acc, 0, sizeof(acc));
+  // The float sums stay in registers next to the int32 sums: WR x XR of each, the weight
+  // vectors and X's vector within the 32 registers for the 4 x 3 tile (keeping them in memory
+  // for a 4 x 4 tile cost more than its one fewer weight load a step saves: mamba-130m's rows
+  // have only 1-3 groups, so a group's conversion is a large part of a tile).
+  __m512 acc[WR][XR];
+  for (int i = 0; i < WR; ++i) {
+    for (int l = 0; l < XR; ++l) acc[i][l] = _mm512_setzero_ps();
+  }
   const int8_t* xq[XR];
   const int32_t* xc[XR];
   const float* xd[XR];
@@ -396,12 +400,11 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const uint8_t* const* wq, const float
         // The zero-masked convert is vcvtdq2ps (the unmasked intrinsic's undefined source trips
         // GCC 12's -Wmaybe-uninitialized here).
         const __m512 pf32 = _mm512_maskz_cvtepi32_ps(~__mmask16{0}, p[i][l]);
-        _mm512_store_ps(acc[i][l],
-                        _mm512_fmadd_ps(pf32, _mm512_mul_ps(ws[i], xs), _mm512_load_ps(acc[i][l])));
+        acc[i][l] = _mm512_fmadd_ps(pf32, _mm512_mul_ps(ws[i], xs), acc[i][l]);
       }
     }
   }
-  // vec::Sum's tree: a 4 x 4 tile sums its 16 accumulators side by side.
+  // vec::Sum's tree, the tile's accumulators side by side.
   vec::Float16 sum_lanes[WR][XR];
   std::memcpy(sum_lanes, acc, sizeof(sum_lanes));
   float sums[WR][XR];
@@ -411,7 +414,7 @@ ATTNSERVE_VNNI_TARGET inline void VnniTile(const uint8_t* const* wq, const float
   }
 }
 
-constexpr int kTileW = 4, kTileX = 4;
+constexpr int kTileW = 4, kTileX = 3;
 
 // `next`, `next_end`: the next weight tile's bytes, prefetched while this one meets X's tiles
 // (skinny_tiles.h's NextTilePrefetch).
@@ -431,10 +434,8 @@ ATTNSERVE_VNNI_TARGET void VnniTileRows(const uint8_t* const* wq, const float* c
   for (; l + kTileX <= rows; l += kTileX) {
     VnniTile<WR, kTileX>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
   }
+  static_assert(kTileX == 3, "the remainder's tiles below");
   switch (rows - l) {
-    case 3:
-      VnniTile<WR, 3>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
-      break;
     case 2:
       VnniTile<WR, 2>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
       break;

@@ -21,11 +21,13 @@ typedef uint32_t UInt32x16 __attribute__((vector_size(kLanes * sizeof(uint32_t))
 // The fixed horizontal sum of every tile shape: vector_math.h's.
 using vec::Sum;
 
-// out[i][l] = Sum(acc[i][l]); a 4 x 4 tile's 16 sums side by side (vec::Sum16, the same bits).
+// out[i][l] = Sum(acc[i][l]); a tile of 9 to 16 sums side by side (vec::Sum16, the same bits).
 template <int WR, int XR>
 ATTNSERVE_VEC_INLINE void TileSums(const Float16 (&acc)[WR][XR], float (&out)[WR][XR]) {
-  if constexpr (WR * XR == 16) {
-    const Float16 sums = vec::Sum16(&acc[0][0]);
+  if constexpr (WR * XR > 8 && WR * XR <= 16) {
+    Float16 lanes[16] = {};
+    std::memcpy(lanes, acc, sizeof(acc));
+    const Float16 sums = vec::Sum16(lanes);
     for (int i = 0; i < WR; ++i) {
       for (int l = 0; l < XR; ++l) out[i][l] = sums[i * XR + l];
     }

@@ -85,19 +85,20 @@ void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
   const Float16 dt_u = dt * u;
   const float* bt = p.B + b * p.bc_batch_stride;
   const float* ct = p.C + b * p.bc_batch_stride;
-  Float16 read_out = Float16{};
+  // Channel i's read-out terms in acc[i]; Sum16 then sums all 16 side by side, the same bits
+  // as Sum of each (a horizontal sum a channel cost about a third of the step's arithmetic).
+  Float16 acc[kLanes] = {};
   for (int i = 0; i < width; ++i) {
     const float* a = p.A + (c0 + i) * n_state;
     float* h = state + i * n_state;
-    Float16 acc = Float16{};
     for (int64_t n = 0; n < n_state; n += kLanes) {
       const Float16 h_n =
           vec::Exp(dt[i] * vec::Load(a + n)) * vec::Load(h + n) + dt_u[i] * vec::Load(bt + n);
       vec::Store(h + n, h_n);
-      acc += h_n * vec::Load(ct + n);
+      acc[i] += h_n * vec::Load(ct + n);
     }
-    read_out[i] = vec::Sum(acc);
   }
+  const Float16 read_out = vec::Sum16(acc);
   const Float16 y =
       (read_out + load(p.D + c0) * u) * vec::Silu(load(p.z + b * p.z_batch_stride + c0));
   float* out = p.out + b * p.dim + c0;
