@@ -82,10 +82,43 @@ std::optional<PrefixCache::Hit> PrefixCache::Lookup(const std::string& scope,
   return std::nullopt;
 }
 
+std::vector<PrefixCache::Buffer> PrefixCache::Buffers(const model::ModelState& state) {
+  std::vector<Buffer> out;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    const void* id = t.storage().unsafeGetStorageImpl();
+    for (const Buffer& b : out) {
+      if (b.id == id) return;
+    }
+    out.push_back(Buffer{id, static_cast<int64_t>(t.storage().nbytes())});
+  };
+  for (const kernels::MixerState& layer : state.layers) {
+    for (const at::Tensor& t : layer.tensors) add(t);
+    for (const kernels::KvSegment& segment : layer.shared) {
+      add(segment.k);
+      add(segment.v);
+    }
+  }
+  return out;
+}
+
+int64_t PrefixCache::UnheldBytes(const std::vector<Buffer>& buffers) const {
+  int64_t bytes = 0;
+  for (const Buffer& b : buffers) {
+    if (held_.count(b.id) == 0) bytes += b.bytes;
+  }
+  return bytes;
+}
+
 int64_t PrefixCache::EntryBytes(const model::ModelState& state) const {
-  // The continuations are counted at their longest, so that an entry's bytes never grow.
-  return std::max<int64_t>(1, state.Bytes()) +
-         kContinuations * ContinuationLength() * static_cast<int64_t>(sizeof(int64_t));
+  int64_t buffers = 0;
+  for (const Buffer& b : Buffers(state)) buffers += b.bytes;
+  return std::max<int64_t>(1, buffers) + ContinuationBytes();
+}
+
+int64_t PrefixCache::ContinuationBytes() const {
+  // At their longest, so that what an entry adds never grows.
+  return kContinuations * ContinuationLength() * static_cast<int64_t>(sizeof(int64_t));
 }
 
 int64_t PrefixCache::ContinuationLength() const {
@@ -139,15 +172,29 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
     AddContinuation(*e, prompt, n, prompt_length);
     return;
   }
-  // The copy below has the bytes of `state`: the same tensors, its KV caches shared.
+  // The copy below holds `state`'s KV buffers and copies of its other tensors (as many bytes):
+  // room is made before copying, so that the copy reuses what an eviction frees.
   const int64_t bytes = EntryBytes(state);
   if (bytes > options_.max_bytes) return;
-  while (bytes_.load() + bytes > options_.max_bytes && !store_.empty()) EvictOne();
+  const std::vector<Buffer> before = Buffers(state);
+  while (bytes_.load() + UnheldBytes(before) + ContinuationBytes() > options_.max_bytes &&
+         !store_.empty()) {
+    EvictOne();
+  }
   // The session goes on computing on `state`: its recurrent tensors are copied (into one block
   // paged in ahead where one is ready), its KV caches shared (their prefix never changes; a hit
   // reads it in place, CloneSharingPrefix).
   model::ModelState copy = model.CloneSharingCaches(
       state, [this](int64_t block_bytes) { return blocks_.Take(block_bytes); });
+  const std::vector<Buffer> buffers = Buffers(copy);
+  int64_t added = ContinuationBytes();
+  for (const Buffer& b : buffers) {
+    Held& held = held_[b.id];
+    if (held.entries++ == 0) {
+      held.bytes = b.bytes;
+      added += b.bytes;
+    }
+  }
   store_.emplace_back();
   Entry& e = store_.back();
   e.self = std::prev(store_.end());
@@ -157,12 +204,15 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   AddContinuation(e, prompt, n, prompt_length);
   e.state = std::move(copy);
   e.bytes = bytes;
+  for (const Buffer& b : buffers) e.buffers.push_back(b.id);
   e.key = key;
   e.order = order_.end();
   Touch(e);
   index_.emplace(key, &e);
-  bytes_.fetch_add(bytes);
+  bytes_.fetch_add(added);
   entries_.fetch_add(1);
+  // The copy's block may be a little larger than the tensors it replaced (64-byte alignment).
+  while (bytes_.load() > options_.max_bytes && !store_.empty()) EvictOne();
   blocks_.SetRoom(options_.max_bytes - bytes_.load());
 }
 
@@ -178,7 +228,15 @@ void PrefixCache::EvictOne() {
       break;
     }
   }
-  bytes_.fetch_sub(victim->bytes);
+  int64_t freed = ContinuationBytes();
+  for (const void* id : victim->buffers) {
+    auto held = held_.find(id);
+    if (--held->second.entries == 0) {
+      freed += held->second.bytes;
+      held_.erase(held);
+    }
+  }
+  bytes_.fetch_sub(freed);
   entries_.fetch_sub(1);
   evictions_.fetch_add(1);
   // First the room, so that the victim's block, freed next, is kept for the next entry.

@@ -25,7 +25,13 @@
 // of the state it was taken from
 // (Model::CloneSharingCaches: their prefix never changes) and copies the rest: caching a
 // hybrid's 4096-token prompt end copied and paged in 16 MB per prompt before (57% of a hit's
-// time in perf). Its bytes count those whole buffers.
+// time in perf).
+//
+// Bytes. The cache counts the memory its entries keep alive: each buffer (a tensor's storage)
+// once, however many entries hold it, whole, from the first entry that holds it until the last
+// one goes; and each entry's continuations at their longest. The entries of one prompt share
+// its KV buffers: 17 entries of a hybrid's 4096-token prompt count its 8 MB once (they counted
+// it 17 times before, so a 1 GiB cache filled after ~8 such prompts).
 //
 // Branch points. An entry also keeps what followed its prefix in the last few prompts that
 // computed or hit it (up to kContinuations of them, each up to the next cache point such a
@@ -111,8 +117,8 @@ class PrefixCache {
   void Insert(const std::string& scope, const model::Model& model, const int64_t* tokens, int64_t n,
               const model::ModelState& state, int64_t prompt_length = 0);
 
-  // What an entry holding `state` counts against max_bytes: the state's bytes and its
-  // continuations at their longest.
+  // What an entry holding `state` counts against max_bytes when it shares no buffer with
+  // another entry: the state's buffers, whole, and its continuations at their longest.
   int64_t EntryBytes(const model::ModelState& state) const;
 
   int64_t bytes() const { return bytes_.load(); }
@@ -144,7 +150,8 @@ class PrefixCache {
     Span tokens;                      // from 0: the prefix
     std::vector<Span> continuations;  // most recent first
     model::ModelState state;
-    int64_t bytes = 0;
+    int64_t bytes = 0;  // EntryBytes(state): its priority's size
+    std::vector<const void*> buffers;  // the distinct storages state holds (held_'s keys)
     uint64_t key = 0;
     double priority = 0;
     std::multimap<double, Entry*>::iterator order;
@@ -156,6 +163,7 @@ class PrefixCache {
               const int64_t* tokens, int64_t n);
   void Touch(Entry& e);
   int64_t ContinuationLength() const;
+  int64_t ContinuationBytes() const;  // what an entry's continuations count
   // Records prompt[n, prompt_length) (capped) in e, if it is not there already.
   void AddContinuation(Entry& e, const Prompt& prompt, int64_t n, int64_t prompt_length);
   // tokens[0, length) as a shared Prompt: the last one made when it begins with them (the
@@ -164,6 +172,18 @@ class PrefixCache {
   // The longest agreement of tokens[k, max_length) with e's continuations, as a position.
   int64_t Branch(const Entry& e, const int64_t* tokens, int64_t k, int64_t max_length) const;
   void EvictOne();
+  // The distinct storages `state`'s tensors and shared KV segments keep alive, with their bytes.
+  struct Buffer {
+    const void* id = nullptr;
+    int64_t bytes = 0;
+  };
+  static std::vector<Buffer> Buffers(const model::ModelState& state);
+  // What holding `buffers` would add to bytes_: those no entry holds yet.
+  int64_t UnheldBytes(const std::vector<Buffer>& buffers) const;
+  struct Held {
+    int64_t bytes = 0;
+    int64_t entries = 0;
+  };
 
   const PrefixCacheOptions options_;
   // Entries' recurrent copies; the blocks kept ready count against max_bytes with the entries
@@ -172,6 +192,7 @@ class PrefixCache {
   std::list<Entry> store_;
   std::unordered_multimap<uint64_t, Entry*> index_;
   std::multimap<double, Entry*> order_;  // by priority, lowest first
+  std::unordered_map<const void*, Held> held_;  // every storage an entry holds
   double clock_ = 0;
   Prompt last_prompt_;
   std::atomic<int64_t> bytes_{0}, entries_{0}, lookups_{0}, hits_{0}, hit_tokens_{0}, evictions_{0};

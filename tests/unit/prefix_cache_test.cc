@@ -13,17 +13,19 @@
 namespace attnserve::server {
 namespace {
 
-const model::Model& Mamba() {
+const model::Model& Default(const char* name) {
   static const model::ModelRepository* repository =
       model::ModelRepository::BuildDefault()->release();
-  return *repository->Find("mamba");
+  return *repository->Find(name);
 }
+const model::Model& Mamba() { return Default("mamba"); }
 
-// The state after `tokens`, computed.
-model::ModelState StateAfter(const std::vector<int64_t>& tokens) {
-  model::ModelState state = *Mamba().NewState(1);
+// The state of `model` after `tokens`, computed.
+model::ModelState StateAfter(const std::vector<int64_t>& tokens,
+                             const model::Model& model = Mamba()) {
+  model::ModelState state = *model.NewState(1);
   at::Tensor t = at::tensor(tokens, at::kLong).unsqueeze(0);
-  EXPECT_TRUE(Mamba().Forward(t, &state, model::OutputKind::kLastLogits).ok());
+  EXPECT_TRUE(model.Forward(t, &state, model::OutputKind::kLastLogits).ok());
   return state;
 }
 
@@ -78,6 +80,49 @@ TEST(PrefixCacheUnitTest, EvictionKeepsWithinTheBoundAndPrefersWhatSavesMostPerB
   off.Insert("", Mamba(), long_prefix.data(), 200, StateAfter(long_prefix));
   EXPECT_EQ(off.entries(), 0);
   EXPECT_FALSE(off.Lookup("", Mamba(), long_prefix.data(), 200, 200).has_value());
+}
+
+// The entries of one prompt share its KV buffers (the session's, CloneSharingCaches): the cache
+// counts each buffer once, while any entry holds it, and the bound holds what they keep alive.
+TEST(PrefixCacheUnitTest, EntriesSharingAKvBufferCountItOnce) {
+  const model::Model& hybrid = Default("hybrid");
+  std::vector<int64_t> prompt(64);
+  for (int64_t i = 0; i < 64; ++i) prompt[i] = 1 + i % 40;
+  model::ModelState state = StateAfter(prompt, hybrid);
+  const int64_t whole = PrefixCache(PrefixCacheOptions{}).EntryBytes(state);
+  int64_t kv = 0;  // the buffers an entry shares with the session: the attention layers'
+  for (const kernels::MixerState& layer : state.layers) {
+    if (layer.tensors.size() == 2 && layer.tensors[0].dim() == 4) {
+      for (const at::Tensor& t : layer.tensors) kv += t.storage().nbytes();
+    }
+  }
+  ASSERT_GT(kv, 0);
+  // Four entries after prefixes of the one live state, as the scheduler inserts a prompt's.
+  auto insert_all = [&](PrefixCache& cache) {
+    for (int64_t n : {16, 32, 48, 64}) cache.Insert("", hybrid, prompt.data(), n, state);
+  };
+  PrefixCache roomy(PrefixCacheOptions{int64_t{1} << 30, 256, nullptr});
+  insert_all(roomy);
+  EXPECT_EQ(roomy.entries(), 4);
+  EXPECT_EQ(roomy.bytes(), whole + 3 * (whole - kv));
+  // Bound to what three of them keep alive: one is evicted, and the rest stay within it.
+  PrefixCache tight(PrefixCacheOptions{whole + 2 * (whole - kv), 256, nullptr});
+  insert_all(tight);
+  EXPECT_EQ(tight.entries(), 3);
+  EXPECT_EQ(tight.evictions(), 1);
+  EXPECT_EQ(tight.bytes(), whole + 2 * (whole - kv));
+  // Evicting the last holder of the buffers releases them: a state of another model then fits
+  // a bound of just its own bytes.
+  PrefixCache one(PrefixCacheOptions{whole, 256, nullptr});
+  insert_all(one);
+  EXPECT_EQ(one.entries(), 1);
+  const std::vector<int64_t> other = {5, 6, 7};
+  const model::ModelState mamba_state = StateAfter(other);
+  const int64_t mamba_whole = PrefixCache(PrefixCacheOptions{}).EntryBytes(mamba_state);
+  ASSERT_LT(mamba_whole, whole);
+  one.Insert("", Mamba(), other.data(), 3, mamba_state);
+  EXPECT_EQ(one.entries(), 1);
+  EXPECT_EQ(one.bytes(), mamba_whole);
 }
 
 // Prompts of a shared 300-token prefix and suffixes of their own, an entry every 256 tokens:
