@@ -145,6 +145,9 @@ TEST(PrefaultedBlocksTest, AStateCopiedIntoOneBlockEqualsAClone) {
         const at::Tensor &a = clone.layers[i].tensors[k], &b = packed.layers[i].tensors[k];
         ASSERT_EQ(a.defined(), b.defined());
         if (!a.defined()) continue;
+        // A growing cache is shared, not copied: the same memory, whose positions past the valid
+        // ones are uninitialised (at::equal of such memory with itself fails on a NaN pattern).
+        if (a.data_ptr() == b.data_ptr()) continue;
         EXPECT_EQ(a.sizes(), b.sizes());
         EXPECT_EQ(a.scalar_type(), b.scalar_type());
         EXPECT_TRUE(at::equal(a, b)) << i << "," << k;
