@@ -8,6 +8,7 @@
 #include <deque>
 #include <mutex>
 #include <new>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -40,7 +41,11 @@ struct Pool {
   size_t bytes = 0;
   size_t bound = kDefaultHugePageBufferPoolBytes;
   int64_t reused = 0;
-  std::vector<size_t> missed;  // sizes mapped fresh since the last prefault, oldest first
+  // Sizes to page in ahead (PrefaultHugePageBuffer), oldest first: each request mapped fresh or
+  // served by a buffer paged in ahead adds its size (a buffer a tensor gave back is reuse, not
+  // growth: taking it adds nothing).
+  std::vector<size_t> missed;
+  std::unordered_set<void*> ahead;  // buffers in `free` paged in ahead and not used since
   int64_t prefaulted = 0;
 };
 
@@ -55,23 +60,29 @@ Pool& ThePool() {
 
 // The smallest pooled mapping that holds `bytes` and wastes at most a quarter of them plus one
 // huge page (so that a small request does not pin a much larger buffer), taken out of the pool;
-// {nullptr, 0} when none.
+// {nullptr, 0} when none. A buffer paged in ahead adds `bytes` to the sizes to page in next.
 std::pair<void*, size_t> TakeFromPool(size_t bytes) {
   Pool& pool = ThePool();
   std::lock_guard<std::mutex> lock(pool.mu);
   const size_t most = bytes + bytes / 4 + kHugePage;
   auto best = pool.free.end();
+  // Of equal sizes, a buffer given back before one paged in ahead (that one stays ahead).
+  auto better = [&](auto it) {
+    return best == pool.free.end() || it->second < best->second ||
+           (it->second == best->second && pool.ahead.count(best->first) > 0 &&
+            pool.ahead.count(it->first) == 0);
+  };
   for (auto it = pool.free.begin(); it != pool.free.end(); ++it) {
-    if (it->second >= bytes && it->second <= most &&
-        (best == pool.free.end() || it->second < best->second)) {
-      best = it;
-    }
+    if (it->second >= bytes && it->second <= most && better(it)) best = it;
   }
   if (best == pool.free.end()) return {nullptr, 0};
   const std::pair<void*, size_t> taken = *best;
   pool.free.erase(best);
   pool.bytes -= taken.second;
   ++pool.reused;
+  if (pool.ahead.erase(taken.first) > 0 && pool.missed.size() < kMissedKept) {
+    pool.missed.push_back(bytes);
+  }
   return taken;
 }
 
@@ -87,18 +98,21 @@ std::vector<std::pair<void*, size_t>> OverBound(Pool& pool) {
   while (pool.bytes > pool.bound) {
     unmap.push_back(pool.free.front());
     pool.bytes -= pool.free.front().second;
+    pool.ahead.erase(pool.free.front().first);
     pool.free.pop_front();
   }
   return unmap;
 }
 
-void GiveBack(void* p, size_t mapped) {
+// `ahead`: paged in by PrefaultHugePageBuffer (else a tensor's buffer, freed).
+void GiveBack(void* p, size_t mapped, bool ahead = false) {
   Pool& pool = ThePool();
   std::vector<std::pair<void*, size_t>> unmap;
   {
     std::lock_guard<std::mutex> lock(pool.mu);
     pool.free.emplace_back(p, mapped);
     pool.bytes += mapped;
+    if (ahead) pool.ahead.insert(p);
     unmap = OverBound(pool);
   }
   UnmapAll(unmap);
@@ -131,6 +145,7 @@ void ReleaseHugePageBufferPool() {
     std::lock_guard<std::mutex> lock(pool.mu);
     unmap.assign(pool.free.begin(), pool.free.end());
     pool.free.clear();
+    pool.ahead.clear();
     pool.bytes = 0;
     pool.missed.clear();  // an idle server holds only what it uses
   }
@@ -159,7 +174,7 @@ bool PrefaultHugePageBuffer(const std::atomic<bool>& keep_going) {
     std::lock_guard<std::mutex> lock(pool.mu);
     ++pool.prefaulted;
   }
-  GiveBack(data, size);
+  GiveBack(data, size, /*ahead=*/true);
   return true;
 }
 

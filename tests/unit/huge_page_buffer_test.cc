@@ -115,7 +115,17 @@ TEST(HugePageBufferTest, MissedSizesArePagedInAheadOncePerMiss) {
   EXPECT_EQ(HugePageBufferPool().buffers, 0);
   b.fill_(2.0f);
   EXPECT_EQ(b.sum().item<float>(), 2.0f * static_cast<float>(b.numel()));
-  EXPECT_FALSE(PrefaultHugePageBuffer(go));  // that was no miss
+  // Taking a buffer paged in ahead asks for its replacement (a growing cache's next prompt).
+  ASSERT_TRUE(PrefaultHugePageBuffer(go));
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));
+  EXPECT_EQ(HugePageBufferPool().buffers, 1);
+  // A buffer a tensor gave back is reuse: taken before the one paged in ahead, and taking it
+  // asks for nothing.
+  b = at::Tensor();
+  EXPECT_EQ(HugePageBufferPool().buffers, 2);
+  at::Tensor e = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);
+  EXPECT_FALSE(PrefaultHugePageBuffer(go));
+  EXPECT_EQ(HugePageBufferPool().buffers, 1);  // the one paged in ahead, still there
   // Released: the misses are forgotten.
   at::Tensor c = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);
   ReleaseHugePageBufferPool();
@@ -125,7 +135,7 @@ TEST(HugePageBufferTest, MissedSizesArePagedInAheadOncePerMiss) {
   at::Tensor d = EmptyHugePageBuffer({1, 4, 2500, 128}, f32);
   EXPECT_FALSE(PrefaultHugePageBuffer(go));
   EXPECT_EQ(HugePageBufferPool().buffers, 0);
-  a = b = c = d = at::Tensor();
+  a = b = c = d = e = at::Tensor();
   SetHugePageBufferPoolBytes(kDefaultHugePageBufferPoolBytes);
   ReleaseHugePageBufferPool();
 }
