@@ -29,11 +29,11 @@
 //   attnserve_prefix_cache_hit_tokens_total{variant}        counter: prefill tokens a hit saved
 //   attnserve_prefix_cache_bytes, attnserve_prefix_cache_entries  gauges;
 //   attnserve_prefix_cache_evictions_total                   counter (server/prefix_cache/)
-//   attnserve_prefix_cache_prefaulted_bytes                  gauge: memory paged in for next
-//   entries attnserve_prefix_cache_unprefaulted_entries_total        counter: entries paged in on
-//   the scheduler attnserve_kv_buffer_pool_bytes                          gauge: freed KV buffers
-//   kept for reuse attnserve_kv_buffer_pool_reuses_total                   counter: buffers served
-//   from them
+//   attnserve_prefix_cache_prefaulted_bytes             gauge: memory paged in for next entries
+//   attnserve_prefix_cache_unprefaulted_entries_total   counter: entries paged in on the scheduler
+//   attnserve_prefix_cache_slab_bytes                   gauge: mapped for entries' copies
+//   attnserve_kv_buffer_pool_bytes                      gauge: freed KV buffers kept for reuse
+//   attnserve_kv_buffer_pool_reuses_total               counter: buffers served from them
 //       (kernels/common/huge_page_buffer.h)
 //   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
 //       the scheduler that have not computed yet: waiting for their session or a batch)

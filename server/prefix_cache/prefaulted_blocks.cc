@@ -14,20 +14,14 @@
 #include <vector>
 
 #include "kernels/common/huge_page_buffer.h"
+#include "server/prefix_cache/block_slabs.h"
 
 namespace attnserve::server {
 namespace {
 
 constexpr size_t kPage = size_t{4} << 10;
-constexpr size_t kAlign = 64;
 
 size_t RoundUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
-
-void* Allocate(size_t bytes) {
-  void* p = nullptr;
-  if (posix_memalign(&p, kAlign, bytes) != 0) throw std::bad_alloc();
-  return p;
-}
 
 // Writes one byte of each page, so that every page is backed before the block is handed out;
 // stops early (the rest faults in when the block is written) once `idle` turns false.
@@ -52,6 +46,8 @@ struct PrefaultedBlocks::Core {
   size_t ready_bytes = 0;
   std::vector<size_t> wanted;  // sizes last taken, most recent first, at most kSizes
   int64_t served_ready = 0, served_fresh = 0;
+  BlockSlabs slabs;  // where every block comes from and goes back to
+  using Blocks = std::vector<std::pair<void*, size_t>>;  // (block, size)
 
   explicit Core(size_t reserve_bytes) : reserve(reserve_bytes), room(reserve_bytes) {}
 
@@ -71,11 +67,11 @@ struct PrefaultedBlocks::Core {
     ready_bytes += size;
   }
   // Ready blocks beyond Limit(), taken out (largest sizes first); freed by the caller outside mu.
-  std::vector<void*> OverLimit() {
-    std::vector<void*> out;
+  Blocks OverLimit() {
+    Blocks out;
     for (auto it = ready.rbegin(); it != ready.rend() && ready_bytes > Limit(); ++it) {
       while (!it->second.empty() && ready_bytes > Limit()) {
-        out.push_back(it->second.back());
+        out.emplace_back(it->second.back(), it->first);
         it->second.pop_back();
         ready_bytes -= it->first;
       }
@@ -84,9 +80,11 @@ struct PrefaultedBlocks::Core {
   }
 
   // Every ready block, taken out; freed by the caller outside mu. Called with mu held.
-  std::vector<void*> TakeAllReady() {
-    std::vector<void*> out;
-    for (auto& [size, blocks] : ready) out.insert(out.end(), blocks.begin(), blocks.end());
+  Blocks TakeAllReady() {
+    Blocks out;
+    for (auto& [size, blocks] : ready) {
+      for (void* p : blocks) out.emplace_back(p, size);
+    }
     ready.clear();
     ready_bytes = 0;
     return out;
@@ -100,7 +98,10 @@ struct PrefaultedBlocks::Core {
         return;
       }
     }
-    std::free(p);
+    slabs.Give(p, size);
+  }
+  void GiveAll(const Blocks& blocks) {
+    for (const auto& [p, size] : blocks) slabs.Give(p, size);
   }
 
   void Fill() {
@@ -137,7 +138,7 @@ struct PrefaultedBlocks::Core {
       lock.unlock();
       void* p = nullptr;
       try {
-        p = Allocate(size);
+        p = slabs.Take(size);
         FaultIn(p, size, idle);
       } catch (const std::bad_alloc&) {
         p = nullptr;
@@ -148,7 +149,7 @@ struct PrefaultedBlocks::Core {
       } else if (!stop && Wants(size)) {
         Keep(p, size);
       } else {
-        std::free(p);
+        slabs.Give(p, size);
       }
     }
   }
@@ -160,7 +161,7 @@ PrefaultedBlocks::PrefaultedBlocks(int64_t reserve_bytes)
 }
 
 PrefaultedBlocks::~PrefaultedBlocks() {
-  std::vector<void*> drop;
+  Core::Blocks drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->stop = true;
@@ -168,13 +169,13 @@ PrefaultedBlocks::~PrefaultedBlocks() {
   }
   core_->wake.notify_all();
   if (filler_.joinable()) filler_.join();
-  for (void* p : drop) std::free(p);
+  core_->GiveAll(drop);
 }
 
 at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
   const size_t size = RoundUp(static_cast<size_t>(std::max<int64_t>(bytes, 1)), kPage);
   void* p = nullptr;
-  std::vector<void*> drop;  // ready blocks of a size no longer wanted
+  Core::Blocks drop;  // ready blocks of a size no longer wanted
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     std::vector<size_t>& wanted = core_->wanted;
@@ -184,7 +185,7 @@ at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
     if (wanted.size() > static_cast<size_t>(kSizes)) {
       if (auto old = core_->ready.find(wanted.back()); old != core_->ready.end()) {
         core_->ready_bytes -= old->second.size() * old->first;
-        drop = std::move(old->second);
+        for (void* q : old->second) drop.emplace_back(q, old->first);
         core_->ready.erase(old);
       }
       wanted.pop_back();
@@ -200,8 +201,8 @@ at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
     }
   }
   core_->wake.notify_one();
-  for (void* q : drop) std::free(q);
-  if (p == nullptr) p = Allocate(size);
+  core_->GiveAll(drop);
+  if (p == nullptr) p = core_->slabs.Take(size);
   return at::from_blob(
       p, {bytes}, [core = core_, size](void* q) { core->Give(q, size); },
       at::TensorOptions().dtype(at::kByte));
@@ -217,24 +218,25 @@ void PrefaultedBlocks::SetIdle(bool idle) {
 }
 
 void PrefaultedBlocks::Release() {
-  std::vector<void*> drop;
+  Core::Blocks drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     drop = core_->TakeAllReady();
     core_->wanted.clear();
   }
-  for (void* p : drop) std::free(p);
+  core_->GiveAll(drop);
+  core_->slabs.ReleaseFree();
 }
 
 void PrefaultedBlocks::SetRoom(int64_t bytes) {
-  std::vector<void*> drop;
+  Core::Blocks drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->room = static_cast<size_t>(std::max<int64_t>(bytes, 0));
     drop = core_->OverLimit();
   }
   core_->wake.notify_one();
-  for (void* p : drop) std::free(p);
+  core_->GiveAll(drop);
 }
 
 PrefaultedBlocksStats PrefaultedBlocks::stats() const {
@@ -245,6 +247,7 @@ PrefaultedBlocksStats PrefaultedBlocks::stats() const {
     s.ready_blocks += static_cast<int64_t>(blocks.size());
   s.served_ready = core_->served_ready;
   s.served_fresh = core_->served_fresh;
+  s.slab_bytes = core_->slabs.mapped_bytes();
   return s;
 }
 
