@@ -58,9 +58,9 @@ class BlockSlabs {
   std::map<uintptr_t, Slab>::iterator SlabOf(const void* block);
 
   mutable std::mutex mu_;
-  std::map<uintptr_t, Slab> slabs_;               // by start address
-  std::map<size_t, std::vector<void*>> free_;     // blocks given back, by size
-  std::map<size_t, uintptr_t> carving_;           // per size, the slab blocks are carved from
+  std::map<uintptr_t, Slab> slabs_;            // by start address
+  std::map<size_t, std::vector<void*>> free_;  // blocks given back, by size
+  std::map<size_t, uintptr_t> carving_;        // per size, the slab blocks are carved from
   size_t mapped_ = 0, taken_ = 0;
 };
 

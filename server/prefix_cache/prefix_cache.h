@@ -150,7 +150,7 @@ class PrefixCache {
     Span tokens;                      // from 0: the prefix
     std::vector<Span> continuations;  // most recent first
     model::ModelState state;
-    int64_t bytes = 0;  // EntryBytes(state): its priority's size
+    int64_t bytes = 0;                 // EntryBytes(state): its priority's size
     std::vector<const void*> buffers;  // the distinct storages state holds (held_'s keys)
     uint64_t key = 0;
     double priority = 0;
@@ -191,7 +191,7 @@ class PrefixCache {
   PrefaultedBlocks blocks_;
   std::list<Entry> store_;
   std::unordered_multimap<uint64_t, Entry*> index_;
-  std::multimap<double, Entry*> order_;  // by priority, lowest first
+  std::multimap<double, Entry*> order_;         // by priority, lowest first
   std::unordered_map<const void*, Held> held_;  // every storage an entry holds
   double clock_ = 0;
   Prompt last_prompt_;
