@@ -97,7 +97,7 @@ TEST(HugePageBufferTest, FreedBuffersAreReusedWithinThePoolsBound) {
 // A size that found no kept buffer is mapped and faulted in ahead by PrefaultHugePageBuffer
 // (the prefix cache's idle-time thread), once per miss, within the bound; the idle trim's
 // release forgets the misses.
-TEST(HugePageBufferTest, MissedSizesArePagedInAheadOncePerMiss) {
+TEST(HugePageBufferTest, MissesAndBuffersTakenAheadArePagedInOnceEach) {
   const at::TensorOptions f32(at::kFloat);
   const std::atomic<bool> go{true};
   SetHugePageBufferPoolBytes(int64_t{16} << 20);
