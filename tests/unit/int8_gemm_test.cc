@@ -93,11 +93,12 @@ std::vector<Int8Isa> SupportedIsas() {
 TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
   uint64_t seed = 100;
   // Weight rows around the 4-row tiles; block counts in one short group, one whole group of 16
-  // (512), whole and short groups (768: 16 + 8; 800: 16 + 9), X rows around the 4-row tiles up
-  // to the skinny limit.
+  // (512), whole and short groups (768: 16 + 8; 800: 16 + 9), X rows around the VNNI kernel's
+  // 3-row tiles (a last pass of 1 or 2 rows) and the float kernels' 4-row ones, up to the skinny
+  // limit.
   for (int64_t out : {1, 3, 5, 37, 260}) {
     for (int64_t in : {32, 64, 96, 160, 512, 768, 800}) {
-      for (int64_t rows : {1, 2, 5, 16, 64}) {
+      for (int64_t rows : {1, 2, 3, 5, 16, 64}) {
         const at::Tensor w = RandomTensor({out, in}, seed++);
         const at::Tensor x = RandomTensor({rows, in}, seed++);
         const Quantized q = Quantize(w);
