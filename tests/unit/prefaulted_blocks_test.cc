@@ -88,6 +88,21 @@ TEST(PrefaultedBlocksTest, NothingIsPagedInWhileBusyOrAfterARelease) {
   ASSERT_TRUE(Eventually([&] { return blocks.stats().ready_blocks == 4; }));
 }
 
+// A second size takes half the reserve from the first: the first size's ready blocks beyond its
+// new share go, and the second's are made ready (a server serving a second model).
+TEST(PrefaultedBlocksTest, ANewSizeGetsItsShareOfTheReserve) {
+  PrefaultedBlocks blocks(8 * kRounded);
+  at::Tensor a = blocks.Take(kBlock);
+  ASSERT_TRUE(Eventually([&] { return blocks.stats().ready_blocks == 8; }));
+  at::Tensor b = blocks.Take(2 * kRounded);  // the share is now 4 blocks of a, 2 of b
+  EXPECT_LE(blocks.stats().ready_bytes, 4 * kRounded);
+  ASSERT_TRUE(Eventually([&] { return blocks.stats().ready_blocks == 6; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(blocks.stats().ready_bytes, 8 * kRounded);
+  at::Tensor b2 = blocks.Take(2 * kRounded);
+  EXPECT_EQ(blocks.stats().served_ready, 1);
+}
+
 TEST(PrefaultedBlocksTest, OnlyTheSizesLastTakenAreKeptAndNoReserveMeansNoneReady) {
   const int64_t reserve = int64_t{2} << 20;
   PrefaultedBlocks blocks(reserve);
