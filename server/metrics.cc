@@ -139,11 +139,6 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                                "Prefix-cache entries whose memory was paged in on the "
                                "scheduler's thread (none was ready).",
                                static_cast<double>(prefaulted.served_fresh)));
-      out.push_back(OneGauge("attnserve_prefix_cache_slab_bytes",
-                             "Memory mapped for prefix-cache entries' recurrent copies: "
-                             "entries', ready and freed blocks (unmapped at the idle trim "
-                             "where none is in use).",
-                             static_cast<double>(prefaulted.slab_bytes)));
     }
     {
       const kernels::HugePageBufferPoolStats pool = kernels::HugePageBufferPool();

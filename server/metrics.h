@@ -31,7 +31,6 @@
 //   attnserve_prefix_cache_evictions_total                   counter (server/prefix_cache/)
 //   attnserve_prefix_cache_prefaulted_bytes             gauge: memory paged in for next entries
 //   attnserve_prefix_cache_unprefaulted_entries_total   counter: entries paged in on the scheduler
-//   attnserve_prefix_cache_slab_bytes                   gauge: mapped for entries' copies
 //   attnserve_kv_buffer_pool_bytes                      gauge: freed KV buffers kept for reuse
 //   attnserve_kv_buffer_pool_reuses_total               counter: buffers served from them
 //       (kernels/common/huge_page_buffer.h)

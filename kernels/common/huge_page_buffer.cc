@@ -15,15 +15,14 @@
 namespace attnserve::kernels {
 namespace {
 
-constexpr size_t kHugePage = static_cast<size_t>(kHugePageBytes);
+constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kPage = size_t{4} << 10;
 
 size_t RoundUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 
-}  // namespace
-
-void* MapHugePages(size_t bytes) {
-  // Map one huge page more, then unmap what lies before the boundary and past the end.
+// A mapping of `bytes` (a multiple of kPage) that starts on a huge-page boundary: map one huge
+// page more, then unmap what lies before the boundary and past the end.
+void* MapAligned(size_t bytes) {
   const size_t mapped = bytes + kHugePage;
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
@@ -32,17 +31,8 @@ void* MapHugePages(size_t bytes) {
   if (aligned > start) munmap(p, aligned - start);
   const uintptr_t end = start + mapped, used_end = aligned + bytes;
   if (end > used_end) munmap(reinterpret_cast<void*>(used_end), end - used_end);
-  void* data = reinterpret_cast<void*>(aligned);
-  // Advice is only advice: where the kernel has no THP this fails and the pages are ordinary.
-#ifdef MADV_HUGEPAGE
-  madvise(data, bytes, MADV_HUGEPAGE);
-#endif
-  return data;
+  return reinterpret_cast<void*>(aligned);
 }
-
-void UnmapHugePages(void* data, size_t bytes) { munmap(data, bytes); }
-
-namespace {
 
 // Freed mappings kept for reuse, oldest first, within `bound` bytes.
 struct Pool {
@@ -174,7 +164,10 @@ bool PrefaultHugePageBuffer(const std::atomic<bool>& keep_going) {
     }
   }
   if (size == 0) return false;
-  void* data = MapHugePages(size);
+  void* data = MapAligned(size);
+#ifdef MADV_HUGEPAGE
+  madvise(data, size, MADV_HUGEPAGE);
+#endif
   volatile char* c = static_cast<char*>(data);
   for (size_t i = 0; i < size && keep_going.load(std::memory_order_relaxed); i += kPage) c[i] = 0;
   {
@@ -202,9 +195,13 @@ at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& o
       if (pool.missed.size() < kMissedKept) pool.missed.push_back(needed);
     }
     mapped = needed;
+    data = MapAligned(mapped);
     // Its whole huge pages are backed by huge pages, the part past the last one by ordinary
-    // pages.
-    data = MapHugePages(mapped);
+    // pages. Advice is only advice: where the kernel has no THP this fails and the pages are
+    // ordinary.
+#ifdef MADV_HUGEPAGE
+    madvise(data, mapped, MADV_HUGEPAGE);
+#endif
   }
   return at::from_blob(
       data, sizes, [mapped = mapped](void* p) { GiveBack(p, mapped); }, options);

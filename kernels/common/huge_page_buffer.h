@@ -49,19 +49,9 @@
 
 namespace attnserve::kernels {
 
-inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
-
-// An anonymous mapping of `bytes` (a multiple of 4 KiB) that starts on a huge-page boundary,
-// advised MADV_HUGEPAGE (its whole huge pages fault in 2 MiB at a time where the kernel has them
-// to give), uninitialised; std::bad_alloc when refused. The buffers below and the prefix cache's
-// entry slabs (server/prefix_cache/block_slabs.h) are such mappings. UnmapHugePages(data, bytes)
-// unmaps it.
-void* MapHugePages(size_t bytes);
-void UnmapHugePages(void* data, size_t bytes);
-
 // Buffers at least this large (a huge page) are mapped so. A smaller one would have no whole huge
 // page, and a fresh mapping faults every page in, where the heap may hand back memory already in.
-inline constexpr int64_t kHugePageBufferMinBytes = kHugePageBytes;
+inline constexpr int64_t kHugePageBufferMinBytes = int64_t{2} << 20;
 
 at::Tensor EmptyHugePageBuffer(at::IntArrayRef sizes, const at::TensorOptions& options);
 

@@ -14,14 +14,20 @@
 #include <vector>
 
 #include "kernels/common/huge_page_buffer.h"
-#include "server/prefix_cache/block_slabs.h"
 
 namespace attnserve::server {
 namespace {
 
 constexpr size_t kPage = size_t{4} << 10;
+constexpr size_t kAlign = 64;
 
 size_t RoundUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
+
+void* Allocate(size_t bytes) {
+  void* p = nullptr;
+  if (posix_memalign(&p, kAlign, bytes) != 0) throw std::bad_alloc();
+  return p;
+}
 
 // Writes one byte of each page, so that every page is backed before the block is handed out;
 // stops early (the rest faults in when the block is written) once `idle` turns false.
@@ -46,8 +52,6 @@ struct PrefaultedBlocks::Core {
   size_t ready_bytes = 0;
   std::vector<size_t> wanted;  // sizes last taken, most recent first, at most kSizes
   int64_t served_ready = 0, served_fresh = 0;
-  BlockSlabs slabs;  // where every block comes from and goes back to
-  using Blocks = std::vector<std::pair<void*, size_t>>;  // (block, size)
 
   explicit Core(size_t reserve_bytes) : reserve(reserve_bytes), room(reserve_bytes) {}
 
@@ -67,11 +71,11 @@ struct PrefaultedBlocks::Core {
     ready_bytes += size;
   }
   // Ready blocks beyond Limit(), taken out (largest sizes first); freed by the caller outside mu.
-  Blocks OverLimit() {
-    Blocks out;
+  std::vector<void*> OverLimit() {
+    std::vector<void*> out;
     for (auto it = ready.rbegin(); it != ready.rend() && ready_bytes > Limit(); ++it) {
       while (!it->second.empty() && ready_bytes > Limit()) {
-        out.emplace_back(it->second.back(), it->first);
+        out.push_back(it->second.back());
         it->second.pop_back();
         ready_bytes -= it->first;
       }
@@ -84,12 +88,12 @@ struct PrefaultedBlocks::Core {
   // kept the whole reserve, and the next model's entries were never made ready (every mamba
   // entry paged in on the scheduler's thread after the hybrid's: 17 a prompt against 0.7).
   // Called with mu held.
-  Blocks OverShare() {
-    Blocks out;
+  std::vector<void*> OverShare() {
+    std::vector<void*> out;
     const size_t share = Share();
     for (auto& [size, blocks] : ready) {
       while (!blocks.empty() && blocks.size() * size > share) {
-        out.emplace_back(blocks.back(), size);
+        out.push_back(blocks.back());
         blocks.pop_back();
         ready_bytes -= size;
       }
@@ -98,11 +102,9 @@ struct PrefaultedBlocks::Core {
   }
 
   // Every ready block, taken out; freed by the caller outside mu. Called with mu held.
-  Blocks TakeAllReady() {
-    Blocks out;
-    for (auto& [size, blocks] : ready) {
-      for (void* p : blocks) out.emplace_back(p, size);
-    }
+  std::vector<void*> TakeAllReady() {
+    std::vector<void*> out;
+    for (auto& [size, blocks] : ready) out.insert(out.end(), blocks.begin(), blocks.end());
     ready.clear();
     ready_bytes = 0;
     return out;
@@ -116,10 +118,7 @@ struct PrefaultedBlocks::Core {
         return;
       }
     }
-    slabs.Give(p, size);
-  }
-  void GiveAll(const Blocks& blocks) {
-    for (const auto& [p, size] : blocks) slabs.Give(p, size);
+    std::free(p);
   }
 
   void Fill() {
@@ -156,7 +155,7 @@ struct PrefaultedBlocks::Core {
       lock.unlock();
       void* p = nullptr;
       try {
-        p = slabs.Take(size);
+        p = Allocate(size);
         FaultIn(p, size, idle);
       } catch (const std::bad_alloc&) {
         p = nullptr;
@@ -167,7 +166,7 @@ struct PrefaultedBlocks::Core {
       } else if (!stop && Wants(size)) {
         Keep(p, size);
       } else {
-        slabs.Give(p, size);
+        std::free(p);
       }
     }
   }
@@ -179,7 +178,7 @@ PrefaultedBlocks::PrefaultedBlocks(int64_t reserve_bytes)
 }
 
 PrefaultedBlocks::~PrefaultedBlocks() {
-  Core::Blocks drop;
+  std::vector<void*> drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->stop = true;
@@ -187,13 +186,13 @@ PrefaultedBlocks::~PrefaultedBlocks() {
   }
   core_->wake.notify_all();
   if (filler_.joinable()) filler_.join();
-  core_->GiveAll(drop);
+  for (void* p : drop) std::free(p);
 }
 
 at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
   const size_t size = RoundUp(static_cast<size_t>(std::max<int64_t>(bytes, 1)), kPage);
   void* p = nullptr;
-  Core::Blocks drop;  // ready blocks of a size no longer wanted
+  std::vector<void*> drop;  // ready blocks of a size no longer wanted
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     std::vector<size_t>& wanted = core_->wanted;
@@ -203,12 +202,12 @@ at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
     if (wanted.size() > static_cast<size_t>(kSizes)) {
       if (auto old = core_->ready.find(wanted.back()); old != core_->ready.end()) {
         core_->ready_bytes -= old->second.size() * old->first;
-        for (void* q : old->second) drop.emplace_back(q, old->first);
+        drop = std::move(old->second);
         core_->ready.erase(old);
       }
       wanted.pop_back();
     }
-    const Core::Blocks over = core_->OverShare();
+    const std::vector<void*> over = core_->OverShare();
     drop.insert(drop.end(), over.begin(), over.end());
     auto ready = core_->ready.find(size);
     if (ready != core_->ready.end() && !ready->second.empty()) {
@@ -221,8 +220,8 @@ at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
     }
   }
   core_->wake.notify_one();
-  core_->GiveAll(drop);
-  if (p == nullptr) p = core_->slabs.Take(size);
+  for (void* q : drop) std::free(q);
+  if (p == nullptr) p = Allocate(size);
   return at::from_blob(
       p, {bytes}, [core = core_, size](void* q) { core->Give(q, size); },
       at::TensorOptions().dtype(at::kByte));
@@ -238,27 +237,26 @@ void PrefaultedBlocks::SetIdle(bool idle) {
 }
 
 void PrefaultedBlocks::Release() {
-  Core::Blocks drop;
+  std::vector<void*> drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     drop = core_->TakeAllReady();
     core_->wanted.clear();
   }
-  core_->GiveAll(drop);
-  core_->slabs.ReleaseFree();
+  for (void* p : drop) std::free(p);
 }
 
 void PrefaultedBlocks::SetRoom(int64_t bytes) {
-  Core::Blocks drop;
+  std::vector<void*> drop;
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->room = static_cast<size_t>(std::max<int64_t>(bytes, 0));
     drop = core_->OverLimit();
-    const Core::Blocks over = core_->OverShare();
+    const std::vector<void*> over = core_->OverShare();
     drop.insert(drop.end(), over.begin(), over.end());
   }
   core_->wake.notify_one();
-  core_->GiveAll(drop);
+  for (void* p : drop) std::free(p);
 }
 
 PrefaultedBlocksStats PrefaultedBlocks::stats() const {
@@ -269,7 +267,6 @@ PrefaultedBlocksStats PrefaultedBlocks::stats() const {
     s.ready_blocks += static_cast<int64_t>(blocks.size());
   s.served_ready = core_->served_ready;
   s.served_fresh = core_->served_fresh;
-  s.slab_bytes = core_->slabs.mapped_bytes();
   return s;
 }
 

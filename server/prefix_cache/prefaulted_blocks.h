@@ -10,17 +10,14 @@
 // (docs/benchmarks.md, issue #24's session-17 section). Here the faults are taken by a
 // SCHED_IDLE thread, in time no other thread wants, and an entry's copy is a memcpy.
 //
-// How: blocks of a size rounded up to 4 KiB, from slabs of huge pages (block_slabs.h: a block
-// not ready is carved there, or reused from one given back, not taken from the heap). The filler
+// How: blocks are heap allocations (64-byte aligned) of a size rounded up to 4 KiB. The filler
 // thread keeps ready blocks, already written once, of the sizes last asked for (up to kSizes of
 // them: states of one model have one size), up to `reserve_bytes` in all and never more than the
 // room the cache has left (SetRoom): entries plus ready blocks stay within the cache's bound.
-// A block freed (an entry evicted) goes back to the ready ones while they are under that, else to
-// its slab, so a full cache reuses its evictions' memory. The slabs hold at most the most blocks
-// of each size ever out at once (within the cache's bound, for each block size in use) and an
-// eighth more; the idle trim unmaps those with no block out. When none is ready (the cores were
-// busy since the last prompt) a block is taken on the caller's thread: in huge pages, a
-// 4096-token prompt's 16 blocks fault in a few 2 MiB pages instead of ~650 4 KiB ones.
+// A block freed (an entry evicted) goes back to the ready ones while they are under that, so a
+// full cache reuses its evictions' memory as before. When none is ready (the cores were busy
+// since the last prompt) a block is allocated on the caller's thread: what every entry cost
+// before, no more.
 //
 // Threads: Take, SetRoom and stats from any thread; a block's tensor may be freed on any
 // thread, also after this object is gone (the state it needs is shared with the deleters).
@@ -39,7 +36,6 @@ struct PrefaultedBlocksStats {
   int64_t ready_blocks = 0;
   int64_t served_ready = 0;  // Take calls served from them
   int64_t served_fresh = 0;  // Take calls that allocated on the caller's thread
-  int64_t slab_bytes = 0;    // mapped for blocks (block_slabs.h): entries', ready and free ones
 };
 
 class PrefaultedBlocks {
@@ -55,12 +51,12 @@ class PrefaultedBlocks {
   PrefaultedBlocks& operator=(const PrefaultedBlocks&) = delete;
 
   // A contiguous, uninitialised 1-D uint8 CPU tensor of `bytes` (> 0) bytes, 64-byte aligned,
-  // which owns its block (back to the ready ones or its slab when its last reference goes).
-  // Throws std::bad_alloc when no slab can be mapped (as at::empty would when the heap refuses).
+  // which owns its block (back to the ready ones or freed when its last reference goes).
+  // Throws std::bad_alloc when the heap refuses (as at::empty would).
   at::Tensor Take(int64_t bytes);
 
   // The bytes the ready blocks may hold from now on, at most reserve_bytes (the cache's bound
-  // less its entries' bytes). Ready blocks beyond it go back to their slabs at once.
+  // less its entries' bytes). Ready blocks beyond it are freed at once.
   void SetRoom(int64_t bytes);
 
   // Whether the blocks' user has no work now (true at first). The filler works only while it is
@@ -69,9 +65,8 @@ class PrefaultedBlocks {
   // sleeps between parallel regions, and a worker woken there waits for the fault to end).
   void SetIdle(bool idle);
 
-  // Frees the ready blocks, unmaps the slabs with no block out, and forgets the sizes taken:
-  // nothing is made ready again until the next Take (the server's idle trim: an idle server
-  // holds only what it uses).
+  // Frees the ready blocks and forgets the sizes taken: nothing is made ready again until the
+  // next Take (the server's idle trim: an idle server holds only what it uses).
   void Release();
 
   PrefaultedBlocksStats stats() const;
