@@ -70,29 +70,18 @@ struct PrefaultedBlocks::Core {
     ready[size].push_back(p);
     ready_bytes += size;
   }
-  // Ready blocks beyond Limit(), taken out (largest sizes first); freed by the caller outside mu.
-  std::vector<void*> OverLimit() {
+  // Ready blocks beyond their size's share, or of a size no longer wanted, taken out; freed by
+  // the caller outside mu. Each wanted size's share is Limit() / wanted.size(), so this also
+  // keeps them all within Limit(). A size's share shrinks when another size is wanted: before,
+  // blocks made ready for one model kept the whole reserve, and the next model's entries were
+  // never made ready (every mamba entry paged in on the scheduler's thread after the hybrid's:
+  // 17 a prompt against 0.7). Called with mu held.
+  std::vector<void*> TrimReady() {
     std::vector<void*> out;
-    for (auto it = ready.rbegin(); it != ready.rend() && ready_bytes > Limit(); ++it) {
-      while (!it->second.empty() && ready_bytes > Limit()) {
-        out.push_back(it->second.back());
-        it->second.pop_back();
-        ready_bytes -= it->first;
-      }
-    }
-    return out;
-  }
-
-  // Ready blocks of a size beyond its share, taken out; freed by the caller outside mu. A size's
-  // share shrinks when another size is wanted: without this, blocks made ready for one model
-  // kept the whole reserve, and the next model's entries were never made ready (every mamba
-  // entry paged in on the scheduler's thread after the hybrid's: 17 a prompt against 0.7).
-  // Called with mu held.
-  std::vector<void*> OverShare() {
-    std::vector<void*> out;
-    const size_t share = Share();
     for (auto& [size, blocks] : ready) {
-      while (!blocks.empty() && blocks.size() * size > share) {
+      const bool is_wanted = std::find(wanted.begin(), wanted.end(), size) != wanted.end();
+      const size_t keep = is_wanted ? Share() : 0;
+      while (!blocks.empty() && blocks.size() * size > keep) {
         out.push_back(blocks.back());
         blocks.pop_back();
         ready_bytes -= size;
@@ -192,23 +181,15 @@ PrefaultedBlocks::~PrefaultedBlocks() {
 at::Tensor PrefaultedBlocks::Take(int64_t bytes) {
   const size_t size = RoundUp(static_cast<size_t>(std::max<int64_t>(bytes, 1)), kPage);
   void* p = nullptr;
-  std::vector<void*> drop;  // ready blocks of a size no longer wanted
+  std::vector<void*> drop;  // ready blocks beyond their share or of a size no longer wanted
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     std::vector<size_t>& wanted = core_->wanted;
     auto it = std::find(wanted.begin(), wanted.end(), size);
     if (it != wanted.end()) wanted.erase(it);
     wanted.insert(wanted.begin(), size);
-    if (wanted.size() > static_cast<size_t>(kSizes)) {
-      if (auto old = core_->ready.find(wanted.back()); old != core_->ready.end()) {
-        core_->ready_bytes -= old->second.size() * old->first;
-        drop = std::move(old->second);
-        core_->ready.erase(old);
-      }
-      wanted.pop_back();
-    }
-    const std::vector<void*> over = core_->OverShare();
-    drop.insert(drop.end(), over.begin(), over.end());
+    if (wanted.size() > static_cast<size_t>(kSizes)) wanted.pop_back();
+    drop = core_->TrimReady();
     auto ready = core_->ready.find(size);
     if (ready != core_->ready.end() && !ready->second.empty()) {
       p = ready->second.back();
@@ -251,9 +232,7 @@ void PrefaultedBlocks::SetRoom(int64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(core_->mu);
     core_->room = static_cast<size_t>(std::max<int64_t>(bytes, 0));
-    drop = core_->OverLimit();
-    const std::vector<void*> over = core_->OverShare();
-    drop.insert(drop.end(), over.begin(), over.end());
+    drop = core_->TrimReady();
   }
   core_->wake.notify_one();
   for (void* p : drop) std::free(p);

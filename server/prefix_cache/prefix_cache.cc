@@ -111,9 +111,13 @@ int64_t PrefixCache::UnheldBytes(const std::vector<Buffer>& buffers) const {
 }
 
 int64_t PrefixCache::EntryBytes(const model::ModelState& state) const {
-  int64_t buffers = 0;
-  for (const Buffer& b : Buffers(state)) buffers += b.bytes;
-  return std::max<int64_t>(1, buffers) + ContinuationBytes();
+  return EntryBytes(Buffers(state));
+}
+
+int64_t PrefixCache::EntryBytes(const std::vector<Buffer>& buffers) const {
+  int64_t bytes = 0;
+  for (const Buffer& b : buffers) bytes += b.bytes;
+  return std::max<int64_t>(1, bytes) + ContinuationBytes();
 }
 
 int64_t PrefixCache::ContinuationBytes() const {
@@ -174,9 +178,9 @@ void PrefixCache::Insert(const std::string& scope, const model::Model& model, co
   }
   // The copy below holds `state`'s KV buffers and copies of its other tensors (as many bytes):
   // room is made before copying, so that the copy reuses what an eviction frees.
-  const int64_t bytes = EntryBytes(state);
-  if (bytes > options_.max_bytes) return;
   const std::vector<Buffer> before = Buffers(state);
+  const int64_t bytes = EntryBytes(before);
+  if (bytes > options_.max_bytes) return;
   while (bytes_.load() + UnheldBytes(before) + ContinuationBytes() > options_.max_bytes &&
          !store_.empty()) {
     EvictOne();

@@ -178,6 +178,7 @@ class PrefixCache {
     int64_t bytes = 0;
   };
   static std::vector<Buffer> Buffers(const model::ModelState& state);
+  int64_t EntryBytes(const std::vector<Buffer>& buffers) const;  // EntryBytes(state), from these
   // What holding `buffers` would add to bytes_: those no entry holds yet.
   int64_t UnheldBytes(const std::vector<Buffer>& buffers) const;
   struct Held {
