@@ -19,8 +19,10 @@ Q8_0 GGUF), then the built-in default models (standard, linear, mamba, hybrid) a
 sessions. Prints the CPU (model, the flags the kernels choose by, the int8 products the server
 picked), the tables and the issue's targets as ratios measured in this run, and each aggregate
 as a fraction of its memory bound: the bytes of weight matrices one step reads (once for all
-the step's sessions) at the read bandwidth measured here (torch sum of 1 GiB, 2 threads);
---json writes every figure.
+the step's sessions) at the read bandwidth measured here (torch sum of 1 GiB, 2 threads), and
+of its compute bound (ours/c): the step's multiply-adds at the peak of the instruction its
+products run on, measured here by attnserve_cpu_peaks on 2 threads (every row's products are its
+own, so this bound does not grow with the sessions); --json writes every figure.
 
   /usr/bin/python3 bench/batched_decode.py --build-dir build [--json FILE]
 """
@@ -155,16 +157,49 @@ def read_bandwidth_gbs():
         return None
 
 
-def step_weight_bytes(config, precision):
-    """Bytes of weight matrices one decode step reads (tied lm_head once; norms etc. left out)."""
+def step_weight_elements(config):
+    """Elements of the weight matrices one decode step multiplies by (tied lm_head once; norms
+    etc. left out): (those in blocks of 32, dt_proj's, which stay float32 under int8)."""
     h, layers = config["hidden_size"], config["num_hidden_layers"]
     di, n = config["expand"] * h, config["state_size"]
     r = (h + 15) // 16
+    blocked = layers * (2 * di * h + (r + 2 * n) * di + h * di) + config["vocab_size"] * h
+    return blocked, layers * di * r
+
+
+def step_weight_bytes(config, precision):
+    """Bytes of weight matrices one decode step reads."""
+    blocked, dt = step_weight_elements(config)
     # Per element: int8 1 byte + a float32 scale per 32 (dt_proj, 48 wide, stays float32).
     per = {"fp32": 4.0, "bf16": 2.0, "bf16dot": 2.0, "int8": 1.0 + 4.0 / 32}[precision]
-    blocked = layers * (2 * di * h + (r + 2 * n) * di + h * di) + config["vocab_size"] * h
-    dt = layers * di * r * (4.0 if precision == "int8" else per)
-    return blocked * per + dt
+    return blocked * per + dt * (4.0 if precision == "int8" else per)
+
+
+# The instruction each precision's products run on (attnserve_cpu_peaks' names): bfloat16
+# weights with float32 activations are widened and multiplied in float32.
+PRODUCT_PEAK = {"fp32": "fp32 FMA", "bf16": "fp32 FMA", "bf16dot": "bf16 dot",
+                "int8": "int8 dot"}
+
+
+def cpu_peaks(build):
+    """attnserve_cpu_peaks' figures (GOP/s and GB/s on one thread and on 2), or None."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        try:
+            out = run([build / "bench" / "attnserve_cpu_peaks", "--threads=2", f"--json={f.name}"])
+        except (subprocess.CalledProcessError, FileNotFoundError):
+            return None
+        print(out.stdout, end="")
+        return json.loads(Path(f.name).read_text())
+
+
+def compute_bound_tok_s(config, precision, peaks):
+    """Tokens/s if every multiply-add of the step's products ran at the peak of its instruction
+    on 2 threads (the products alone: the scan, norms and sampling left out), or None."""
+    peak = (peaks or {}).get(PRODUCT_PEAK[precision])
+    if not peak:
+        return None
+    blocked, dt = step_weight_elements(config)
+    return peak["gops_all"] * 1e9 / (2 * (blocked + dt))
 
 
 def verdict(ok):
@@ -198,6 +233,8 @@ def main():
     cpu = cpu_description()
     bandwidth = read_bandwidth_gbs()
     report["cpu"], report["read_bandwidth_gbs"] = cpu, bandwidth
+    print("this CPU's peaks (attnserve_cpu_peaks):")
+    peaks = report["cpu_peaks"] = cpu_peaks(build)
     print(f"{MODEL} (random weights), prompt {args.prompt}, generate {args.generate}, 2 threads; "
           f"attnserve through gRPC on loopback, llama.cpp {'in the same run' if have_llama else 'not found'}")
     print(f"CPU: {cpu['model']}, {cpu['cores']} cores; has {' '.join(cpu['flags'])}; "
@@ -226,15 +263,19 @@ def main():
         tg128 = llama_tg128(script, gguf) if have_llama else None
         step_bytes = step_weight_bytes(MAMBA_130M_CONFIG, precision)
         bound = (lambda n: n * bandwidth * 1e9 / step_bytes) if bandwidth else (lambda n: None)
+        cbound = compute_bound_tok_s(MAMBA_130M_CONFIG, precision, peaks)
         report["precisions"][precision] = {"attnserve": ours, "llama_batched": llama,
                                            "llama_tg128": tg128, "step_weight_bytes": step_bytes,
-                                           "memory_bound_tok_s": {n: bound(n) for n in ns}}
+                                           "memory_bound_tok_s": {n: bound(n) for n in ns},
+                                           "compute_bound_tok_s": cbound}
         one = ours[ns[0]]["aggregate_tok_s"]
         print(f"\n{precision}: aggregate decode tokens/s ({GGUF_TYPE[precision].upper()} for "
-              f"llama.cpp); bound: {step_bytes / 1e6:.0f} MB of weights a step at the bandwidth")
+              f"llama.cpp); bound: {step_bytes / 1e6:.0f} MB of weights a step at the bandwidth; "
+              f"c-bound: the products at the {PRODUCT_PEAK[precision]} peak "
+              f"({cbound or float('nan'):.0f} tok/s)")
         print(f"{'sessions':>8} {'attnserve':>10} {'x 1-session':>11} {'p50 gap':>8} {'p99 gap':>8}"
               f" {'p99 all':>8} {'llama S_TG':>10} {'ratio':>6} {'bound':>8} {'ours/b':>6}"
-              f" {'llama/b':>7}")
+              f" {'llama/b':>7} {'ours/c':>6}")
         for n in ns:
             r = ours[n]
             l = llama.get(n, {}).get("S_TG")
@@ -244,7 +285,8 @@ def main():
                   f"{r['aggregate_tok_s'] / l if l else float('nan'):>5.2f}x"
                   f" {bound(n) or float('nan'):>8.0f} "
                   f"{r['aggregate_tok_s'] / bound(n) if bound(n) else float('nan'):>5.1%}"
-                  f" {l / bound(n) if l and bound(n) else float('nan'):>6.1%}")
+                  f" {l / bound(n) if l and bound(n) else float('nan'):>6.1%}"
+                  f" {r['aggregate_tok_s'] / cbound if cbound else float('nan'):>5.1%}")
         print("targets:")
         if tg128:
             want = {"fp32": 1.0, "bf16": 1.3, "bf16dot": 1.3, "int8": 1.2}[precision]
