@@ -10,6 +10,9 @@
 // Prints ms per product, GB/s of weights read and GFLOP/s, best of --repeats.
 //
 //   attnserve_linear_bench [--threads=2] [--repeats=7]
+//                          [--int8_isa=avx512-vnni|avx-vnni|avx2|scalar]
+// (--int8_isa: the int8 products on that instruction set instead of the best this CPU has, to
+// time the fallbacks other CPUs take.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -46,14 +49,29 @@ double BestMs(const std::function<void()>& fn, int repeats) {
 int main(int argc, char** argv) {
   // Before anything: the CPU's own OpenBLAS kernels (may re-execute; see blas_kernels.h).
   std::printf("%s\n", attnserve::kernels::UseTheCpusBlasKernels(argv).c_str());
+  using attnserve::kernels::Int8Isa;
   int threads = 2, repeats = 7;
+  Int8Isa isa = attnserve::kernels::Int8IsaInUse();
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
     if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::atoi(argv[i] + 10);
+    if (std::strncmp(argv[i], "--int8_isa=", 11) == 0) {
+      bool known = false;
+      for (Int8Isa candidate :
+           {Int8Isa::kAvx512Vnni, Int8Isa::kAvxVnni, Int8Isa::kAvx2, Int8Isa::kScalar}) {
+        if (std::strcmp(argv[i] + 11, attnserve::kernels::Int8IsaName(candidate)) != 0) continue;
+        known = true;
+        isa = candidate;
+      }
+      if (!known || !attnserve::kernels::Int8IsaSupported(isa)) {
+        std::fprintf(stderr, "--int8_isa: %s is not an instruction set this CPU runs\n",
+                     argv[i] + 11);
+        return 2;
+      }
+    }
   }
   at::set_num_threads(threads);
-  std::printf("int8 products: %s\n",
-              attnserve::kernels::Int8IsaName(attnserve::kernels::Int8IsaInUse()));
+  std::printf("int8 products: %s\n", attnserve::kernels::Int8IsaName(isa));
   std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix",
               "rows", "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s",
               "GFLOP/s", "int8 ms", "GB/s", "GOP/s");
@@ -96,7 +114,7 @@ int main(int argc, char** argv) {
           [&] {
             attnserve::kernels::Int8Gemm(w_int8.data_ptr<uint8_t>(), w_scales.data_ptr<float>(),
                                          out, in, x.data_ptr<float>(), in, rows,
-                                         y.data_ptr<float>());
+                                         y.data_ptr<float>(), isa);
           },
           repeats);
       const double flop = 2.0 * out * in * rows, bytes = 4.0 * out * in;

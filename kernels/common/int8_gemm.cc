@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/common/int8_gemm_internal.h"
 #include "kernels/common/skinny_tiles.h"
 #include "kernels/common/vector_math.h"
 
@@ -14,7 +15,6 @@
 #include <immintrin.h>
 #define ATTNSERVE_INT8_X86 1
 #define ATTNSERVE_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
-#define ATTNSERVE_AVX2_TARGET __attribute__((target("avx2,fma")))
 #else
 #define ATTNSERVE_INT8_X86 0
 #endif
@@ -22,6 +22,11 @@
 namespace attnserve::kernels {
 namespace {
 
+using int8_detail::Avx2Rows;
+using int8_detail::AvxVnniRows;
+using int8_detail::GroupBlocks;
+using int8_detail::Groups;
+using int8_detail::QuantizedX;
 using skinny::NextTilePrefetch;
 using skinny::PassPrefetch;
 
@@ -49,19 +54,6 @@ void PackRow(const int8_t* q, int64_t in, uint8_t bias, T* packed) {
     packed[index] = static_cast<T>(static_cast<uint8_t>(q[k]) ^ bias);
   });
 }
-
-// One row of X as the products read it: q (in) int8 in the packed order, d (in / kInt8Block)
-// scales, and c (in / kInt8Block) = -128 · Σ q over each block: vpdpbusd multiplies the
-// biased weight bytes q_w + 128, and c + Σ (q_w + 128) q_x = Σ q_w q_x exactly.
-struct QuantizedX {
-  std::vector<int8_t> q;
-  std::vector<float> d;
-  std::vector<int32_t> c;
-  int64_t in = 0;
-  const int8_t* q_row(int64_t r) const { return q.data() + r * in; }
-  const float* d_row(int64_t r) const { return d.data() + r * (in / kInt8Block); }
-  const int32_t* c_row(int64_t r) const { return c.data() + r * (in / kInt8Block); }
-};
 
 // amax / 127 and round(v / d) clamped to [-127, 127] (never -128: the AVX2 path negates), the
 // same plain float arithmetic in every build of this file.
@@ -218,12 +210,6 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
   return qx;
 }
 
-// Blocks of the group that starts at block 16 g of nb.
-inline int GroupBlocks(int64_t g, int64_t nb) {
-  return static_cast<int>(std::min(kInt8GroupBlocks, nb - g * kInt8GroupBlocks));
-}
-inline int64_t Groups(int64_t nb) { return (nb + kInt8GroupBlocks - 1) / kInt8GroupBlocks; }
-
 // The definition itself, one (weight row, X row) pair at a time.
 void ScalarRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
                 const QuantizedX& x, int64_t rows, float* y, int64_t out) {
@@ -259,66 +245,6 @@ void ScalarRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, i
 }
 
 #if ATTNSERVE_INT8_X86
-
-// Lanes 0-7 and lanes 8-15 of a group as 256-bit halves: per step, |q_x| times q_w with q_x's
-// sign (vpmaddubsw: pairs of products, at most 2·127² < 2¹⁵), pairs summed into int32 groups
-// of 4 (vpmaddwd), and those summed over the block's 8 steps: the block sums vpdpbusd forms.
-ATTNSERVE_AVX2_TARGET
-void Avx2Rows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
-              const QuantizedX& x, int64_t rows, float* y, int64_t out) {
-  const int64_t nb = in / kInt8Block;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t j = begin; j < end; ++j) {
-    const uint8_t* wq = w + j * in;
-    const float* wd = ws + j * nb;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int8_t* xq = x.q_row(r);
-      const float* xd = x.d_row(r);
-      __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-      for (int64_t g = 0; g < Groups(nb); ++g) {
-        const int gb = GroupBlocks(g, nb);
-        const int64_t base = g * kInt8GroupBlocks * kInt8Block;
-        __m256i p[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        for (int64_t m = 0; m < kInt8Block / 4; ++m) {
-          // A short group's step (4 gb bytes) zero-padded: zero x bytes give zero products.
-          alignas(32) uint8_t wbuf[64], xbuf[64];
-          const uint8_t* wp = wq + base + m * 4 * gb;
-          const uint8_t* xp = reinterpret_cast<const uint8_t*>(xq) + base + m * 4 * gb;
-          if (gb < kInt8GroupBlocks) {
-            std::memset(wbuf, 0, sizeof(wbuf));
-            std::memset(xbuf, 0, sizeof(xbuf));
-            std::memcpy(wbuf, wp, 4 * gb);
-            std::memcpy(xbuf, xp, 4 * gb);
-            wp = wbuf;
-            xp = xbuf;
-          }
-          for (int h = 0; h < 2; ++h) {
-            const __m256i wv = _mm256_xor_si256(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + 32 * h)), bias);
-            const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + 32 * h));
-            const __m256i pairs =
-                _mm256_maddubs_epi16(_mm256_sign_epi8(xv, xv), _mm256_sign_epi8(wv, xv));
-            p[h] = _mm256_add_epi32(p[h], _mm256_madd_epi16(pairs, ones));
-          }
-        }
-        for (int h = 0; h < 2; ++h) {
-          alignas(32) float wsc[8] = {}, xsc[8] = {};
-          for (int l = 0; l < 8 && 8 * h + l < gb; ++l) {
-            wsc[l] = wd[g * kInt8GroupBlocks + 8 * h + l];
-            xsc[l] = xd[g * kInt8GroupBlocks + 8 * h + l];
-          }
-          const __m256 s = _mm256_mul_ps(_mm256_load_ps(wsc), _mm256_load_ps(xsc));
-          acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[h]), s, acc[h]);
-        }
-      }
-      float lanes[16];
-      _mm256_storeu_ps(lanes, acc[0]);
-      _mm256_storeu_ps(lanes + 8, acc[1]);
-      y[r * out + j] = vec::Sum(vec::Load(lanes));
-    }
-  }
-}
 
 // acc += vpdpbusd(w unsigned, x signed), in place: with the intrinsic GCC 12 copied each
 // accumulator to another register and back around every vpdpbusd of a tile (two moves per
@@ -481,6 +407,7 @@ void VnniRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int
 Int8Isa Resolve(Int8Isa isa) {
   if (isa != Int8Isa::kAuto) return isa;
   if (Int8IsaSupported(Int8Isa::kAvx512Vnni)) return Int8Isa::kAvx512Vnni;
+  if (Int8IsaSupported(Int8Isa::kAvxVnni)) return Int8Isa::kAvxVnni;
   if (Int8IsaSupported(Int8Isa::kAvx2)) return Int8Isa::kAvx2;
   return Int8Isa::kScalar;
 }
@@ -496,6 +423,9 @@ bool Int8IsaSupported(Int8Isa isa) {
     case Int8Isa::kAvx512Vnni:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vnni");
+    case Int8Isa::kAvxVnni:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("avxvnni");
     case Int8Isa::kAvx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
@@ -517,6 +447,8 @@ const char* Int8IsaName(Int8Isa isa) {
       return "auto";
     case Int8Isa::kAvx512Vnni:
       return "avx512-vnni";
+    case Int8Isa::kAvxVnni:
+      return "avx-vnni";
     case Int8Isa::kAvx2:
       return "avx2";
     case Int8Isa::kScalar:
@@ -587,6 +519,9 @@ void Int8Gemm(const uint8_t* packed, const float* scales, int64_t out, int64_t i
 #if ATTNSERVE_INT8_X86
                             case Int8Isa::kAvx512Vnni:
                               VnniRows(packed, scales, begin, end, in, qx, rows, y, out);
+                              return;
+                            case Int8Isa::kAvxVnni:
+                              AvxVnniRows(packed, scales, begin, end, in, qx, rows, y, out);
                               return;
                             case Int8Isa::kAvx2:
                               Avx2Rows(packed, scales, begin, end, in, qx, rows, y, out);

@@ -26,8 +26,10 @@
 // unsigned byte, as vpdpbusd multiplies unsigned by signed bytes; X's row carries -128 Σ q_x
 // per block to cancel the bias exactly). X is packed the same way on every call.
 //
-// The product runs on AVX512-VNNI (vpdpbusd) where the CPU reports it, else AVX2 (vpmaddubsw),
-// else scalar code; all three give bit-identical results (checked in tests/unit). Shapes in
+// The product runs on the best the CPU reports: AVX512-VNNI (vpdpbusd on 512-bit vectors), else
+// AVX-VNNI (vpdpbusd on 256 bits: Intel's client cores and E-core Xeons have it without
+// AVX-512), else AVX2 (vpmaddubsw), else scalar code; all four give bit-identical results
+// (checked in tests/unit). Shapes in
 // elements; X rows with stride x_stride; Y (rows, out) contiguous; output rows are split across
 // ATen's intra-op threads.
 #pragma once
@@ -41,7 +43,7 @@ inline constexpr int64_t kInt8Block = 32;
 inline constexpr int64_t kInt8GroupBlocks = 16;
 
 // The instruction set of the integer products; kAuto: the best the CPU has.
-enum class Int8Isa { kAuto, kAvx512Vnni, kAvx2, kScalar };
+enum class Int8Isa { kAuto, kAvx512Vnni, kAvxVnni, kAvx2, kScalar };
 
 // Whether this CPU (and this build) runs `isa`; kAuto and kScalar always.
 bool Int8IsaSupported(Int8Isa isa);

@@ -84,7 +84,7 @@ at::Tensor DequantizeBlocksDouble(const at::Tensor& v) {
 
 std::vector<Int8Isa> SupportedIsas() {
   std::vector<Int8Isa> isas;
-  for (Int8Isa isa : {Int8Isa::kAvx512Vnni, Int8Isa::kAvx2, Int8Isa::kScalar}) {
+  for (Int8Isa isa : {Int8Isa::kAvx512Vnni, Int8Isa::kAvxVnni, Int8Isa::kAvx2, Int8Isa::kScalar}) {
     if (Int8IsaSupported(isa)) isas.push_back(isa);
   }
   return isas;

@@ -1,0 +1,18 @@
+// The int8 products on AVX2's vpmaddubsw and vpmaddwd: int8_gemm_ymm.inc, compiled for that
+// instruction set alone.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common/int8_gemm_internal.h"
+#include "kernels/common/skinny_tiles.h"
+#include "kernels/common/vector_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define ATTNSERVE_YMM_TARGET __attribute__((target("avx2,fma")))
+#define ATTNSERVE_YMM_VNNI 0
+#define ATTNSERVE_YMM_ROWS Avx2Rows
+#include "kernels/common/int8_gemm_ymm.inc"
+
+#endif

@@ -1,0 +1,18 @@
+// The int8 products on AVX-VNNI's vpdpbusd on 256-bit vectors: int8_gemm_ymm.inc, compiled for that
+// instruction set alone.
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/common/int8_gemm_internal.h"
+#include "kernels/common/skinny_tiles.h"
+#include "kernels/common/vector_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define ATTNSERVE_YMM_TARGET __attribute__((target("avx2,fma,avxvnni")))
+#define ATTNSERVE_YMM_VNNI 1
+#define ATTNSERVE_YMM_ROWS AvxVnniRows
+#include "kernels/common/int8_gemm_ymm.inc"
+
+#endif
