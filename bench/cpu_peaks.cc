@@ -59,74 +59,35 @@ double SumLanes(const Vector (&acc)[kAccumulators]) {
   return s;
 }
 
-__attribute__((target("avx512f"))) double Fma512(int64_t iterations) {
-  __m512 acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-4f);
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+// Name(iterations): kAccumulators vectors, each advanced `iterations` times by Step (an
+// expression of acc[i], so that each step waits for the last: nothing is hoisted or folded).
+#define ATTNSERVE_PEAK_LOOP(Name, Target, Vector, Zero, Step)                         \
+  __attribute__((target(Target))) double Name(int64_t iterations) {                   \
+    Vector acc[kAccumulators];                                                        \
+    for (int i = 0; i < kAccumulators; ++i) acc[i] = Zero;                            \
+    for (int64_t it = 0; it < iterations; ++it) {                                     \
+      _Pragma("GCC unroll 12") for (int i = 0; i < kAccumulators; ++i) acc[i] = Step; \
+    }                                                                                 \
+    return SumLanes(acc);                                                             \
   }
-  return SumLanes(acc);
-}
 
-__attribute__((target("avx2,fma"))) double Fma256(int64_t iterations) {
-  __m256 acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
-  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-4f);
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  return SumLanes(acc);
-}
-
-__attribute__((target("avx512f,avx512bf16"))) double Bf16Dot512(int64_t iterations) {
-  __m512 acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_setzero_ps();
-  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3000);
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  }
-  return SumLanes(acc);
-}
-
-__attribute__((target("avx512f,avx512vnni"))) double Vnni512(int64_t iterations) {
-  __m512i acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_setzero_si512();
-  const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-  }
-  return SumLanes(acc);
-}
-
-__attribute__((target("avx2,avxvnni"))) double AvxVnni256(int64_t iterations) {
-  __m256i acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_setzero_si256();
-  const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2);
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_dpbusd_avx_epi32(acc[i], a, b);
-  }
-  return SumLanes(acc);
-}
-
-// int8_gemm.h's AVX2 step: 32 byte products summed in pairs to int16, in fours to int32.
-__attribute__((target("avx2"))) double Avx2Int8(int64_t iterations) {
-  __m256i acc[kAccumulators];
-  for (int i = 0; i < kAccumulators; ++i) acc[i] = _mm256_setzero_si256();
-  const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2), ones = _mm256_set1_epi16(1);
-  for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kAccumulators; ++i) {
-      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones));
-    }
-  }
-  return SumLanes(acc);
-}
+ATTNSERVE_PEAK_LOOP(Fma512, "avx512f", __m512, _mm512_setzero_ps(),
+                    _mm512_fmadd_ps(acc[i], _mm512_set1_ps(0.999f), _mm512_set1_ps(1e-4f)))
+ATTNSERVE_PEAK_LOOP(Fma256, "avx2,fma", __m256, _mm256_setzero_ps(),
+                    _mm256_fmadd_ps(acc[i], _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-4f)))
+ATTNSERVE_PEAK_LOOP(Bf16Dot512, "avx512f,avx512bf16", __m512, _mm512_setzero_ps(),
+                    _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_set1_epi16(0x3f80),
+                                     (__m512bh)_mm512_set1_epi16(0x3000)))
+ATTNSERVE_PEAK_LOOP(Vnni512, "avx512f,avx512vnni", __m512i, _mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(acc[i], _mm512_set1_epi8(1), _mm512_set1_epi8(2)))
+ATTNSERVE_PEAK_LOOP(AvxVnni256, "avx2,avxvnni", __m256i, _mm256_setzero_si256(),
+                    _mm256_dpbusd_avx_epi32(acc[i], _mm256_set1_epi8(1), _mm256_set1_epi8(2)))
+// int8_gemm.h's AVX2 step: 32 byte products summed in pairs to int16, in fours to int32 (the
+// accumulator's bytes as one operand, so that the products are not hoisted).
+ATTNSERVE_PEAK_LOOP(
+    Avx2Int8, "avx2", __m256i, _mm256_setzero_si256(),
+    _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), acc[i]),
+                                               _mm256_set1_epi16(1))))
 #endif  // ATTNSERVE_PEAKS_X86
 
 std::vector<Peak> PeaksThisCpuHas() {
