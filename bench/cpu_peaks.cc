@@ -171,6 +171,11 @@ double ReadGBs(const std::vector<float>& buffer, int threads) {
   return best;
 }
 
+constexpr char kUsage[] =
+    "usage: attnserve_cpu_peaks [--threads=2] [--seconds=0.2] [--read_mib=1024] [--json=FILE]\n"
+    "  This CPU's float32 FMA, bf16 and int8 dot-product peaks (GOP/s) and read bandwidth (GB/s),\n"
+    "  on one thread and on --threads at once; --json writes them for bench/batched_decode.py.\n";
+
 bool Flag(const char* arg, const char* name, std::string* value) {
   const size_t n = std::strlen(name);
   if (std::strncmp(arg, name, n) != 0 || arg[n] != '=') return false;
@@ -194,9 +199,11 @@ int main(int argc, char** argv) {
       read_mib = std::atoll(value.c_str());
     } else if (Flag(argv[i], "--json", &value)) {
       json = value;
+    } else if (std::strcmp(argv[i], "--help") == 0) {
+      std::printf("%s", kUsage);
+      return 0;
     } else {
-      std::fprintf(stderr, "usage: %s [--threads=2] [--seconds=0.2] [--read_mib=1024] [--json=F]\n",
-                   argv[0]);
+      std::fprintf(stderr, "unknown flag %s\n%s", argv[i], kUsage);
       return 2;
     }
   }

@@ -108,77 +108,111 @@ void QuantizeFittedBlock(const float* v, int64_t n, int8_t* q, float* d_out) {
   RefitScale(v, n, q, d_out);
 }
 
-// QuantizeFittedBlock for kInt8Block (32) elements as two vectors: the same bits. amax ignores NaNs
-// as std::max does; round() is trunc() plus a carry for fractions of at least one half
-// (the fraction s - trunc(s) is exact for |s| < 2^23); a NaN product quantizes to 0.
-ATTNSERVE_MULTIVERSION
-void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
+// The amax of one block of kInt8Block (32) floats, ignoring NaNs as std::max does.
+ATTNSERVE_VEC_INLINE float BlockAmax(const float* p) {
+  using vec::Float16;
+  const Float16 lo = vec::Load(p), hi = vec::Load(p + vec::kLanes);
+  const Float16 alo = lo < 0 ? -lo : lo, ahi = hi < 0 ? -hi : hi;
+  Float16 m = alo < ahi ? ahi : alo;
+  // std::max(amax, |v|) in order: a NaN never wins, and max is exact, so any order agrees.
+  m = m == m ? m : (alo == alo ? alo : (ahi == ahi ? ahi : Float16{}));
+  // Then the lanes' max in a tree (max is exact, so any order agrees; -0 lanes end as +0 as
+  // std::max(0, -0) gives).
+  vec::Float8 m8 = __builtin_shufflevector(m, m, 0, 1, 2, 3, 4, 5, 6, 7);
+  const vec::Float8 m8b = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15);
+  m8 = m8 < m8b ? m8b : m8;
+  vec::Float4 m4 = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
+  const vec::Float4 m4b = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
+  m4 = m4 < m4b ? m4b : m4;
+  return std::max(0.0f, std::max(std::max(m4[0], m4[1]), std::max(m4[2], m4[3])));
+}
+
+// One block's q = round(v · id) clamped to [-127, 127] (a NaN product to 0), and RefitScale's
+// two sums: vq = Σ v q in float64 in its tree, qq = Σ q² (exact).
+ATTNSERVE_VEC_INLINE void QuantizeBlockWith(const float* p, float id, int8_t* q, double* vq,
+                                            int32_t* qq) {
   using vec::Float16;
   using vec::Int16;
-  static_assert(kInt8Block == 2 * vec::kLanes, "two vectors a block");
   typedef double Double8 __attribute__((vector_size(8 * sizeof(double))));
   typedef int8_t Byte8 __attribute__((vector_size(8)));
   typedef int8_t Byte16 __attribute__((vector_size(16)));
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* p = v + b * kInt8Block;
-    const Float16 lo = vec::Load(p), hi = vec::Load(p + vec::kLanes);
-    const Float16 alo = lo < 0 ? -lo : lo, ahi = hi < 0 ? -hi : hi;
-    Float16 m = alo < ahi ? ahi : alo;
-    // std::max(amax, |v|) in order: a NaN never wins, and max is exact, so any order agrees.
-    m = m == m ? m : (alo == alo ? alo : (ahi == ahi ? ahi : Float16{}));
-    // Then the lanes' max in a tree (max is exact, so any order agrees; -0 lanes end as +0 as
-    // std::max(0, -0) gives).
-    vec::Float8 m8 = __builtin_shufflevector(m, m, 0, 1, 2, 3, 4, 5, 6, 7);
-    const vec::Float8 m8b = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15);
-    m8 = m8 < m8b ? m8b : m8;
-    vec::Float4 m4 = __builtin_shufflevector(m8, m8, 0, 1, 2, 3);
-    const vec::Float4 m4b = __builtin_shufflevector(m8, m8, 4, 5, 6, 7);
-    m4 = m4 < m4b ? m4b : m4;
-    const float amax = std::max(0.0f, std::max(std::max(m4[0], m4[1]), std::max(m4[2], m4[3])));
-    const float d = amax / 127.0f;
-    const float id = d > 0 ? 1.0f / d : 0.0f;
-    Int16 squares{};
-    for (int h = 0; h < 2; ++h) {
-      Float16 s = (h ? hi : lo) * id;
-      // Beyond ±128 (an infinite 1/d) the clamp below gives ±127 as round() then the clamp do.
-      s = s > 128.0f ? Float16{} + 128.0f : s;
-      s = s < -128.0f ? Float16{} - 128.0f : s;
-      const Float16 safe = s == s ? s : Float16{};
-      Int16 i = __builtin_convertvector(safe, Int16);
-      const Float16 frac = safe - __builtin_convertvector(i, Float16);
-      i += frac >= 0.5f ? Int16{} + 1 : Int16{};
-      i -= frac <= -0.5f ? Int16{} + 1 : Int16{};
-      i = i > 127 ? Int16{} + 127 : i;
-      i = i < -127 ? Int16{} - 127 : i;
-      const Byte16 bytes = __builtin_convertvector(i, Byte16);  // exact: |i| <= 127
-      std::memcpy(q + b * kInt8Block + h * vec::kLanes, &bytes, sizeof bytes);
-      squares += i * i;
+  Int16 squares{};
+  for (int h = 0; h < 2; ++h) {
+    Float16 s = vec::Load(p + h * vec::kLanes) * id;
+    // Beyond ±128 (an infinite 1/d) the clamp below gives ±127 as round() then the clamp do.
+    s = s > 128.0f ? Float16{} + 128.0f : s;
+    s = s < -128.0f ? Float16{} - 128.0f : s;
+    const Float16 safe = s == s ? s : Float16{};
+    Int16 i = __builtin_convertvector(safe, Int16);
+    const Float16 frac = safe - __builtin_convertvector(i, Float16);
+    i += frac >= 0.5f ? Int16{} + 1 : Int16{};
+    i -= frac <= -0.5f ? Int16{} + 1 : Int16{};
+    i = i > 127 ? Int16{} + 127 : i;
+    i = i < -127 ? Int16{} - 127 : i;
+    const Byte16 bytes = __builtin_convertvector(i, Byte16);  // exact: |i| <= 127
+    std::memcpy(q + h * vec::kLanes, &bytes, sizeof bytes);
+    squares += i * i;
+  }
+  // RefitScale's sums as vectors: the same exact float64 products and the same tree of
+  // additions (i + 16, i + 8, then i + 4, i + 2, i + 1), so the same bits.
+  Double8 t[4];
+  for (int j = 0; j < 4; ++j) {
+    vec::Float8 f;
+    Byte8 qj;
+    std::memcpy(&f, p + 8 * j, sizeof f);
+    std::memcpy(&qj, q + 8 * j, sizeof qj);
+    t[j] = __builtin_convertvector(f, Double8) * __builtin_convertvector(qj, Double8);
+  }
+  t[0] += t[2];
+  t[1] += t[3];
+  t[0] += t[1];
+  double a[8];
+  std::memcpy(a, &t[0], sizeof a);
+  for (int h = 4; h >= 1; h /= 2) {
+    for (int k = 0; k < h; ++k) a[k] += a[k + h];
+  }
+  *vq = a[0];
+  int32_t sum = 0;
+  for (int l = 0; l < vec::kLanes; ++l) sum += squares[l];
+  *qq = sum;
+}
+
+// QuantizeFittedBlock for blocks of kInt8Block (32) elements as vector code: the same bits.
+// round() is trunc() plus a carry for fractions of at least one half (the fraction s - trunc(s)
+// is exact for |s| < 2^23). Sixteen blocks at a time, so that their scales' divisions (amax /
+// 127, 1 / d, the refit's Σ v q / Σ q²) are three vector divisions, not 48 scalar ones in each
+// block's chain of dependent steps: IEEE division gives the same bits either way.
+ATTNSERVE_MULTIVERSION
+void QuantizeBlocks32(const float* v, int64_t blocks, int8_t* q, float* d_out) {
+  using vec::Float16;
+  static_assert(kInt8Block == 2 * vec::kLanes, "two vectors a block");
+  typedef double Double8 __attribute__((vector_size(8 * sizeof(double))));
+  typedef int64_t Long8 __attribute__((vector_size(8 * sizeof(int64_t))));
+  for (int64_t b0 = 0; b0 < blocks; b0 += vec::kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(vec::kLanes, blocks - b0));
+    Float16 amax{};
+    for (int i = 0; i < n; ++i) amax[i] = BlockAmax(v + (b0 + i) * kInt8Block);
+    const Float16 d = amax / 127.0f;
+    const Float16 id = d > 0 ? 1.0f / d : Float16{};
+    alignas(64) double vq[vec::kLanes] = {};
+    alignas(64) int32_t qq[vec::kLanes] = {};
+    for (int i = 0; i < n; ++i) {
+      QuantizeBlockWith(v + (b0 + i) * kInt8Block, id[i], q + (b0 + i) * kInt8Block, &vq[i],
+                        &qq[i]);
     }
-    d_out[b] = d;
-    // RefitScale as vectors: the same exact float64 products and the same tree of additions
-    // (i + 16, i + 8, then i + 4, i + 2, i + 1), so the same bits; Σ q² is an exact integer.
-    const int8_t* qb = q + b * kInt8Block;
-    Double8 t[4];
-    for (int j = 0; j < 4; ++j) {
-      vec::Float8 f;
-      Byte8 qj;
-      std::memcpy(&f, p + 8 * j, sizeof f);
-      std::memcpy(&qj, qb + 8 * j, sizeof qj);
-      t[j] = __builtin_convertvector(f, Double8) * __builtin_convertvector(qj, Double8);
-    }
-    t[0] += t[2];
-    t[1] += t[3];
-    t[0] += t[1];
-    double a[8];
-    std::memcpy(a, &t[0], sizeof a);
-    for (int h = 4; h >= 1; h /= 2) {
-      for (int k = 0; k < h; ++k) a[k] += a[k + h];
-    }
-    int32_t qq = 0;
-    for (int l = 0; l < vec::kLanes; ++l) qq += squares[l];
-    if (qq > 0) {
-      const float fit = static_cast<float>(a[0] / qq);
-      if (std::isfinite(fit) && fit > 0) d_out[b] = fit;
+    // RefitScale: fit = Σ v q / Σ q², kept where Σ q² > 0 and fit is finite and positive.
+    for (int half = 0; half < 2 && 8 * half < n; ++half) {
+      Double8 num, den;
+      Long8 wide;
+      std::memcpy(&num, vq + 8 * half, sizeof num);
+      for (int k = 0; k < 8; ++k) wide[k] = qq[8 * half + k];
+      den = __builtin_convertvector(wide, Double8);
+      const Double8 safe_den = wide > 0 ? den : Double8{} + 1.0;
+      const vec::Float8 fit = __builtin_convertvector(num / safe_den, vec::Float8);
+      for (int k = 0; k < 8 && 8 * half + k < n; ++k) {
+        const int i = 8 * half + k;
+        d_out[b0 + i] = qq[i] > 0 && std::isfinite(fit[k]) && fit[k] > 0 ? fit[k] : d[i];
+      }
     }
   }
 }

@@ -177,7 +177,8 @@ TEST(Int8GemmTest, WeightScalesFitTheirIntegersInLeastSquares) {
 TEST(Int8GemmTest, ActivationsQuantizeToTheDefinitionsBits) {
   std::mt19937 gen(9);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  const int64_t blocks = 64;
+  // Four whole sets of 16 blocks (the vector code's unit) and a ragged 7.
+  const int64_t blocks = 71;
   std::vector<float> v(blocks * kInt8Block);
   for (int64_t b = 0; b < blocks; ++b) {
     float* p = v.data() + b * kInt8Block;
