@@ -53,6 +53,14 @@ int main(int argc, char** argv) {
   int threads = 2, repeats = 7;
   Int8Isa isa = attnserve::kernels::Int8IsaInUse();
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0) {
+      std::printf(
+          "usage: attnserve_linear_bench [--threads=2] [--repeats=7]\n"
+          "         [--int8_isa=avx512-vnni|avx-vnni|avx2|scalar]\n"
+          "  y = x W^T on mamba-130m's and the default models' matrices for decode-batch row\n"
+          "  counts: the skinny float32 and bf16 kernels, OpenBLAS, and the int8 products.\n");
+      return 0;
+    }
     if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
     if (std::strncmp(argv[i], "--repeats=", 10) == 0) repeats = std::atoi(argv[i] + 10);
     if (std::strncmp(argv[i], "--int8_isa=", 11) == 0) {

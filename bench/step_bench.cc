@@ -35,6 +35,15 @@ int main(int argc, char** argv) {
   model::ModelOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--help") {
+      std::printf(
+          "usage: attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20]\n"
+          "         [--threads=2] [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8]\n"
+          "         [--parts=auto|1,2]\n"
+          "  Model::StepBatch of B sessions in process (no gRPC, no scheduler): ms a step and\n"
+          "  tokens/s for each batch size and part count.\n");
+      return 0;
+    }
     if (arg.rfind("--repository=", 0) == 0) repository = arg.substr(13);
     if (arg.rfind("--batches=", 0) == 0) batches = arg.substr(10);
     if (arg.rfind("--models=", 0) == 0) models = "," + arg.substr(9) + ",";
