@@ -47,19 +47,13 @@ inline void ForEachPacked(int64_t in, Visit&& visit) {
   }
 }
 
-// A natural-order row of q into its packed order, each byte xor `bias` (0x80: q + 128).
-template <typename T>
-void PackRow(const int8_t* q, int64_t in, uint8_t bias, T* packed) {
-  ForEachPacked(in, [&](int64_t k, int64_t index) {
-    packed[index] = static_cast<T>(static_cast<uint8_t>(q[k]) ^ bias);
-  });
-}
-
-// PackRow without a bias, as 32-bit words: the packed order moves whole 4-byte steps of a block
-// (Int8PackedIndex), so a group is an 8 x gb transpose of words. X's rows are packed on every
-// product (a byte at a time, the packing and the blocks' sums took ~11% of the samples of a
-// product whose time was X's quantization).
-void PackRowWords(const int8_t* q, int64_t in, int8_t* packed) {
+// A natural-order row of q into its packed order, each byte xor `bias` (0x80: q + 128; 0 for
+// X). The packed order moves whole 4-byte steps of a block (ForEachPacked), so a group is an
+// 8 x gb transpose of 32-bit words. X's rows are packed on every product (a byte at a time, the
+// packing and the blocks' sums took ~11% of the samples of a product whose time was X's
+// quantization).
+void PackRow(const int8_t* q, int64_t in, uint8_t bias, void* packed_row) {
+  auto* packed = static_cast<uint8_t*>(packed_row);
   const int64_t nb = in / kInt8Block, words_per_block = kInt8Block / 4;
   for (int64_t g = 0; g * kInt8GroupBlocks < nb; ++g) {
     const int64_t gb = std::min(kInt8GroupBlocks, nb - g * kInt8GroupBlocks);
@@ -69,6 +63,9 @@ void PackRowWords(const int8_t* q, int64_t in, int8_t* packed) {
         std::memcpy(packed + base + (m * gb + l) * 4, q + base + (l * words_per_block + m) * 4, 4);
       }
     }
+  }
+  if (bias != 0) {
+    for (int64_t k = 0; k < in; ++k) packed[k] ^= bias;
   }
 }
 
@@ -255,7 +252,7 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
     std::vector<int8_t> natural(in);
     for (int64_t r = begin; r < end; ++r) {
       QuantizeBlocksInt8(x + r * x_stride, blocks, natural.data(), &qx.d[r * blocks]);
-      PackRowWords(natural.data(), in, qx.q.data() + r * in);
+      PackRow(natural.data(), in, 0, qx.q.data() + r * in);
       int32_t* c = qx.c.data() + r * blocks;
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t sum = 0;
