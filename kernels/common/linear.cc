@@ -10,6 +10,7 @@
 
 #include "kernels/common/bf16_dot_gemm.h"
 #include "kernels/common/int8_gemm.h"
+#include "kernels/common/panel_gemm.h"
 #include "kernels/common/skinny_gemm.h"
 
 namespace attnserve::kernels {
@@ -90,6 +91,12 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
     }
     bf16_ = values.to(at::kBFloat16).contiguous();
     weight_ = at::Tensor();  // the sgemm rows widen bf16_ (exactly: its values are bfloat16)
+    if (format == WeightFormat::kBfloat16) {  // exact products: every row through the panels
+      bf16_panels_ = at::empty({Bf16PanelWords(out_, in_)}, bf16_.options().dtype(at::kInt));
+      PackBf16Panels(reinterpret_cast<const uint16_t*>(bf16_.data_ptr()), out_, in_,
+                     reinterpret_cast<uint32_t*>(bf16_panels_.data_ptr()));
+      bf16_ = at::Tensor();
+    }
   }
 }
 
@@ -99,6 +106,10 @@ void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
       DequantizeWeightInt8(int8_.data_ptr<uint8_t>() + (first + begin) * in_,
                            int8_scales_.data_ptr<float>() + (first + begin) * (in_ / kInt8Block),
                            end - begin, in_, out + begin * in_);
+      return;
+    }
+    if (bf16_panels_.defined()) {
+      UnpackBf16PanelRows(Panels(), out_, in_, first + begin, end - begin, out + begin * in_);
       return;
     }
     for (int64_t r = begin; r < end; ++r) {
@@ -139,12 +150,25 @@ at::Tensor LinearWeight::Float32Weight() const {
 at::Tensor LinearWeight::Rows(const at::Tensor& ids) const {
   TORCH_CHECK(!int8_.defined(), "LinearWeight::Rows: an int8 matrix has no exact rows");
   if (weight_.defined()) return at::embedding(weight_, ids);
+  if (bf16_panels_.defined()) {
+    const at::Tensor flat = ids.to(at::kLong).contiguous().view(-1);
+    std::vector<int64_t> sizes = ids.sizes().vec();
+    sizes.push_back(in_);
+    at::Tensor rows = at::empty(sizes, at::kFloat);
+    const int64_t* id = flat.data_ptr<int64_t>();
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      TORCH_CHECK(id[i] >= 0 && id[i] < out_, "LinearWeight::Rows: index ", id[i],
+                  " out of range for ", out_, " rows");
+      UnpackBf16PanelRows(Panels(), out_, in_, id[i], 1, rows.data_ptr<float>() + i * in_);
+    }
+    return rows;
+  }
   return at::embedding(bf16_, ids).to(at::kFloat);
 }
 
 int64_t LinearWeight::Bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&weight_, &bf16_, &int8_, &int8_scales_}) {
+  for (const at::Tensor* t : {&weight_, &bf16_, &bf16_panels_, &int8_, &int8_scales_}) {
     if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
   }
   return bytes;
@@ -152,6 +176,9 @@ int64_t LinearWeight::Bytes() const {
 
 at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
   if (!device_.is_cpu()) return at::linear(x, weight_);
+  if (bf16_panels_.defined() && x.scalar_type() == at::kFloat && x.size(-1) == in_) {
+    return DotRowTiles(x);  // every row count: the panels are the fastest for all
+  }
   if (const int64_t rows = SkinnyRows(x); rows > 0) {
     return SkinnyProduct(x, rows, out_, in_, weight_, bf16_, bf16_dot_, int8_, int8_scales_);
   }
@@ -174,6 +201,8 @@ at::Tensor LinearWeight::DotRowTiles(const at::Tensor& x) const {
     if (int8_.defined()) {
       Int8Gemm(int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>(), out_, in_, xs, in_, n,
                ys);
+    } else if (bf16_panels_.defined()) {
+      PanelGemmBf16(Panels(), out_, in_, xs, in_, n, ys);
     } else {
       SkinnyGemmBf16Dot(reinterpret_cast<const uint16_t*>(bf16_.data_ptr()), out_, in_, xs, in_, n,
                         ys);

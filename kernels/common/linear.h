@@ -77,9 +77,12 @@ class LinearWeight {
   // Rows of a prefill chunk in one Int8Gemm or SkinnyGemmBf16Dot call (kSkinnyGemmMaxRows: a
   // call's X rows stay in L2 while W streams past them).
   static constexpr int64_t kDotRowTile = 64;
-  // y = x Wᵀ for any number of rows through the int8 or bf16-dot skinny kernels (whichever W
+  // y = x Wᵀ for any number of rows through the int8, bf16-dot or panel kernels (whichever W
   // has), kDotRowTile rows at a time: each row's bits are those of the decode step's.
   at::Tensor DotRowTiles(const at::Tensor& x) const;
+  const uint32_t* Panels() const {
+    return reinterpret_cast<const uint32_t*>(bf16_panels_.data_ptr());
+  }
   // Output rows [first, first + rows) of W as float32 into `out` (rows, in), from bf16_ or int8_.
   void Widen(int64_t first, int64_t rows, float* out) const;
   // y = x Wᵀ on sgemm for a W kept in bfloat16 or int8, widened a block of rows at a time.
@@ -88,7 +91,8 @@ class LinearWeight {
   int64_t out_ = 0, in_ = 0;
   at::Device device_ = at::kCPU;
   at::Tensor weight_;       // (out, in) float32, or undefined when bf16_ or int8_ holds W
-  at::Tensor bf16_;         // (out, in) bfloat16, or undefined
+  at::Tensor bf16_;         // (out, in) bfloat16 (kBfloat16Dot), or undefined
+  at::Tensor bf16_panels_;  // kBfloat16: panel_gemm.h's words (int32), or undefined
   bool bf16_dot_ = false;   // kBfloat16Dot: bf16_ multiplies bfloat16-rounded activations
   at::Tensor int8_;         // (out, in) uint8: int8_gemm.h's packed, biased rows; or undefined
   at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_

@@ -1,0 +1,185 @@
+#include "kernels/common/panel_gemm.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/common/skinny_tiles.h"
+#include "kernels/common/vector_math.h"
+
+namespace attnserve::kernels {
+namespace {
+
+using vec::Float16;
+using vec::kLanes;
+
+static_assert(kPanelOutputs == 2 * kLanes, "a panel's outputs are two vectors");
+
+// Rows of X a panel meets at once: 6 x 2 float32 sums and 4 widened weight vectors fit
+// AVX-512's 32 registers; AVX2's 16 hold 2 rows' (a 16-lane vector is two there).
+constexpr int kMaxBlockRows = 6;
+
+int BlockRows() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const int rows = __builtin_cpu_supports("avx512f") ? kMaxBlockRows : 2;
+  return rows;
+#else
+  return 2;
+#endif
+}
+
+int64_t Pairs(int64_t in) { return (in + 1) / 2; }
+
+float Widen(uint32_t bits16) {
+  const uint32_t wide = bits16 << 16;
+  float out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+// R rows of X against one panel: y[r][0 .. valid) = the header's sums. x[r] and y[r] point at
+// row r's first column and at its first output of this panel. The even and the odd columns'
+// sums are separate accumulators (4 a row), so that one row's chains of dependent FMAs are
+// short enough for 2 rows to keep both FMA units busy.
+template <int R>
+ATTNSERVE_VEC_INLINE void PanelRows(const uint32_t* panel, int64_t in, const float* const* x,
+                                    float* const* y, int valid) {
+  Float16 even[R][2] = {}, odd[R][2] = {};
+  const int64_t full = in / 2;
+  const uint32_t* p = panel;
+  for (int64_t c = 0; c < full; ++c, p += kPanelOutputs) {
+    Float16 e0, o0, e1, o1;
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p), &e0, &o0);
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p + kLanes), &e1, &o1);
+    for (int r = 0; r < R; ++r) {
+      const Float16 xe = vec::Broadcast(x[r][2 * c]), xo = vec::Broadcast(x[r][2 * c + 1]);
+      even[r][0] = even[r][0] + e0 * xe;
+      even[r][1] = even[r][1] + e1 * xe;
+      odd[r][0] = odd[r][0] + o0 * xo;
+      odd[r][1] = odd[r][1] + o1 * xo;
+    }
+  }
+  if (in % 2 != 0) {  // the last column; the pair's other half is padding
+    Float16 e0, o0, e1, o1;
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p), &e0, &o0);
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p + kLanes), &e1, &o1);
+    for (int r = 0; r < R; ++r) {
+      const Float16 xe = vec::Broadcast(x[r][in - 1]);
+      even[r][0] = even[r][0] + e0 * xe;
+      even[r][1] = even[r][1] + e1 * xe;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const Float16 lo = even[r][0] + odd[r][0], hi = even[r][1] + odd[r][1];
+    if (valid == kPanelOutputs) {
+      vec::Store(y[r], lo);
+      vec::Store(y[r] + kLanes, hi);
+    } else {
+      float sums[kPanelOutputs];
+      vec::Store(sums, lo);
+      vec::Store(sums + kLanes, hi);
+      std::memcpy(y[r], sums, valid * sizeof(float));
+    }
+  }
+}
+
+// Panels [first, last) against every row of X, at most `block` rows at a time (in blocks of
+// near-equal sizes: 8 rows as 4 + 4, not 6 + 2): one task.
+ATTNSERVE_MULTIVERSION
+void PanelRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
+                const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
+  const int64_t panel_words = Pairs(in) * kPanelOutputs;
+  for (int64_t q = first; q < last; ++q) {
+    const uint32_t* panel = panels + q * panel_words;
+    const int valid = static_cast<int>(std::min<int64_t>(kPanelOutputs, out - q * kPanelOutputs));
+    const int64_t blocks = (rows + block - 1) / block;
+    for (int64_t b = 0, l = 0; b < blocks; ++b) {
+      const int n = static_cast<int>((rows - l) / (blocks - b));
+      const float* xp[kMaxBlockRows] = {};
+      float* yp[kMaxBlockRows] = {};
+      for (int r = 0; r < n; ++r) {
+        xp[r] = x + (l + r) * x_stride;
+        yp[r] = y + (l + r) * out + q * kPanelOutputs;
+      }
+      switch (n) {
+        case 1:
+          PanelRows<1>(panel, in, xp, yp, valid);
+          break;
+        case 2:
+          PanelRows<2>(panel, in, xp, yp, valid);
+          break;
+        case 3:
+          PanelRows<3>(panel, in, xp, yp, valid);
+          break;
+        case 4:
+          PanelRows<4>(panel, in, xp, yp, valid);
+          break;
+        case 5:
+          PanelRows<5>(panel, in, xp, yp, valid);
+          break;
+        case 6:
+          PanelRows<6>(panel, in, xp, yp, valid);
+          break;
+      }
+      l += n;
+    }
+  }
+}
+
+}  // namespace
+
+int64_t Bf16PanelWords(int64_t out, int64_t in) {
+  return (out + kPanelOutputs - 1) / kPanelOutputs * kPanelOutputs * Pairs(in);
+}
+
+void PackBf16Panels(const uint16_t* w, int64_t out, int64_t in, uint32_t* panels) {
+  const int64_t pairs = Pairs(in), count = (out + kPanelOutputs - 1) / kPanelOutputs;
+  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      uint32_t* panel = panels + q * pairs * kPanelOutputs;
+      for (int64_t p = 0; p < pairs; ++p) {
+        for (int64_t o = 0; o < kPanelOutputs; ++o) {
+          const int64_t row = q * kPanelOutputs + o;
+          uint32_t word = 0;
+          if (row < out) {
+            const uint16_t* src = w + row * in + 2 * p;
+            word = src[0] | (2 * p + 1 < in ? static_cast<uint32_t>(src[1]) << 16 : 0u);
+          }
+          panel[p * kPanelOutputs + o] = word;
+        }
+      }
+    }
+  });
+}
+
+void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_t first,
+                         int64_t count, float* dst) {
+  (void)out;
+  const int64_t pairs = Pairs(in);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t row = first + i;
+    const uint32_t* words =
+        panels + row / kPanelOutputs * pairs * kPanelOutputs + row % kPanelOutputs;
+    float* d = dst + i * in;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint32_t word = words[p * kPanelOutputs];
+      d[2 * p] = Widen(word & 0xFFFFu);
+      if (2 * p + 1 < in) d[2 * p + 1] = Widen(word >> 16);
+    }
+  }
+}
+
+void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,
+                   int64_t x_stride, int64_t rows, float* y) {
+  const int64_t count = (out + kPanelOutputs - 1) / kPanelOutputs;
+  // At least ~64 Ki multiply-adds a task, as the skinny kernels (skinny::GrainTiles).
+  const int64_t grain =
+      (skinny::GrainTiles(in, rows) * skinny::kTileW + kPanelOutputs - 1) / kPanelOutputs;
+  const int block = BlockRows();
+  skinny::ParallelTiles(count, grain, [&](int64_t begin, int64_t end) {
+    PanelRange(panels, begin, end, out, in, x, x_stride, rows, y, block);
+  });
+}
+
+}  // namespace attnserve::kernels
