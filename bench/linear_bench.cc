@@ -1,8 +1,8 @@
 // attnserve_linear_bench: y = x Wᵀ for the decode-batch row counts, on mamba-130m's largest
 // matrix (the tied lm_head, 50280 x 768), its in_proj (3072 x 768) and the default models'
 // projections (256 x 256, 1024 x 256), three ways in one run:
-//   skinny f32 / skinny bf16  kernels/common/skinny_gemm.h (float32 weights: steps up to 64 rows,
-//                             sequences up to 32; bf16 with bfloat16 activations' odd widths)
+//   skinny f32                kernels/common/skinny_gemm.h (float32 weights: steps up to 64 rows,
+//                             sequences up to 32)
 //   panel bf16                kernels/common/panel_gemm.h (--weight_precision=bf16: any rows)
 //   openblas                  at::mv for one row, at::linear (sgemm) for more: the baseline
 //   int8                      kernels/common/int8_gemm.h (--weight_precision=int8: the int8
@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
           "usage: attnserve_linear_bench [--threads=2] [--repeats=7]\n"
           "         [--int8_isa=avx512-vnni|avx-vnni|avx2|scalar]\n"
           "  y = x W^T on mamba-130m's and the default models' matrices for decode-batch row\n"
-          "  counts: the skinny float32 and bf16 kernels, the bf16 panels, OpenBLAS, and the int8\n"
-          "  products.\n");
+          "  counts: the skinny float32 kernel, the bf16 panels, OpenBLAS, and the int8 "
+          "products.\n");
       return 0;
     }
     if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
@@ -92,10 +92,9 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   std::printf("int8 products: %s\n", attnserve::kernels::Int8IsaName(isa));
-  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n",
-              "matrix", "rows", "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s",
-              "panel ms", "GB/s", "GFLOP/s", "blas ms", "GB/s", "GFLOP/s", "int8 ms", "GB/s",
-              "GOP/s");
+  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix",
+              "rows", "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s",
+              "GFLOP/s", "int8 ms", "GB/s", "GOP/s");
   for (auto [name, out, in] : {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
                                {"in_proj", 3072, 768},
                                {"256x256", 256, 256},
@@ -117,13 +116,6 @@ int main(int argc, char** argv) {
           },
           repeats);
       const double bf16 = BestMs(
-          [&] {
-            attnserve::kernels::SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()),
-                                               out, in, x.data_ptr<float>(), in, rows,
-                                               y.data_ptr<float>());
-          },
-          repeats);
-      const double panel = BestMs(
           [&] {
             attnserve::kernels::PanelGemmBf16(
                 reinterpret_cast<const uint32_t*>(w_panels.data_ptr()), out, in,
@@ -153,7 +145,6 @@ int main(int argc, char** argv) {
       std::printf("%-8s %5lld", name, static_cast<long long>(rows));
       row(f32, bytes);
       row(bf16, bytes / 2);
-      row(panel, bytes / 2);
       row(blas, bytes);
       row(int8, bytes / 4 * (1 + 4.0 / attnserve::kernels::kInt8Block));
       std::printf("\n");
@@ -162,14 +153,13 @@ int main(int argc, char** argv) {
   // A decode step's layers: 24 distinct in_proj (3072 x 768) and out_proj (768 x 1536)
   // matrices, one after another, each cold (226 MB in all in fp32): the streaming of
   // mid-sized matrices, parallel-region overhead included.
-  std::printf("\n%-18s %5s | %9s %7s | %9s %7s | %9s %7s\n", "24 layers", "rows", "f32 ms", "GB/s",
-              "bf16 ms", "GB/s", "panel ms", "GB/s");
-  std::vector<at::Tensor> f32s, bf16s, panels;
+  std::printf("\n%-18s %5s | %9s %7s | %9s %7s\n", "24 layers", "rows", "f32 ms", "GB/s", "bf16 ms",
+              "GB/s");
+  std::vector<at::Tensor> f32s, panels;
   for (int l = 0; l < 24; ++l) {
     for (auto [out, in] : {std::pair<int64_t, int64_t>{3072, 768}, {768, 1536}}) {
       f32s.push_back(at::randn({out, in}));
-      bf16s.push_back(f32s.back().to(at::kBFloat16).contiguous());
-      panels.push_back(PackPanels(bf16s.back()));
+      panels.push_back(PackPanels(f32s.back().to(at::kBFloat16).contiguous()));
     }
   }
   double bytes = 0;
@@ -177,29 +167,23 @@ int main(int argc, char** argv) {
   for (int64_t rows : {1, 16}) {
     const at::Tensor x = at::randn({rows, 1536});
     at::Tensor y = at::empty({rows, 3072});
-    auto pass = [&](int kind) {  // 0: f32, 1: bf16, 2: panel bf16
+    auto pass = [&](bool bf16) {
       for (size_t i = 0; i < f32s.size(); ++i) {
         const int64_t out = f32s[i].size(0), in = f32s[i].size(1);
-        if (kind == 2) {
+        if (bf16) {
           attnserve::kernels::PanelGemmBf16(reinterpret_cast<const uint32_t*>(panels[i].data_ptr()),
                                             out, in, x.data_ptr<float>(), 1536, rows,
                                             y.data_ptr<float>());
-        } else if (kind == 1) {
-          attnserve::kernels::SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(bf16s[i].data_ptr()),
-                                             out, in, x.data_ptr<float>(), 1536, rows,
-                                             y.data_ptr<float>());
         } else {
           attnserve::kernels::SkinnyGemmF32(f32s[i].data_ptr<float>(), out, in, x.data_ptr<float>(),
                                             1536, rows, y.data_ptr<float>());
         }
       }
     };
-    const double f32 = BestMs([&] { pass(0); }, repeats);
-    const double bf16 = BestMs([&] { pass(1); }, repeats);
-    const double panel = BestMs([&] { pass(2); }, repeats);
-    std::printf("%-18s %5lld | %9.3f %7.1f | %9.3f %7.1f | %9.3f %7.1f\n", "in_proj+out_proj",
-                static_cast<long long>(rows), f32, bytes / f32 / 1e6, bf16, bytes / 2 / bf16 / 1e6,
-                panel, bytes / 2 / panel / 1e6);
+    const double f32 = BestMs([&] { pass(false); }, repeats);
+    const double bf16 = BestMs([&] { pass(true); }, repeats);
+    std::printf("%-18s %5lld | %9.3f %7.1f | %9.3f %7.1f\n", "in_proj+out_proj",
+                static_cast<long long>(rows), f32, bytes / f32 / 1e6, bf16, bytes / 2 / bf16 / 1e6);
   }
   return 0;
 }

@@ -34,11 +34,10 @@ std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
 }
 
 // y = x Wᵀ (W (out, in)) through the skinny kernels: `int8` and its scales when there are, else
-// `bf16` when there is a copy (`bf16_dot`: multiplied by bfloat16-rounded x where `in` is even),
-// else the float32 `weight`.
+// the float32 `weight`.
 at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, int64_t out, int64_t in,
-                         const at::Tensor& weight, const at::Tensor& bf16, bool bf16_dot = false,
-                         const at::Tensor& int8 = {}, const at::Tensor& int8_scales = {}) {
+                         const at::Tensor& weight, const at::Tensor& int8 = {},
+                         const at::Tensor& int8_scales = {}) {
   TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
               in);
   at::Tensor x2 = x.reshape({rows, in});
@@ -47,22 +46,12 @@ at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, int64_t out, int64_t
   if (int8.defined()) {
     Int8Gemm(int8.data_ptr<uint8_t>(), int8_scales.data_ptr<float>(), out, in, x2.data_ptr<float>(),
              x2.stride(0), rows, y.data_ptr<float>());
-  } else if (bf16.defined() && bf16_dot && in % 2 == 0) {
-    SkinnyGemmBf16Dot(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
-                      x2.data_ptr<float>(), x2.stride(0), rows, y.data_ptr<float>());
-  } else if (bf16.defined()) {
-    SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(bf16.data_ptr()), out, in,
-                   x2.data_ptr<float>(), x2.stride(0), rows, y.data_ptr<float>());
   } else {
     SkinnyGemmF32(weight.data_ptr<float>(), out, in, x2.data_ptr<float>(), x2.stride(0), rows,
                   y.data_ptr<float>());
   }
   return y.view(OutputSizes(x, out));
 }
-
-// Float32 elements of W widened per block of WidenedProduct: in cache, and enough rows that each
-// block's sgemm runs near its full speed.
-constexpr int64_t kWidenedBlockElements = int64_t{1} << 20;
 
 }  // namespace
 
@@ -89,14 +78,11 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
                          values);
       bf16_dot_ = true;
     }
-    bf16_ = values.to(at::kBFloat16).contiguous();
-    weight_ = at::Tensor();  // the sgemm rows widen bf16_ (exactly: its values are bfloat16)
-    if (format == WeightFormat::kBfloat16) {  // exact products: every row through the panels
-      bf16_panels_ = at::empty({Bf16PanelWords(out_, in_)}, bf16_.options().dtype(at::kInt));
-      PackBf16Panels(reinterpret_cast<const uint16_t*>(bf16_.data_ptr()), out_, in_,
-                     reinterpret_cast<uint32_t*>(bf16_panels_.data_ptr()));
-      bf16_ = at::Tensor();
-    }
+    const at::Tensor bits = values.to(at::kBFloat16).contiguous();
+    bf16_panels_ = at::empty({Bf16PanelWords(out_, in_)}, bits.options().dtype(at::kInt));
+    PackBf16Panels(reinterpret_cast<const uint16_t*>(bits.data_ptr()), out_, in_,
+                   reinterpret_cast<uint32_t*>(bf16_panels_.data_ptr()));
+    weight_ = at::Tensor();  // every row count multiplies the panels
   }
 }
 
@@ -108,36 +94,8 @@ void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
                            end - begin, in_, out + begin * in_);
       return;
     }
-    if (bf16_panels_.defined()) {
-      UnpackBf16PanelRows(Panels(), out_, in_, first + begin, end - begin, out + begin * in_);
-      return;
-    }
-    for (int64_t r = begin; r < end; ++r) {
-      float* dst = out + r * in_;
-      const uint16_t* b = reinterpret_cast<const uint16_t*>(bf16_.data_ptr()) + (first + r) * in_;
-      for (int64_t c = 0; c < in_; ++c) {
-        const uint32_t bits = static_cast<uint32_t>(b[c]) << 16;
-        std::memcpy(dst + c, &bits, sizeof(float));
-      }
-    }
+    UnpackBf16PanelRows(Panels(), out_, in_, first + begin, end - begin, out + begin * in_);
   });
-}
-
-at::Tensor LinearWeight::WidenedProduct(const at::Tensor& x) const {
-  TORCH_CHECK(x.size(-1) == in_, "linear: input has ", x.size(-1), " features, the weight expects ",
-              in_);
-  const at::Tensor x2 = x.reshape({-1, in_});
-  const int64_t block = std::min(out_, std::max<int64_t>(16, kWidenedBlockElements / in_));
-  at::Tensor y = at::empty({x2.size(0), out_}, x.options());
-  at::Tensor scratch = at::empty({block, in_}, x.options());
-  for (int64_t first = 0; first < out_; first += block) {
-    const int64_t rows = std::min(block, out_ - first);
-    at::Tensor w = scratch.narrow(0, 0, rows);
-    Widen(first, rows, w.data_ptr<float>());
-    at::Tensor slice = y.narrow(1, first, rows);  // row stride out_: sgemm writes it in place
-    at::mm_out(slice, x2, w.t());
-  }
-  return y.view(OutputSizes(x, out_));
 }
 
 at::Tensor LinearWeight::Float32Weight() const {
@@ -163,12 +121,12 @@ at::Tensor LinearWeight::Rows(const at::Tensor& ids) const {
     }
     return rows;
   }
-  return at::embedding(bf16_, ids).to(at::kFloat);
+  TORCH_CHECK(false, "LinearWeight::Rows: no matrix");
 }
 
 int64_t LinearWeight::Bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&weight_, &bf16_, &bf16_panels_, &int8_, &int8_scales_}) {
+  for (const at::Tensor* t : {&weight_, &bf16_panels_, &int8_, &int8_scales_}) {
     if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
   }
   return bytes;
@@ -176,21 +134,20 @@ int64_t LinearWeight::Bytes() const {
 
 at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
   if (!device_.is_cpu()) return at::linear(x, weight_);
-  if (bf16_panels_.defined() && x.scalar_type() == at::kFloat && x.size(-1) == in_) {
-    return DotRowTiles(x);  // every row count: the panels are the fastest for all
-  }
-  if (const int64_t rows = SkinnyRows(x); rows > 0) {
-    return SkinnyProduct(x, rows, out_, in_, weight_, bf16_, bf16_dot_, int8_, int8_scales_);
-  }
-  if ((int8_.defined() || (bf16_dot_ && bf16_.defined() && in_ % 2 == 0)) &&
-      x.scalar_type() == at::kFloat && x.size(-1) == in_) {
-    return DotRowTiles(x);
+  if (const int64_t rows = SkinnyRows(x); rows > 0 && !bf16_panels_.defined()) {
+    return SkinnyProduct(x, rows, out_, in_, weight_, int8_, int8_scales_);
   }
   if (weight_.defined()) return at::linear(x, weight_);
-  return WidenedProduct(x);
+  // int8 or bfloat16 panels: every row count through their own kernels.
+  return DotRowTiles(x);
 }
 
 at::Tensor LinearWeight::DotRowTiles(const at::Tensor& x) const {
+  TORCH_CHECK(x.is_cpu() && x.scalar_type() == at::kFloat,
+              "linear: a bfloat16 or int8 weight multiplies float32 CPU inputs, not ",
+              x.scalar_type());
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) == in_, "linear: input has ",
+              x.dim() >= 1 ? x.size(-1) : 0, " features, the weight expects ", in_);
   const at::Tensor x2 = x.reshape({-1, in_}).contiguous();
   const int64_t rows = x2.size(0);
   at::Tensor y = at::empty({rows, out_}, x.options());
@@ -201,11 +158,10 @@ at::Tensor LinearWeight::DotRowTiles(const at::Tensor& x) const {
     if (int8_.defined()) {
       Int8Gemm(int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>(), out_, in_, xs, in_, n,
                ys);
-    } else if (bf16_panels_.defined()) {
-      PanelGemmBf16(Panels(), out_, in_, xs, in_, n, ys);
+    } else if (bf16_dot_) {
+      Bf16DotGemm(Panels(), out_, in_, xs, in_, n, ys);
     } else {
-      SkinnyGemmBf16Dot(reinterpret_cast<const uint16_t*>(bf16_.data_ptr()), out_, in_, xs, in_, n,
-                        ys);
+      PanelGemmBf16(Panels(), out_, in_, xs, in_, n, ys);
     }
   }
   return y.view(OutputSizes(x, out_));
@@ -217,7 +173,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
               ? SkinnyRows(x)
               : 0;
       rows > 0) {
-    return SkinnyProduct(x, rows, weight.size(0), weight.size(1), weight, at::Tensor());
+    return SkinnyProduct(x, rows, weight.size(0), weight.size(1), weight);
   }
   return at::linear(x, weight);
 }

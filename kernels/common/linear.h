@@ -1,39 +1,37 @@
 // y = x Wᵀ (no bias) for x (..., in) and W (out, in), as the mixers and the model apply their
 // weight matrices.
 //
-// Up to kSkinnyGemmMaxRows rows of a step (x (B, in) or (B, 1, in): one row per session of
-// the batch), and up to kSkinnyGemmMaxSequenceRows of a sequence (x (..., L, in), L > 1: a
-// prefill chunk, where sgemm is faster beyond that), go to the skinny kernels (skinny_gemm.h),
-// which stream W once without packing it, reading the bfloat16 copy when there is one
-// (LinearWeight(w, /*bf16_copy=*/true), for weights whose values are bfloat16-exact: the server's
-// --weight_precision=bf16 rounds them at load): half the bytes. A row's result there does not
-// depend on the other rows (bit-identical alone or in a batch). More rows (prefill) go to
-// at::linear (OpenBLAS sgemm) on the float32 W, which holds the same values: the paths differ only
-// in summation order.
+// WeightFormat::kFloat32: up to kSkinnyGemmMaxRows rows of a step (x (B, in) or (B, 1, in): one
+// row per session of the batch), and up to kSkinnyGemmMaxSequenceRows of a sequence (x (..., L,
+// in), L > 1: a prefill chunk, where sgemm is faster beyond that), go to the skinny kernels
+// (skinny_gemm.h), which stream W once without packing it. A row's result there does not depend
+// on the other rows (bit-identical alone or in a batch). More rows (prefill) go to at::linear
+// (OpenBLAS sgemm): the paths differ only in summation order.
 //
-// WeightFormat::kBfloat16Dot (--weight_precision=bf16 --activation_precision=bf16): the skinny rows
-// also round x to bfloat16 and multiply through bf16_dot_gemm.h (vdpbf16ps where the CPU has
+// WeightFormat::kBfloat16 (--weight_precision=bf16, whose values the server rounds to bfloat16
+// at load): W is kept only as bfloat16 in panels of 32 output rows (panel_gemm.h), half the bytes,
+// and every row count multiplies them through one FMA kernel, X's values broadcast, 64 rows at a
+// time (DotRowTiles): every row, prefilled or stepped, has the bits a step would give it. On
+// mamba-130m they beat the row-major skinny kernels at 1-64 rows and sgemm on the widened
+// weights by 2-3x at 256 (docs/benchmarks.md, session 21).
+//
+// WeightFormat::kBfloat16Dot (--weight_precision=bf16 --activation_precision=bf16): the same
+// panels, against x rounded to bfloat16, through bf16_dot_gemm.h (vdpbf16ps where the CPU has
 // it, llama.cpp's BF16 arithmetic): half the instructions of widening the weights, at the cost of
-// the activations' rounding. Its bfloat16 copy has no denormals (flushed to zero, as the
-// instruction reads them). A W whose `in` is odd keeps kBfloat16's exact products. Prefill
-// chunks go through the same products, 64 rows at a time (DotRowTiles), not sgemm: twice the
-// FMA peak's work per instruction (pp512 on mamba-130m 682 -> 1191 tok/s, docs/benchmarks.md,
-// session 18), and every row has the bits a step would give it.
+// the activations' rounding. The panels have no denormals (flushed to zero, as the instruction
+// reads them). Prefill chunks as kBfloat16's.
 //
 // WeightFormat::kInt8 (--weight_precision=int8): W is quantized at construction to int8 with a
-// float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity); the skinny rows go to
+// float32 scale per block of 32 (int8_gemm.h, llama.cpp's Q8_0 granularity); every row goes to
 // Int8Gemm, which quantizes each row of x per block of 32 too and multiplies in integers
-// (AVX512-VNNI, else AVX2, else scalar: the same bits), batch-invariant like the float kernels.
-// Prefill chunks too, 64 rows at a time (DotRowTiles: vpdpbusd does four times the FMA's
-// multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md, session 18),
-// so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in` is
-// not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
+// (AVX512-VNNI, else AVX-VNNI, else AVX2, else scalar: the same bits), batch-invariant like the
+// float kernels; prefill chunks 64 rows at a time (DotRowTiles: vpdpbusd does four times the
+// FMA's multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md, session
+// 18), so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in`
+// is not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
 //
-// Memory: a LinearWeight keeps one matrix, in its format: float32, bfloat16 (half the bytes) or
-// int8 with its scales (a little over a quarter). The sgemm rows of a kBfloat16 W widen it
-// to float32 a block of 4 MB of output rows at a time and multiply each block by sgemm straight
-// into the output's columns: the same values as a float32 copy of W would give, without keeping
-// one.
+// Memory: a LinearWeight keeps one matrix, in its format: float32, bfloat16 panels (half the
+// bytes, the last panel padded to 32 rows) or int8 with its scales (a little over a quarter).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -74,8 +72,8 @@ class LinearWeight {
   at::Tensor operator()(const at::Tensor& x) const;
 
  private:
-  // Rows of a prefill chunk in one Int8Gemm or SkinnyGemmBf16Dot call (kSkinnyGemmMaxRows: a
-  // call's X rows stay in L2 while W streams past them).
+  // Rows of a prefill chunk in one Int8Gemm, PanelGemmBf16 or Bf16DotGemm call (kSkinnyGemmMaxRows:
+  // a call's X rows stay in L2 while W streams past them).
   static constexpr int64_t kDotRowTile = 64;
   // y = x Wᵀ for any number of rows through the int8, bf16-dot or panel kernels (whichever W
   // has), kDotRowTile rows at a time: each row's bits are those of the decode step's.
@@ -85,15 +83,12 @@ class LinearWeight {
   }
   // Output rows [first, first + rows) of W as float32 into `out` (rows, in), from bf16_ or int8_.
   void Widen(int64_t first, int64_t rows, float* out) const;
-  // y = x Wᵀ on sgemm for a W kept in bfloat16 or int8, widened a block of rows at a time.
-  at::Tensor WidenedProduct(const at::Tensor& x) const;
 
   int64_t out_ = 0, in_ = 0;
   at::Device device_ = at::kCPU;
   at::Tensor weight_;       // (out, in) float32, or undefined when bf16_ or int8_ holds W
-  at::Tensor bf16_;         // (out, in) bfloat16 (kBfloat16Dot), or undefined
-  at::Tensor bf16_panels_;  // kBfloat16: panel_gemm.h's words (int32), or undefined
-  bool bf16_dot_ = false;   // kBfloat16Dot: bf16_ multiplies bfloat16-rounded activations
+  at::Tensor bf16_panels_;  // kBfloat16(Dot): panel_gemm.h's words (int32), or undefined
+  bool bf16_dot_ = false;   // kBfloat16Dot: the panels multiply bfloat16-rounded activations
   at::Tensor int8_;         // (out, in) uint8: int8_gemm.h's packed, biased rows; or undefined
   at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_
 };

@@ -8,6 +8,14 @@
 #include "kernels/common/skinny_tiles.h"
 #include "kernels/common/vector_math.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTNSERVE_PANEL_BF16_X86 1
+#define ATTNSERVE_PANEL_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
+#else
+#define ATTNSERVE_PANEL_BF16_X86 0
+#endif
+
 namespace attnserve::kernels {
 namespace {
 
@@ -36,6 +44,23 @@ float Widen(uint32_t bits16) {
   float out;
   std::memcpy(&out, &wide, sizeof(out));
   return out;
+}
+
+// Stores R rows' two vectors of sums (lo: outputs 0-15, hi: 16-31) at y[r], `valid` of them.
+template <int R>
+ATTNSERVE_VEC_INLINE void StoreRows(const Float16 (&lo)[R], const Float16 (&hi)[R], float* const* y,
+                                    int valid) {
+  for (int r = 0; r < R; ++r) {
+    if (valid == kPanelOutputs) {
+      vec::Store(y[r], lo[r]);
+      vec::Store(y[r] + kLanes, hi[r]);
+    } else {
+      float sums[kPanelOutputs];
+      vec::Store(sums, lo[r]);
+      vec::Store(sums + kLanes, hi[r]);
+      std::memcpy(y[r], sums, valid * sizeof(float));
+    }
+  }
 }
 
 // R rows of X against one panel: y[r][0 .. valid) = the header's sums. x[r] and y[r] point at
@@ -70,61 +95,128 @@ ATTNSERVE_VEC_INLINE void PanelRows(const uint32_t* panel, int64_t in, const flo
       even[r][1] = even[r][1] + e1 * xe;
     }
   }
+  Float16 lo[R], hi[R];
   for (int r = 0; r < R; ++r) {
-    const Float16 lo = even[r][0] + odd[r][0], hi = even[r][1] + odd[r][1];
-    if (valid == kPanelOutputs) {
-      vec::Store(y[r], lo);
-      vec::Store(y[r] + kLanes, hi);
-    } else {
-      float sums[kPanelOutputs];
-      vec::Store(sums, lo);
-      vec::Store(sums + kLanes, hi);
-      std::memcpy(y[r], sums, valid * sizeof(float));
-    }
+    lo[r] = even[r][0] + odd[r][0];
+    hi[r] = even[r][1] + odd[r][1];
   }
+  StoreRows<R>(lo, hi, y, valid);
 }
 
-// Panels [first, last) against every row of X, at most `block` rows at a time (in blocks of
-// near-equal sizes: 8 rows as 4 + 4, not 6 + 2): one task.
-ATTNSERVE_MULTIVERSION
-void PanelRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
-                const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
-  const int64_t panel_words = Pairs(in) * kPanelOutputs;
-  for (int64_t q = first; q < last; ++q) {
-    const uint32_t* panel = panels + q * panel_words;
-    const int valid = static_cast<int>(std::min<int64_t>(kPanelOutputs, out - q * kPanelOutputs));
-    const int64_t blocks = (rows + block - 1) / block;
-    for (int64_t b = 0, l = 0; b < blocks; ++b) {
-      const int n = static_cast<int>((rows - l) / (blocks - b));
-      const float* xp[kMaxBlockRows] = {};
-      float* yp[kMaxBlockRows] = {};
-      for (int r = 0; r < n; ++r) {
-        xp[r] = x + (l + r) * x_stride;
-        yp[r] = y + (l + r) * out + q * kPanelOutputs;
-      }
-      switch (n) {
-        case 1:
-          PanelRows<1>(panel, in, xp, yp, valid);
-          break;
-        case 2:
-          PanelRows<2>(panel, in, xp, yp, valid);
-          break;
-        case 3:
-          PanelRows<3>(panel, in, xp, yp, valid);
-          break;
-        case 4:
-          PanelRows<4>(panel, in, xp, yp, valid);
-          break;
-        case 5:
-          PanelRows<5>(panel, in, xp, yp, valid);
-          break;
-        case 6:
-          PanelRows<6>(panel, in, xp, yp, valid);
-          break;
-      }
-      l += n;
+// bf16_dot_gemm.h's definition for R rows of X (bfloat16 pairs, one word each) against one
+// panel, portably: each pair's products are exact in float32, so a fused multiply-add the
+// compiler may form rounds as the separate addition does.
+template <int R>
+ATTNSERVE_VEC_INLINE void DotPortableRows(const uint32_t* panel, int64_t in,
+                                          const uint32_t* const* x, float* const* y, int valid) {
+  Float16 lo[R] = {}, hi[R] = {};
+  const uint32_t* p = panel;
+  for (int64_t c = 0; c < Pairs(in); ++c, p += kPanelOutputs) {
+    Float16 e0, o0, e1, o1;
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p), &e0, &o0);
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p + kLanes), &e1, &o1);
+    for (int r = 0; r < R; ++r) {
+      const Float16 xe = vec::Broadcast(Widen(x[r][c] & 0xFFFFu));
+      const Float16 xo = vec::Broadcast(Widen(x[r][c] >> 16));
+      lo[r] = (lo[r] + o0 * xo) + e0 * xe;
+      hi[r] = (hi[r] + o1 * xo) + e1 * xe;
     }
   }
+  StoreRows<R>(lo, hi, y, valid);
+}
+
+#if ATTNSERVE_PANEL_BF16_X86
+// The same on vdpbf16ps: one instruction a pair for 16 outputs.
+template <int R>
+ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, int64_t in,
+                                                        const uint32_t* const* x, float* const* y,
+                                                        int valid) {
+  __m512 lo[R], hi[R];
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  const uint32_t* p = panel;
+  for (int64_t c = 0; c < Pairs(in); ++c, p += kPanelOutputs) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(p);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(p + kLanes);
+    for (int r = 0; r < R; ++r) {
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r][c]));
+      lo[r] = _mm512_dpbf16_ps(lo[r], w0, xv);
+      hi[r] = _mm512_dpbf16_ps(hi[r], w1, xv);
+    }
+  }
+  Float16 lo16[R], hi16[R];
+  std::memcpy(lo16, lo, sizeof(lo16));
+  std::memcpy(hi16, hi, sizeof(hi16));
+  StoreRows<R>(lo16, hi16, y, valid);
+}
+#endif
+
+// Panels [first, last) against every row of X (rows of XType, row stride x_stride), at most
+// `block` rows at a time in blocks of near-equal sizes (8 rows as 4 + 4, not 6 + 2): one task.
+// `Rows` is a row-block template's name.
+#define ATTNSERVE_PANEL_RANGE(Rows, XType)                                                         \
+  const int64_t panel_words = Pairs(in) * kPanelOutputs;                                           \
+  const int64_t blocks = (rows + block - 1) / block;                                               \
+  for (int64_t q = first; q < last; ++q) {                                                         \
+    const uint32_t* panel = panels + q * panel_words;                                              \
+    const int valid = static_cast<int>(std::min<int64_t>(kPanelOutputs, out - q * kPanelOutputs)); \
+    for (int64_t b = 0, l = 0; b < blocks; ++b) {                                                  \
+      const int n = static_cast<int>((rows - l) / (blocks - b));                                   \
+      const XType* xp[kMaxBlockRows] = {};                                                         \
+      float* yp[kMaxBlockRows] = {};                                                               \
+      for (int r = 0; r < n; ++r) {                                                                \
+        xp[r] = x + (l + r) * x_stride;                                                            \
+        yp[r] = y + (l + r) * out + q * kPanelOutputs;                                             \
+      }                                                                                            \
+      switch (n) {                                                                                 \
+        case 1:                                                                                    \
+          Rows<1>(panel, in, xp, yp, valid);                                                       \
+          break;                                                                                   \
+        case 2:                                                                                    \
+          Rows<2>(panel, in, xp, yp, valid);                                                       \
+          break;                                                                                   \
+        case 3:                                                                                    \
+          Rows<3>(panel, in, xp, yp, valid);                                                       \
+          break;                                                                                   \
+        case 4:                                                                                    \
+          Rows<4>(panel, in, xp, yp, valid);                                                       \
+          break;                                                                                   \
+        case 5:                                                                                    \
+          Rows<5>(panel, in, xp, yp, valid);                                                       \
+          break;                                                                                   \
+        case 6:                                                                                    \
+          Rows<6>(panel, in, xp, yp, valid);                                                       \
+          break;                                                                                   \
+      }                                                                                            \
+      l += n;                                                                                      \
+    }                                                                                              \
+  }
+
+ATTNSERVE_MULTIVERSION
+void ExactRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
+                const float* x, int64_t x_stride, int64_t rows, float* y,
+                int block){ATTNSERVE_PANEL_RANGE(PanelRows, float)}
+
+ATTNSERVE_MULTIVERSION
+    void DotPortableRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out,
+                          int64_t in, const uint32_t* x, int64_t x_stride, int64_t rows, float* y,
+                          int block){ATTNSERVE_PANEL_RANGE(DotPortableRows, uint32_t)}
+#if ATTNSERVE_PANEL_BF16_X86
+ATTNSERVE_PANEL_BF16_TARGET
+    void DotHardwareRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out,
+                          int64_t in, const uint32_t* x, int64_t x_stride, int64_t rows, float* y,
+                          int block) {
+  ATTNSERVE_PANEL_RANGE(DotHardwareRows, uint32_t)
+}
+#endif
+
+// Runs range(first, last) over the panels of an (out, in) matrix on ATen's intra-op threads, in
+// tasks of at least ~64 Ki multiply-adds (as the skinny kernels: skinny::GrainTiles).
+template <typename Range>
+void ForPanels(int64_t out, int64_t in, int64_t rows, const Range& range) {
+  const int64_t count = (out + kPanelOutputs - 1) / kPanelOutputs;
+  const int64_t grain =
+      (skinny::GrainTiles(in, rows) * skinny::kTileW + kPanelOutputs - 1) / kPanelOutputs;
+  skinny::ParallelTiles(count, grain, range);
 }
 
 }  // namespace
@@ -172,13 +264,25 @@ void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_
 
 void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,
                    int64_t x_stride, int64_t rows, float* y) {
-  const int64_t count = (out + kPanelOutputs - 1) / kPanelOutputs;
-  // At least ~64 Ki multiply-adds a task, as the skinny kernels (skinny::GrainTiles).
-  const int64_t grain =
-      (skinny::GrainTiles(in, rows) * skinny::kTileW + kPanelOutputs - 1) / kPanelOutputs;
   const int block = BlockRows();
-  skinny::ParallelTiles(count, grain, [&](int64_t begin, int64_t end) {
-    PanelRange(panels, begin, end, out, in, x, x_stride, rows, y, block);
+  ForPanels(out, in, rows, [&](int64_t first, int64_t last) {
+    ExactRange(panels, first, last, out, in, x, x_stride, rows, y, block);
+  });
+}
+
+void PanelGemmBf16Pairs(const uint32_t* panels, int64_t out, int64_t in, const uint32_t* x_pairs,
+                        int64_t rows, float* y, bool hardware) {
+  const int block = BlockRows();
+  const int64_t words = Pairs(in);
+  ForPanels(out, in, rows, [&](int64_t first, int64_t last) {
+#if ATTNSERVE_PANEL_BF16_X86
+    if (hardware) {
+      DotHardwareRange(panels, first, last, out, in, x_pairs, words, rows, y, block);
+      return;
+    }
+#endif
+    (void)hardware;
+    DotPortableRange(panels, first, last, out, in, x_pairs, words, rows, y, block);
   });
 }
 

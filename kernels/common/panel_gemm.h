@@ -46,4 +46,11 @@ void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_
 void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,
                    int64_t x_stride, int64_t rows, float* y);
 
+// The same panels against X rounded to bfloat16 (--activation_precision=bf16): bf16_dot_gemm.h's
+// definition, one sum a pair after the other per output. x_pairs (rows, ceil(in / 2)) words as
+// RoundRowsToBf16Pairs makes them. `hardware`: on vdpbf16ps (the caller checked that the CPU
+// has AVX512_BF16), else portable vector code with the same bits.
+void PanelGemmBf16Pairs(const uint32_t* panels, int64_t out, int64_t in, const uint32_t* x_pairs,
+                        int64_t rows, float* y, bool hardware);
+
 }  // namespace attnserve::kernels

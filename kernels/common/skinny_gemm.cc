@@ -47,40 +47,6 @@ ATTNSERVE_VEC_INLINE void F32Tile(const float* const* w, const float* const* x, 
   }
 }
 
-// As F32Tile for bfloat16 weights; xe[l] / xo[l] hold row l's even- and odd-indexed elements,
-// lined up with LoadBf16Pairs; x[l] the row itself, for the tail.
-template <int WR, int XR>
-ATTNSERVE_VEC_INLINE void Bf16Tile(const uint16_t* const* w, const float* const* xe,
-                                   const float* const* xo, const float* const* x, int64_t in,
-                                   float* const* y, int64_t j, NextTilePrefetch pf) {
-  constexpr int64_t kStep = 2 * kLanes;
-  const int64_t vec_in = in - in % kStep;
-  Float16 acc[WR][XR] = {};
-  for (int64_t k = 0; k < vec_in; k += kStep) {
-    Float16 even[WR], odd[WR];
-    pf.Step();
-    for (int i = 0; i < WR; ++i) {
-      if (pf.lines_per_step == 0) {
-        __builtin_prefetch(w[i] + k + kPrefetchBytes / sizeof(uint16_t));
-      }
-      LoadBf16Pairs(w[i] + k, &even[i], &odd[i]);
-    }
-    for (int l = 0; l < XR; ++l) {
-      const Float16 e = vec::Load(xe[l] + k / 2), o = vec::Load(xo[l] + k / 2);
-      for (int i = 0; i < WR; ++i) acc[i][l] = acc[i][l] + (even[i] * e + odd[i] * o);
-    }
-  }
-  float sums[WR][XR];
-  TileSums(acc, sums);
-  for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) {
-      float s = sums[i][l];
-      for (int64_t k = vec_in; k < in; ++k) s += Bf16ToFloat(w[i][k]) * x[l][k];
-      y[l][j + i] = s;
-    }
-  }
-}
-
 // Weight rows [begin, end) against X rows [0, rows): one task, compiled per CPU target.
 ATTNSERVE_MULTIVERSION
 void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float* x,
@@ -106,33 +72,6 @@ void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float
   }
 }
 
-ATTNSERVE_MULTIVERSION
-void Bf16Rows(const uint16_t* w, int64_t begin, int64_t end, int64_t in, const float* even,
-              const float* odd, int64_t half, const float* x, int64_t x_stride, int64_t rows,
-              float* y, int64_t out) {
-  const int64_t passes = (rows + kTileX - 1) / kTileX, steps = in / (2 * kLanes);
-  for (int64_t j = begin; j < end; j += kTileW) {
-    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
-    const uint16_t* wp[kTileW] = {};
-    for (int i = 0; i < wr; ++i) wp[i] = w + (j + i) * in;
-    const uint16_t* next = w + (j + wr) * in;
-    const uint16_t* next_end = w + std::min(end, j + wr + kTileW) * in;
-    for (int64_t l = 0; l < rows; l += kTileX) {
-      const int xr = static_cast<int>(std::min<int64_t>(kTileX, rows - l));
-      const float *xe[kTileX] = {}, *xo[kTileX] = {}, *xp[kTileX] = {};
-      float* yp[kTileX] = {};
-      for (int r = 0; r < xr; ++r) {
-        xe[r] = even + (l + r) * half;
-        xo[r] = odd + (l + r) * half;
-        xp[r] = x + (l + r) * x_stride;
-        yp[r] = y + (l + r) * out;
-      }
-      const NextTilePrefetch pf = PassPrefetch(next, next_end, l / kTileX, passes, steps);
-      ATTNSERVE_TILE_SWITCH(Bf16Tile, wr, xr, wp, xe, xo, xp, in, yp, j, pf)
-    }
-  }
-}
-
 }  // namespace
 
 void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
@@ -141,21 +80,6 @@ void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int6
       (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
         F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
       });
-}
-
-void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
-                    int64_t rows, float* y) {
-  const int64_t half = (in + 1) / 2;
-  std::vector<float> even(rows * half), odd(rows * half);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * x_stride;
-    for (int64_t c = 0; c < in; ++c) (c % 2 ? odd : even)[r * half + c / 2] = row[c];
-  }
-  skinny::ParallelTiles((out + kTileW - 1) / kTileW, GrainTiles(in, rows),
-                        [&](int64_t begin, int64_t end) {
-                          Bf16Rows(w, begin * kTileW, std::min(out, end * kTileW), in, even.data(),
-                                   odd.data(), half, x, x_stride, rows, y, out);
-                        });
 }
 
 }  // namespace attnserve::kernels

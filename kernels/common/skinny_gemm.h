@@ -1,5 +1,5 @@
-// Y = X Wᵀ for a few rows of X (a decode batch: one row per session) and a weight matrix W
-// (out, in), row-major and contiguous, in float32 or as bfloat16 bits. The product of a
+// Y = X Wᵀ for a few rows of X (a decode batch: one row per session) and a float32 weight matrix
+// W (out, in), row-major and contiguous (bfloat16 weights: panel_gemm.h). The product of a
 // decode step is bound by the bytes of W it reads; these kernels stream W once, with no
 // packing (OpenBLAS's sgemm packs all of W first, which for 16 rows costs more than the
 // arithmetic: 54 GFLOP/s on mamba-130m's lm_head), and each block of 4 weight rows meets every
@@ -27,9 +27,5 @@ inline constexpr int64_t kSkinnyGemmMaxSequenceRows = 32;
 
 void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                    int64_t rows, float* y);
-
-// W as raw bfloat16 bits (each widened to float32 exactly; float32 accumulation).
-void SkinnyGemmBf16(const uint16_t* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
-                    int64_t rows, float* y);
 
 }  // namespace attnserve::kernels

@@ -1,5 +1,6 @@
-// What the skinny products (skinny_gemm.cc, bf16_dot_gemm.cc) share: bfloat16 pairs widened to
-// float32, the tile shapes and their switch, the weight prefetch distance and the work per task.
+// What the skinny products (skinny_gemm.cc, int8_gemm.cc) and the bfloat16 panels
+// (panel_gemm.cc) share: bfloat16 pairs widened to float32, the tile shapes and their switch,
+// the weight prefetch distance and the work per task.
 // Internal to kernels/common; include only from .cc files.
 #pragma once
 
@@ -36,13 +37,6 @@ ATTNSERVE_VEC_INLINE void TileSums(const Float16 (&acc)[WR][XR], float (&out)[WR
       for (int l = 0; l < XR; ++l) out[i][l] = Sum(acc[i][l]);
     }
   }
-}
-
-inline float Bf16ToFloat(uint16_t bits) {
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float out;
-  std::memcpy(&out, &wide, sizeof(out));
-  return out;
 }
 
 // 16 uint32 words hold 32 bfloat16 weights, two per word: the even-indexed one in the low

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/common/linear.h"
+#include "kernels/common/panel_gemm.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::kernels {
@@ -38,32 +39,27 @@ std::vector<uint16_t> Bits(const at::Tensor& w) {
   return out;
 }
 
-// The header's definition, one scalar operation at a time: 16 lanes over chunks of 32 columns
-// (zero-padded), odd element first, then the tree of halvings.
+// The header's definition, one scalar operation at a time: per output, one sum over the pairs
+// of columns (an odd last one padded with zeros), odd element first.
 std::vector<float> Definition(const std::vector<uint16_t>& w, int64_t out, int64_t in,
                               const at::Tensor& x) {
   const int64_t rows = x.size(0);
   std::vector<float> y(rows * out);
-  const int64_t padded = (in + 31) / 32 * 32;
+  const int64_t padded = (in + 1) / 2 * 2;
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<float> xr(padded, 0.0f);
     for (int64_t c = 0; c < in; ++c) xr[c] = Widen(RoundToBf16(x[r][c].item<float>()));
     for (int64_t j = 0; j < out; ++j) {
-      float acc[16] = {};
-      for (int64_t c = 0; c < padded; c += 32) {
-        for (int l = 0; l < 16; ++l) {
-          const int64_t e = c + 2 * l, o = e + 1;
-          const float we = e < in ? Widen(w[j * in + e]) : 0.0f;
-          const float wo = o < in ? Widen(w[j * in + o]) : 0.0f;
-          const volatile float po = wo * xr[o], pe = we * xr[e];  // exact products
-          const volatile float t = acc[l] + po;
-          acc[l] = t + pe;
-        }
+      float acc = 0.0f;
+      for (int64_t e = 0; e < padded; e += 2) {
+        const int64_t o = e + 1;
+        const float we = Widen(w[j * in + e]);
+        const float wo = o < in ? Widen(w[j * in + o]) : 0.0f;
+        const volatile float po = wo * xr[o], pe = we * xr[e];  // exact products
+        const volatile float t = acc + po;
+        acc = t + pe;
       }
-      float a[8], b[4];
-      for (int i = 0; i < 8; ++i) a[i] = acc[i] + acc[i + 8];
-      for (int i = 0; i < 4; ++i) b[i] = a[i] + a[i + 4];
-      y[r * out + j] = (b[0] + b[2]) + (b[1] + b[3]);
+      y[r * out + j] = acc;
     }
   }
   return y;
@@ -71,8 +67,10 @@ std::vector<float> Definition(const std::vector<uint16_t>& w, int64_t out, int64
 
 std::vector<float> Gemm(const std::vector<uint16_t>& w, int64_t out, int64_t in,
                         const at::Tensor& x, Bf16DotIsa isa) {
+  std::vector<uint32_t> panels(static_cast<size_t>(Bf16PanelWords(out, in)));
+  PackBf16Panels(w.data(), out, in, panels.data());
   std::vector<float> y(x.size(0) * out, std::nanf(""));
-  SkinnyGemmBf16Dot(w.data(), out, in, x.data_ptr<float>(), x.stride(0), x.size(0), y.data(), isa);
+  Bf16DotGemm(panels.data(), out, in, x.data_ptr<float>(), x.stride(0), x.size(0), y.data(), isa);
   return y;
 }
 
@@ -85,7 +83,8 @@ std::vector<Bf16DotIsa> SupportedIsas() {
 TEST(Bf16DotGemmTest, EveryInstructionSetGivesTheDefinitionsBits) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 12; ++trial) {
-    const int64_t out = 1 + rng() % 37, in = 2 * (1 + rng() % 120), rows = 1 + rng() % 9;
+    // Odd and even widths, outputs around the 32-row panels, rows around the 6-row blocks.
+    const int64_t out = 1 + rng() % 70, in = 1 + rng() % 240, rows = 1 + rng() % 14;
     SCOPED_TRACE("out " + std::to_string(out) + " in " + std::to_string(in) + " rows " +
                  std::to_string(rows));
     // Mixed magnitudes, so that the additions round (a sum of exact products would not).
@@ -149,8 +148,8 @@ TEST(Bf16DotGemmTest, RoundRowsToBf16PairsGivesRoundToBf16sBits) {
                                        -std::numeric_limits<float>::infinity(),
                                        std::nanf(""),
                                        -std::nanf("")};
-  for (int64_t words : {1, 15, 16, 17, 48, 389}) {
-    const int64_t rows = 3, stride = 2 * words + 7;
+  for (int64_t in : {1, 2, 31, 32, 33, 34, 96, 777, 778}) {
+    const int64_t rows = 3, stride = in + 7, words = (in + 1) / 2;
     std::vector<float> x(rows * stride);
     for (size_t i = 0; i < x.size(); ++i) {
       if (i % 5 == 0) {
@@ -161,19 +160,20 @@ TEST(Bf16DotGemmTest, RoundRowsToBf16PairsGivesRoundToBf16sBits) {
       }
     }
     std::vector<uint32_t> got(rows * words);
-    RoundRowsToBf16Pairs(x.data(), stride, rows, words, got.data());
+    RoundRowsToBf16Pairs(x.data(), stride, rows, in, got.data());
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < words; ++c) {
-        const uint32_t want = RoundToBf16(x[r * stride + 2 * c]) |
-                              static_cast<uint32_t>(RoundToBf16(x[r * stride + 2 * c + 1])) << 16;
-        ASSERT_EQ(got[r * words + c], want) << "words " << words << " row " << r << " word " << c;
+        const uint32_t odd =
+            2 * c + 1 < in ? static_cast<uint32_t>(RoundToBf16(x[r * stride + 2 * c + 1])) : 0u;
+        const uint32_t want = RoundToBf16(x[r * stride + 2 * c]) | odd << 16;
+        ASSERT_EQ(got[r * words + c], want) << "in " << in << " row " << r << " word " << c;
       }
     }
   }
 }
 
 // LinearWeight with kBfloat16Dot: decode rows through these products (activations rounded),
-// within bfloat16's rounding of the float32 product; an odd `in` keeps exact activations.
+// within bfloat16's rounding of the float32 product, an odd `in` too.
 TEST(Bf16DotGemmTest, LinearWeightUsesThemForDecodeRows) {
   const at::Tensor w = RandomTensor({64, 96}, 3).to(at::kBFloat16).to(at::kFloat);
   const at::Tensor x = RandomTensor({5, 96}, 4);
@@ -194,7 +194,7 @@ TEST(Bf16DotGemmTest, LinearWeightUsesThemForDecodeRows) {
   const at::Tensor w_odd = RandomTensor({8, 33}, 5).to(at::kBFloat16).to(at::kFloat);
   const at::Tensor x_odd = RandomTensor({2, 33}, 6);
   EXPECT_LT(MaxRelativeError(LinearWeight(w_odd, WeightFormat::kBfloat16Dot)(x_odd),
-                             at::matmul(x_odd, w_odd.t())),
+                             at::matmul(x_odd.to(at::kBFloat16).to(at::kFloat), w_odd.t())),
             1e-5);
 }
 

@@ -23,17 +23,11 @@ at::Tensor Bf16Exact(std::vector<int64_t> shape, uint64_t seed) {
   return RandomTensor(std::move(shape), seed).to(at::kBFloat16).to(at::kFloat);
 }
 
-// y (rows, out) from one of the kernels, on a poisoned output (every element must be written).
-at::Tensor Skinny(const at::Tensor& w, const at::Tensor& x, bool bf16) {
+// y (rows, out) from the float32 kernel, on a poisoned output (every element must be written).
+at::Tensor Skinny(const at::Tensor& w, const at::Tensor& x) {
   at::Tensor y = at::full({x.size(0), w.size(0)}, std::nanf(""));
-  if (bf16) {
-    const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
-    SkinnyGemmBf16(reinterpret_cast<const uint16_t*>(w_bf16.data_ptr()), w.size(0), w.size(1),
-                   x.data_ptr<float>(), x.stride(0), x.size(0), y.data_ptr<float>());
-  } else {
-    SkinnyGemmF32(w.data_ptr<float>(), w.size(0), w.size(1), x.data_ptr<float>(), x.stride(0),
-                  x.size(0), y.data_ptr<float>());
-  }
+  SkinnyGemmF32(w.data_ptr<float>(), w.size(0), w.size(1), x.data_ptr<float>(), x.stride(0),
+                x.size(0), y.data_ptr<float>());
   return y;
 }
 
@@ -41,19 +35,16 @@ TEST(SkinnyGemmTest, MatchesFloat64OnRaggedShapes) {
   uint64_t seed = 1;
   // Weight rows around the 4-row tiles, columns around the 16- and 32-element vectors, X rows
   // around the 4-row tiles up to the limit.
-  for (bool bf16 : {false, true}) {
-    for (int64_t out : {1, 3, 4, 5, 37, 1024}) {
-      for (int64_t in : {1, 15, 16, 17, 33, 100, 768}) {
-        for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{16}, kSkinnyGemmMaxRows}) {
-          SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16 " : "f32 ") << out << " x " << in
-                                            << ", " << rows << " rows");
-          const at::Tensor w = Bf16Exact({out, in}, seed++);
-          const at::Tensor x = RandomTensor({rows, in}, seed++);
-          const at::Tensor y = Skinny(w, x, bf16);
-          const at::Tensor want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
-          EXPECT_FALSE(y.isnan().any().item<bool>());
-          EXPECT_LE(MaxRelativeError(y, want), 1e-5);
-        }
+  for (int64_t out : {1, 3, 4, 5, 37, 1024}) {
+    for (int64_t in : {1, 15, 16, 17, 33, 100, 768}) {
+      for (int64_t rows : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{16}, kSkinnyGemmMaxRows}) {
+        SCOPED_TRACE(::testing::Message() << out << " x " << in << ", " << rows << " rows");
+        const at::Tensor w = RandomTensor({out, in}, seed++);
+        const at::Tensor x = RandomTensor({rows, in}, seed++);
+        const at::Tensor y = Skinny(w, x);
+        const at::Tensor want = at::mm(x.to(at::kDouble), w.to(at::kDouble).t());
+        EXPECT_FALSE(y.isnan().any().item<bool>());
+        EXPECT_LE(MaxRelativeError(y, want), 1e-5);
       }
     }
   }
@@ -62,16 +53,13 @@ TEST(SkinnyGemmTest, MatchesFloat64OnRaggedShapes) {
 TEST(SkinnyGemmTest, EachRowIsBitIdenticalAloneAndInAnyBatch) {
   const at::Tensor w = Bf16Exact({203, 300}, 5);
   const at::Tensor x = RandomTensor({23, 300}, 6);
-  for (bool bf16 : {false, true}) {
-    SCOPED_TRACE(bf16);
-    const at::Tensor batch = Skinny(w, x, bf16);
-    const at::Tensor tail = Skinny(w, x.narrow(0, 7, 9).contiguous(), bf16);
-    for (int64_t i = 0; i < x.size(0); ++i) {
-      const at::Tensor alone = Skinny(w, x.narrow(0, i, 1).contiguous(), bf16);
-      EXPECT_TRUE(at::equal(alone[0], batch[i])) << "row " << i;
-    }
-    EXPECT_TRUE(at::equal(tail, batch.narrow(0, 7, 9)));
+  const at::Tensor batch = Skinny(w, x);
+  const at::Tensor tail = Skinny(w, x.narrow(0, 7, 9).contiguous());
+  for (int64_t i = 0; i < x.size(0); ++i) {
+    const at::Tensor alone = Skinny(w, x.narrow(0, i, 1).contiguous());
+    EXPECT_TRUE(at::equal(alone[0], batch[i])) << "row " << i;
   }
+  EXPECT_TRUE(at::equal(tail, batch.narrow(0, 7, 9)));
 }
 
 // The skinny products' work split: every tile exactly once, in ranges of at least the grain
@@ -127,8 +115,7 @@ TEST(LinearTest, StepsAndSequencesChangeKernelsAtTheirOwnRowCounts) {
   auto skinny = [&](const at::Tensor& x) {  // row by row: what the skinny kernels give
     const at::Tensor flat = x.reshape({-1, 64});
     std::vector<at::Tensor> rows;
-    for (int64_t i = 0; i < flat.size(0); ++i)
-      rows.push_back(Skinny(w, flat.narrow(0, i, 1), false));
+    for (int64_t i = 0; i < flat.size(0); ++i) rows.push_back(Skinny(w, flat.narrow(0, i, 1)));
     return at::cat(rows).view(linear(x).sizes());
   };
   for (int64_t rows : {kSkinnyGemmMaxSequenceRows, kSkinnyGemmMaxSequenceRows + 1,
@@ -156,11 +143,10 @@ TEST(LinearTest, WrongFeatureCountIsAnErrorNotAWildRead) {
   EXPECT_THROW(linear(at::zeros({4, 31})), c10::Error);
 }
 
-// A bfloat16 or int8 LinearWeight keeps only its own matrix; a bfloat16 one's sgemm rows (a long
-// prefill chunk) widen it to float32 a block of rows at a time, and give what sgemm on the whole
-// float32 matrix gives, across several blocks and a partial last one (an int8 one's go to the
-// integer products: int8_gemm_test.cc; here only within its quantization of x).
-TEST(LinearTest, NarrowFormatsKeepOneMatrixAndWidenItForSgemmRows) {
+// A bfloat16 or int8 LinearWeight keeps only its own matrix and multiplies a long prefill chunk
+// through its own kernels (panel_gemm_test.cc, int8_gemm_test.cc; here within float32's
+// rounding, and the int8 one within its quantization of x); Float32Weight widens it back.
+TEST(LinearTest, NarrowFormatsKeepOneMatrix) {
   const at::Tensor w = Bf16Exact({2500, 64}, 21);  // blocks of 1024 rows: 1024, 1024, 452
   const at::Tensor x = RandomTensor({2, 40, 64}, 22);
   const LinearWeight fp32(w, WeightFormat::kFloat32), bf16(w, WeightFormat::kBfloat16),
