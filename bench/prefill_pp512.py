@@ -13,10 +13,13 @@ On the random-weight mamba-130m-shaped folder of bench/batched_decode.py, for ea
   llama.cpp   ../shared/peers/llamacpp.sh bench GGUF -p 512 -n 0 -r --reps: avg_ts.
 
 The two sides alternate (attnserve, llama.cpp, attnserve) so that a drifting machine slows
-both; attnserve's figure is the mean of its two medians. Each figure is also given as a fraction of its compute bound: the products' FLOPs per
-token (2 x the weights of the 24 layers' in_proj, x_proj, dt_proj and out_proj; the lm_head
-once per prompt) at the fp32 matrix-product peak measured here (torch.mm 4096x4096, 2 threads).
-Prints the CPU and the ratios.
+both; attnserve's figure is the mean of its two medians. Each figure is also given as a
+fraction of its compute bound: the products' FLOPs per token (2 x the weights of the 24 layers'
+in_proj, x_proj, dt_proj and out_proj; the lm_head once per prompt) at the 2-thread peak of the
+instruction its products run on, measured here by attnserve_cpu_peaks (fp32 FMA for fp32 and
+for bf16 weights with float32 activations; vdpbf16ps for bf16 activations and llama.cpp's BF16;
+vpdpbusd for int8 and Q8_0); where that tool is missing, torch.mm's fp32 rate (4096x4096) for
+all. Prints the CPU and the ratios.
 
   /usr/bin/python3 bench/prefill_pp512.py --build-dir build [--precisions fp32,bf16,int8]
       [--workdir DIR] [--reps 5]
@@ -33,8 +36,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from batched_decode import (GGUF_TYPE, MAMBA_130M_CONFIG, MODEL, PRECISION_FLAGS,  # noqa: E402
+                            PRODUCT_PEAK, cpu_peaks,
                             Server, cpu_description, mamba_130m_repository, run)
 from bench_server import attnserve_stubs  # noqa: E402
+
+
+# The instruction llama.cpp's products run on for each GGUF type (its BF16 rounds activations).
+LLAMA_PEAK = {"fp32": "fp32 FMA", "bf16": "bf16 dot", "bf16dot": "bf16 dot", "int8": "int8 dot"}
 
 
 def parse_args():
@@ -102,15 +110,22 @@ def main():
     grpc, pb, pb_grpc = attnserve_stubs()
     rng = random.Random(5)
     cpu = cpu_description()
-    peak = fp32_peak_gflops()
+    peaks = cpu_peaks(build) or {}
+    fallback = fp32_peak_gflops() if not peaks else None
     flops = prefill_flops_per_token(MAMBA_130M_CONFIG, args.tokens)
-    bound = peak * 1e9 / flops
+
+    def bound(instruction):  # tokens/s with every product at the instruction's 2-thread peak
+        gops = peaks[instruction]["gops_all"] if instruction in peaks else fallback
+        return gops * 1e9 / flops
+
     print(f"{MODEL} (random weights), prefill of {args.tokens} tokens, 2 threads; CPU: "
           f"{cpu['model']}, {cpu['cores']} cores; has {' '.join(cpu['flags'])}")
-    print(f"fp32 product peak {peak:.0f} GFLOP/s; {flops / 1e6:.0f} MFLOP a token in the "
-          f"products: bound {bound:.0f} tok/s\n")
+    print(f"{flops / 1e6:.0f} MFLOP a token in the products; bounds: "
+          + (", ".join(f"{name} {bound(name):.0f} tok/s" for name in sorted(set(
+              PRODUCT_PEAK.values()))) if peaks else
+             f"torch.mm fp32 {fallback:.0f} GFLOP/s, {bound('fp32 FMA'):.0f} tok/s") + "\n")
     print("| precision | attnserve (tok/s) | llama.cpp pp512 (tok/s) | attnserve / llama.cpp | "
-          "attnserve / fp32 bound | llama.cpp / fp32 bound |")
+          "attnserve / its bound | llama.cpp / its bound |")
     print("|---|---|---|---|---|---|")
     for precision in args.precisions.split(","):
         gguf = work / f"{MODEL}-{GGUF_TYPE[precision]}.gguf"
@@ -130,9 +145,10 @@ def main():
             finally:
                 server.stop()
         mean = sum(ours) / len(ours)
+        ours_bound, llama_bound = bound(PRODUCT_PEAK[precision]), bound(LLAMA_PEAK[precision])
         print(f"| {precision} / {GGUF_TYPE[precision].upper()} | {mean:.0f} "
               f"({ours[0]:.0f}, {ours[1]:.0f}) | {llama:.0f} | {mean / llama:.2f}x | "
-              f"{mean / bound:.2f} | {llama / bound:.2f} |", flush=True)
+              f"{mean / ours_bound:.2f} | {llama / llama_bound:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
