@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
   flags.lengths = "1024,4096";
   std::string repository, chunk_list = "256,64,16", model_list;
   model::ModelOptions options;
+  options.exportable = false;  // as the server: each matrix kept once
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (flags.Parse(arg)) continue;

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     if (const char* v = value("--threads=")) threads = std::atoi(v);
   }
   model::ModelOptions options;
+  options.exportable = false;  // as the server: each matrix kept once
   if (precision == "bf16") {
     options.precision = model::WeightPrecision::kBfloat16;
   } else if (precision == "bf16dot") {  // --weight_precision=bf16 --activation_precision=bf16

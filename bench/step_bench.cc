@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   std::string repository, batches = "1,4,16,64", models, parts_list = "auto";
   int steps = 20, threads = 2;
   model::ModelOptions options;
+  options.exportable = false;  // as the server: each matrix kept once
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help") {

@@ -164,6 +164,7 @@ int main(int argc, char** argv) {
   if (!device.ok()) return Fail(std::string(device.status().message()));
   std::cout << "device " << device->description << std::endl;
   model::ModelOptions model_options;
+  model_options.exportable = false;  // the server writes no model folder: each matrix kept once
   model_options.device = device->is_cuda()
                              ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device->index))
                              : at::Device(at::kCPU);

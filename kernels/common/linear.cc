@@ -33,23 +33,16 @@ std::vector<int64_t> OutputSizes(const at::Tensor& x, int64_t out_features) {
   return sizes;
 }
 
-// y = x Wᵀ (W (out, in)) through the skinny kernels: `int8` and its scales when there are, else
-// the float32 `weight`.
+// y = x Wᵀ (W (out, in) float32) through the skinny kernel.
 at::Tensor SkinnyProduct(const at::Tensor& x, int64_t rows, int64_t out, int64_t in,
-                         const at::Tensor& weight, const at::Tensor& int8 = {},
-                         const at::Tensor& int8_scales = {}) {
+                         const at::Tensor& weight) {
   TORCH_CHECK(x.size(-1) == in, "linear: input has ", x.size(-1), " features, the weight expects ",
               in);
   at::Tensor x2 = x.reshape({rows, in});
   if (x2.stride(1) != 1) x2 = x2.contiguous();
   at::Tensor y = at::empty({rows, out}, x.options());
-  if (int8.defined()) {
-    Int8Gemm(int8.data_ptr<uint8_t>(), int8_scales.data_ptr<float>(), out, in, x2.data_ptr<float>(),
-             x2.stride(0), rows, y.data_ptr<float>());
-  } else {
-    SkinnyGemmF32(weight.data_ptr<float>(), out, in, x2.data_ptr<float>(), x2.stride(0), rows,
-                  y.data_ptr<float>());
-  }
+  SkinnyGemmF32(weight.data_ptr<float>(), out, in, x2.data_ptr<float>(), x2.stride(0), rows,
+                y.data_ptr<float>());
   return y.view(OutputSizes(x, out));
 }
 
@@ -82,7 +75,11 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
     bf16_panels_ = at::empty({Bf16PanelWords(out_, in_)}, bits.options().dtype(at::kInt));
     PackBf16Panels(reinterpret_cast<const uint16_t*>(bits.data_ptr()), out_, in_,
                    reinterpret_cast<uint32_t*>(bf16_panels_.data_ptr()));
-    weight_ = at::Tensor();  // every row count multiplies the panels
+    weight_ = at::Tensor();                          // every row count multiplies the panels
+  } else if (weight_.scalar_type() == at::kFloat) {  // float32, or int8's float32 leftovers
+    f32_panels_ = at::empty({F32PanelFloats(out_, in_)}, weight_.options());
+    PackF32Panels(weight_.data_ptr<float>(), out_, in_, f32_panels_.data_ptr<float>());
+    weight_ = at::Tensor();
   }
 }
 
@@ -92,6 +89,11 @@ void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
       DequantizeWeightInt8(int8_.data_ptr<uint8_t>() + (first + begin) * in_,
                            int8_scales_.data_ptr<float>() + (first + begin) * (in_ / kInt8Block),
                            end - begin, in_, out + begin * in_);
+      return;
+    }
+    if (f32_panels_.defined()) {
+      UnpackF32PanelRows(f32_panels_.data_ptr<float>(), in_, first + begin, end - begin,
+                         out + begin * in_);
       return;
     }
     UnpackBf16PanelRows(Panels(), out_, in_, first + begin, end - begin, out + begin * in_);
@@ -108,37 +110,32 @@ at::Tensor LinearWeight::Float32Weight() const {
 at::Tensor LinearWeight::Rows(const at::Tensor& ids) const {
   TORCH_CHECK(!int8_.defined(), "LinearWeight::Rows: an int8 matrix has no exact rows");
   if (weight_.defined()) return at::embedding(weight_, ids);
-  if (bf16_panels_.defined()) {
-    const at::Tensor flat = ids.to(at::kLong).contiguous().view(-1);
-    std::vector<int64_t> sizes = ids.sizes().vec();
-    sizes.push_back(in_);
-    at::Tensor rows = at::empty(sizes, at::kFloat);
-    const int64_t* id = flat.data_ptr<int64_t>();
-    for (int64_t i = 0; i < flat.numel(); ++i) {
-      TORCH_CHECK(id[i] >= 0 && id[i] < out_, "LinearWeight::Rows: index ", id[i],
-                  " out of range for ", out_, " rows");
-      UnpackBf16PanelRows(Panels(), out_, in_, id[i], 1, rows.data_ptr<float>() + i * in_);
-    }
-    return rows;
+  TORCH_CHECK(defined(), "LinearWeight::Rows: no matrix");
+  const at::Tensor flat = ids.to(at::kLong).contiguous().view(-1);
+  std::vector<int64_t> sizes = ids.sizes().vec();
+  sizes.push_back(in_);
+  at::Tensor rows = at::empty(sizes, at::kFloat);
+  const int64_t* id = flat.data_ptr<int64_t>();
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    TORCH_CHECK(id[i] >= 0 && id[i] < out_, "LinearWeight::Rows: index ", id[i],
+                " out of range for ", out_, " rows");
+    Widen(id[i], 1, rows.data_ptr<float>() + i * in_);  // exact: float32 or bfloat16 panels
   }
-  TORCH_CHECK(false, "LinearWeight::Rows: no matrix");
+  return rows;
 }
 
 int64_t LinearWeight::Bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor* t : {&weight_, &bf16_panels_, &int8_, &int8_scales_}) {
+  for (const at::Tensor* t : {&weight_, &f32_panels_, &bf16_panels_, &int8_, &int8_scales_}) {
     if (t->defined()) bytes += t->numel() * static_cast<int64_t>(t->element_size());
   }
   return bytes;
 }
 
 at::Tensor LinearWeight::operator()(const at::Tensor& x) const {
-  if (!device_.is_cpu()) return at::linear(x, weight_);
-  if (const int64_t rows = SkinnyRows(x); rows > 0 && !bf16_panels_.defined()) {
-    return SkinnyProduct(x, rows, out_, in_, weight_, int8_, int8_scales_);
-  }
-  if (weight_.defined()) return at::linear(x, weight_);
-  // int8 or bfloat16 panels: every row count through their own kernels.
+  // On a device, or a CPU matrix that is not float32: as it is.
+  if (weight_.defined()) return Linear(x, weight_);
+  // Panels or int8 on the CPU: every row count through their own kernels.
   return DotRowTiles(x);
 }
 
@@ -158,6 +155,8 @@ at::Tensor LinearWeight::DotRowTiles(const at::Tensor& x) const {
     if (int8_.defined()) {
       Int8Gemm(int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>(), out_, in_, xs, in_, n,
                ys);
+    } else if (f32_panels_.defined()) {
+      PanelGemmF32(f32_panels_.data_ptr<float>(), out_, in_, xs, in_, n, ys);
     } else if (bf16_dot_) {
       Bf16DotGemm(Panels(), out_, in_, xs, in_, n, ys);
     } else {

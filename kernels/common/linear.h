@@ -1,19 +1,18 @@
 // y = x Wᵀ (no bias) for x (..., in) and W (out, in), as the mixers and the model apply their
 // weight matrices.
 //
-// WeightFormat::kFloat32: up to kSkinnyGemmMaxRows rows of a step (x (B, in) or (B, 1, in): one
-// row per session of the batch), and up to kSkinnyGemmMaxSequenceRows of a sequence (x (..., L,
-// in), L > 1: a prefill chunk, where sgemm is faster beyond that), go to the skinny kernels
-// (skinny_gemm.h), which stream W once without packing it. A row's result there does not depend
-// on the other rows (bit-identical alone or in a batch). More rows (prefill) go to at::linear
-// (OpenBLAS sgemm): the paths differ only in summation order.
+// On the CPU a LinearWeight keeps its matrix only in the layout its kernel reads, and every row
+// count (a decode step's rows, one per session; a prefill chunk's, 64 at a time: DotRowTiles)
+// goes through that one kernel, so that a row's result does not depend on the other rows of its
+// batch and a prefilled row has the bits a step would give it.
+//
+// WeightFormat::kFloat32: W in float32 panels of 32 output rows (panel_gemm.h), one FMA kernel
+// with X's values broadcast: 80-88% of the FMA peak from 24 rows on, against OpenBLAS sgemm's
+// 110-200 GFLOP/s on these shapes (docs/benchmarks.md, session 21). A weight on a device, or not
+// float32, stays as it is (at::linear).
 //
 // WeightFormat::kBfloat16 (--weight_precision=bf16, whose values the server rounds to bfloat16
-// at load): W is kept only as bfloat16 in panels of 32 output rows (panel_gemm.h), half the bytes,
-// and every row count multiplies them through one FMA kernel, X's values broadcast, 64 rows at a
-// time (DotRowTiles): every row, prefilled or stepped, has the bits a step would give it. On
-// mamba-130m they beat the row-major skinny kernels at 1-64 rows and sgemm on the widened
-// weights by 2-3x at 256 (docs/benchmarks.md, session 21).
+// at load): the same panels in bfloat16, half the bytes, widened in registers.
 //
 // WeightFormat::kBfloat16Dot (--weight_precision=bf16 --activation_precision=bf16): the same
 // panels, against x rounded to bfloat16, through bf16_dot_gemm.h (vdpbf16ps where the CPU has
@@ -30,15 +29,19 @@
 // 18), so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in`
 // is not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
 //
-// Memory: a LinearWeight keeps one matrix, in its format: float32, bfloat16 panels (half the
-// bytes, the last panel padded to 32 rows) or int8 with its scales (a little over a quarter).
+// Memory: a LinearWeight keeps one matrix, in its format: float32 or bfloat16 panels (the last
+// panel padded to 32 rows) or int8 with its scales (a little over a quarter of float32).
+//
+// Linear(x, weight), for a float32 tensor without a LinearWeight: up to kSkinnyGemmMaxRows rows
+// of a step and kSkinnyGemmMaxSequenceRows of a sequence through the row-major skinny kernel
+// (skinny_gemm.h), more through at::linear (sgemm).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace attnserve::kernels {
 
-// How a LinearWeight keeps its matrix for the skinny products (above). kInt8PerRow: int8 with
+// How a LinearWeight keeps its matrix for its products (above). kInt8PerRow: int8 with
 // one scale per row (stored once per block: the same kernel and speed), for accuracy
 // comparisons against kInt8's scale per block of 32.
 enum class WeightFormat { kFloat32, kBfloat16, kBfloat16Dot, kInt8, kInt8PerRow };
@@ -48,7 +51,7 @@ class LinearWeight {
   LinearWeight() = default;
   // `weight` (out, in) float32; made contiguous. With kBfloat16(Dot) its values must be
   // bfloat16-exact; with kInt8 (CPU only) it is quantized. Only the matrix of the format is kept
-  // (a weight not on the CPU stays float32 as it is).
+  // (a weight not on the CPU stays as it is).
   LinearWeight(const at::Tensor& weight, WeightFormat format);
   explicit LinearWeight(const at::Tensor& weight, bool bf16_copy = false)
       : LinearWeight(weight, bf16_copy ? WeightFormat::kBfloat16 : WeightFormat::kFloat32) {}
@@ -58,35 +61,37 @@ class LinearWeight {
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   at::Device device() const { return device_; }
-  // W as float32: the kept float32 matrix, or the bfloat16 or int8 one widened (a new tensor; the
-  // values the sgemm rows multiply by: d · q per block for int8).
+  // W as float32 (out, in): a new tensor unpacked from the panels, or the int8 matrix widened
+  // (d · q per block); the kept tensor itself on a device.
   at::Tensor Float32Weight() const;
   // Rows `ids` (int64, any shape) of W as float32, (ids..., in): an embedding lookup in a matrix
-  // kept as float32 or bfloat16 (exact). Not for int8 (its rows are quantized).
+  // kept as float32 or bfloat16 panels (exact). Not for int8 (its rows are quantized).
   at::Tensor Rows(const at::Tensor& ids) const;
   // Bytes of the matrices kept (W in its format, int8's scales).
   int64_t Bytes() const;
-  // Whether the skinny products read int8 (false where kInt8 kept float32: `in` % 32 != 0, or
-  // the weight is not on the CPU).
+  // Whether the products read int8 (false where kInt8 kept float32: `in` % 32 != 0, or the
+  // weight is not on the CPU).
   bool int8() const { return int8_.defined(); }
   at::Tensor operator()(const at::Tensor& x) const;
 
  private:
-  // Rows of a prefill chunk in one Int8Gemm, PanelGemmBf16 or Bf16DotGemm call (kSkinnyGemmMaxRows:
-  // a call's X rows stay in L2 while W streams past them).
+  // Rows of a prefill chunk in one product call (kSkinnyGemmMaxRows: a call's X rows stay in L2
+  // while W streams past them).
   static constexpr int64_t kDotRowTile = 64;
-  // y = x Wᵀ for any number of rows through the int8, bf16-dot or panel kernels (whichever W
+  // y = x Wᵀ for any number of rows through the panel, bf16-dot or int8 kernels (whichever W
   // has), kDotRowTile rows at a time: each row's bits are those of the decode step's.
   at::Tensor DotRowTiles(const at::Tensor& x) const;
   const uint32_t* Panels() const {
     return reinterpret_cast<const uint32_t*>(bf16_panels_.data_ptr());
   }
-  // Output rows [first, first + rows) of W as float32 into `out` (rows, in), from bf16_ or int8_.
+  // Output rows [first, first + rows) of W as float32 into `out` (rows, in), from the panels or
+  // int8_.
   void Widen(int64_t first, int64_t rows, float* out) const;
 
   int64_t out_ = 0, in_ = 0;
   at::Device device_ = at::kCPU;
-  at::Tensor weight_;       // (out, in) float32, or undefined when bf16_ or int8_ holds W
+  at::Tensor weight_;       // (out, in) as given on a device (or not float32), else undefined
+  at::Tensor f32_panels_;   // kFloat32 on the CPU: panel_gemm.h's float32 panels, or undefined
   at::Tensor bf16_panels_;  // kBfloat16(Dot): panel_gemm.h's words (int32), or undefined
   bool bf16_dot_ = false;   // kBfloat16Dot: the panels multiply bfloat16-rounded activations
   at::Tensor int8_;         // (out, in) uint8: int8_gemm.h's packed, biased rows; or undefined

@@ -63,20 +63,43 @@ ATTNSERVE_VEC_INLINE void StoreRows(const Float16 (&lo)[R], const Float16 (&hi)[
   }
 }
 
+// Pair c of a panel (its columns 2c and 2c + 1) as four vectors: the even column's outputs 0-15
+// and 16-31 (e0, e1), the odd column's (o0, o1). Word: the panel's element type; kPairWords:
+// elements a pair.
+struct Bf16Pair {
+  using Word = uint32_t;
+  static constexpr int64_t kPairWords = kPanelOutputs;
+  static ATTNSERVE_VEC_INLINE void Load(const Word* p, Float16* e0, Float16* o0, Float16* e1,
+                                        Float16* o1) {
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p), e0, o0);
+    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p + kLanes), e1, o1);
+  }
+};
+struct F32Pair {
+  using Word = float;
+  static constexpr int64_t kPairWords = 2 * kPanelOutputs;
+  static ATTNSERVE_VEC_INLINE void Load(const Word* p, Float16* e0, Float16* o0, Float16* e1,
+                                        Float16* o1) {
+    *e0 = vec::Load(p);
+    *e1 = vec::Load(p + kLanes);
+    *o0 = vec::Load(p + kPanelOutputs);
+    *o1 = vec::Load(p + kPanelOutputs + kLanes);
+  }
+};
+
 // R rows of X against one panel: y[r][0 .. valid) = the header's sums. x[r] and y[r] point at
 // row r's first column and at its first output of this panel. The even and the odd columns'
 // sums are separate accumulators (4 a row), so that one row's chains of dependent FMAs are
 // short enough for 2 rows to keep both FMA units busy.
-template <int R>
-ATTNSERVE_VEC_INLINE void PanelRows(const uint32_t* panel, int64_t in, const float* const* x,
-                                    float* const* y, int valid) {
+template <typename Pair, int R>
+ATTNSERVE_VEC_INLINE void PanelRows(const typename Pair::Word* panel, int64_t in,
+                                    const float* const* x, float* const* y, int valid) {
   Float16 even[R][2] = {}, odd[R][2] = {};
   const int64_t full = in / 2;
-  const uint32_t* p = panel;
-  for (int64_t c = 0; c < full; ++c, p += kPanelOutputs) {
+  const typename Pair::Word* p = panel;
+  for (int64_t c = 0; c < full; ++c, p += Pair::kPairWords) {
     Float16 e0, o0, e1, o1;
-    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p), &e0, &o0);
-    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p + kLanes), &e1, &o1);
+    Pair::Load(p, &e0, &o0, &e1, &o1);
     for (int r = 0; r < R; ++r) {
       const Float16 xe = vec::Broadcast(x[r][2 * c]), xo = vec::Broadcast(x[r][2 * c + 1]);
       even[r][0] = even[r][0] + e0 * xe;
@@ -87,8 +110,7 @@ ATTNSERVE_VEC_INLINE void PanelRows(const uint32_t* panel, int64_t in, const flo
   }
   if (in % 2 != 0) {  // the last column; the pair's other half is padding
     Float16 e0, o0, e1, o1;
-    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p), &e0, &o0);
-    skinny::LoadBf16Pairs(reinterpret_cast<const uint16_t*>(p + kLanes), &e1, &o1);
+    Pair::Load(p, &e0, &o0, &e1, &o1);
     for (int r = 0; r < R; ++r) {
       const Float16 xe = vec::Broadcast(x[r][in - 1]);
       even[r][0] = even[r][0] + e0 * xe;
@@ -101,6 +123,18 @@ ATTNSERVE_VEC_INLINE void PanelRows(const uint32_t* panel, int64_t in, const flo
     hi[r] = even[r][1] + odd[r][1];
   }
   StoreRows<R>(lo, hi, y, valid);
+}
+
+template <int R>
+ATTNSERVE_VEC_INLINE void Bf16Rows(const uint32_t* panel, int64_t in, const float* const* x,
+                                   float* const* y, int valid) {
+  PanelRows<Bf16Pair, R>(panel, in, x, y, valid);
+}
+
+template <int R>
+ATTNSERVE_VEC_INLINE void F32Rows(const float* panel, int64_t in, const float* const* x,
+                                  float* const* y, int valid) {
+  PanelRows<F32Pair, R>(panel, in, x, y, valid);
 }
 
 // bf16_dot_gemm.h's definition for R rows of X (bfloat16 pairs, one word each) against one
@@ -153,11 +187,11 @@ ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, i
 // Panels [first, last) against every row of X (rows of XType, row stride x_stride), at most
 // `block` rows at a time in blocks of near-equal sizes (8 rows as 4 + 4, not 6 + 2): one task.
 // `Rows` is a row-block template's name.
-#define ATTNSERVE_PANEL_RANGE(Rows, XType)                                                         \
-  const int64_t panel_words = Pairs(in) * kPanelOutputs;                                           \
+#define ATTNSERVE_PANEL_RANGE(Rows, XType, pair_words)                                             \
+  const int64_t panel_words = Pairs(in) * (pair_words);                                            \
   const int64_t blocks = (rows + block - 1) / block;                                               \
   for (int64_t q = first; q < last; ++q) {                                                         \
-    const uint32_t* panel = panels + q * panel_words;                                              \
+    const auto* panel = panels + q * panel_words;                                                  \
     const int valid = static_cast<int>(std::min<int64_t>(kPanelOutputs, out - q * kPanelOutputs)); \
     for (int64_t b = 0, l = 0; b < blocks; ++b) {                                                  \
       const int n = static_cast<int>((rows - l) / (blocks - b));                                   \
@@ -193,19 +227,27 @@ ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, i
 
 ATTNSERVE_MULTIVERSION
 void ExactRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
-                const float* x, int64_t x_stride, int64_t rows, float* y,
-                int block){ATTNSERVE_PANEL_RANGE(PanelRows, float)}
+                const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
+  ATTNSERVE_PANEL_RANGE(Bf16Rows, float, Bf16Pair::kPairWords);
+}
 
 ATTNSERVE_MULTIVERSION
-    void DotPortableRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out,
-                          int64_t in, const uint32_t* x, int64_t x_stride, int64_t rows, float* y,
-                          int block){ATTNSERVE_PANEL_RANGE(DotPortableRows, uint32_t)}
+void F32Range(const float* panels, int64_t first, int64_t last, int64_t out, int64_t in,
+              const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
+  ATTNSERVE_PANEL_RANGE(F32Rows, float, F32Pair::kPairWords);
+}
+
+ATTNSERVE_MULTIVERSION
+void DotPortableRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
+                      const uint32_t* x, int64_t x_stride, int64_t rows, float* y, int block) {
+  ATTNSERVE_PANEL_RANGE(DotPortableRows, uint32_t, kPanelOutputs);
+}
+
 #if ATTNSERVE_PANEL_BF16_X86
 ATTNSERVE_PANEL_BF16_TARGET
-    void DotHardwareRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out,
-                          int64_t in, const uint32_t* x, int64_t x_stride, int64_t rows, float* y,
-                          int block) {
-  ATTNSERVE_PANEL_RANGE(DotHardwareRows, uint32_t)
+void DotHardwareRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
+                      const uint32_t* x, int64_t x_stride, int64_t rows, float* y, int block) {
+  ATTNSERVE_PANEL_RANGE(DotHardwareRows, uint32_t, kPanelOutputs);
 }
 #endif
 
@@ -260,6 +302,44 @@ void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_
       if (2 * p + 1 < in) d[2 * p + 1] = Widen(word >> 16);
     }
   }
+}
+
+int64_t F32PanelFloats(int64_t out, int64_t in) { return 2 * Bf16PanelWords(out, in); }
+
+void PackF32Panels(const float* w, int64_t out, int64_t in, float* panels) {
+  const int64_t pairs = Pairs(in), count = (out + kPanelOutputs - 1) / kPanelOutputs;
+  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) {
+      float* panel = panels + q * pairs * F32Pair::kPairWords;
+      for (int64_t k = 0; k < 2 * pairs; ++k) {  // column k: element (k / 2, k % 2) of its pair
+        float* dst = panel + k / 2 * F32Pair::kPairWords + k % 2 * kPanelOutputs;
+        for (int64_t o = 0; o < kPanelOutputs; ++o) {
+          const int64_t row = q * kPanelOutputs + o;
+          dst[o] = row < out && k < in ? w[row * in + k] : 0.0f;
+        }
+      }
+    }
+  });
+}
+
+void UnpackF32PanelRows(const float* panels, int64_t in, int64_t first, int64_t count, float* dst) {
+  const int64_t pairs = Pairs(in);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t row = first + i;
+    const float* src =
+        panels + row / kPanelOutputs * pairs * F32Pair::kPairWords + row % kPanelOutputs;
+    for (int64_t k = 0; k < in; ++k) {
+      dst[i * in + k] = src[k / 2 * F32Pair::kPairWords + k % 2 * kPanelOutputs];
+    }
+  }
+}
+
+void PanelGemmF32(const float* panels, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                  int64_t rows, float* y) {
+  const int block = BlockRows();
+  ForPanels(out, in, rows, [&](int64_t first, int64_t last) {
+    F32Range(panels, first, last, out, in, x, x_stride, rows, y, block);
+  });
 }
 
 void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,

@@ -1,4 +1,5 @@
-// Y = X Wᵀ with W (out, in) kept as bfloat16 in panels: the layout of a GEMM's packed operand,
+// Y = X Wᵀ with W (out, in) kept in panels, as bfloat16 or float32: the layout of a GEMM's packed
+// operand,
 // kept for good, so that any number of rows of X (a decode batch: one row per session; a
 // prefill chunk) multiplies it at the FMA's rate instead of at the rate of a dot product per
 // (weight row, X row) pair.
@@ -8,7 +9,8 @@
 // ceil(in / 2) groups of 32 uint32 words: word o of pair p holds the bfloat16 bits of
 // w[32q + o][2p] in its low half and of w[32q + o][2p + 1] in its high half. A pair widens to
 // float32 with one shift (the even column) and one mask (the odd one), and 16 of its words are
-// the (weights, pairs) operand vdpbf16ps reads.
+// the (weights, pairs) operand vdpbf16ps reads. Float32 panels (PackF32Panels) hold the same
+// pairs as 64 floats: the even column's 32 outputs, then the odd column's.
 //
 // The product, for each output j and row r of X: the even and the odd columns summed apart,
 // one multiply-add after the other in column order, then added:
@@ -45,6 +47,14 @@ void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_
 
 void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,
                    int64_t x_stride, int64_t rows, float* y);
+
+// The same for float32 panels: floats of the panels, packing a row-major float32 W, rows back
+// (exact), and the product (the definition above, W's values as they are).
+int64_t F32PanelFloats(int64_t out, int64_t in);
+void PackF32Panels(const float* w, int64_t out, int64_t in, float* panels);
+void UnpackF32PanelRows(const float* panels, int64_t in, int64_t first, int64_t count, float* dst);
+void PanelGemmF32(const float* panels, int64_t out, int64_t in, const float* x, int64_t x_stride,
+                  int64_t rows, float* y);
 
 // The same panels against X rounded to bfloat16 (--activation_precision=bf16): bf16_dot_gemm.h's
 // definition, one sum a pair after the other per output. x_pairs (rows, ceil(in / 2)) words as

@@ -342,10 +342,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     if (tensor_name == "backbone.embeddings.weight" && !c.tie_word_embeddings()) continue;
     m->decode_weight_bytes_ += t.numel() * element_bytes;
   }
-  // Float32 weights share their storage with the layers' tensors: keeping them costs nothing.
-  // Bfloat16 and int8 matrices live only in their LinearWeights: a float32 map would hold the
-  // model's size again.
-  if (format == kernels::WeightFormat::kFloat32) m->weights_ = std::move(weights);
+  // The tensors as loaded, for NamedWeights: the matrices live in their LinearWeights' panels
+  // (or in bfloat16 or int8), so keeping them holds the matrices twice; only an exportable
+  // float32 model does (bfloat16 and int8 ones have no float32 values to give back).
+  if (format == kernels::WeightFormat::kFloat32 && options.exportable) {
+    m->weights_ = std::move(weights);
+  }
   if (m->can_stream_) {
     ASSIGN_OR_RETURN(ModelState fresh, m->NewState(1));
     for (const kernels::MixerState& layer : fresh.layers) {
@@ -662,7 +664,8 @@ absl::StatusOr<std::vector<std::pair<std::string, at::Tensor>>> Model::NamedWeig
   if (weights_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model '", name_,
-        "' keeps its weight matrices in bfloat16 or int8 only; load it in float32 to export it"));
+        "' keeps its weight matrices only in its products' layout (bfloat16, int8, or not "
+        "exportable); load it in float32 with ModelOptions::exportable to export it"));
   }
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const WeightSpec& spec : ExpectedTensors(config_)) {

@@ -50,18 +50,21 @@ struct ModelOptions {
   // CUDA: the weights move there, the mixers run their CUDA kernels, states live there too.
   at::Device device = at::kCPU;
   // kBfloat16: every weight is rounded to bfloat16 at load (the values a bf16 checkpoint would
-  // hold) and weight matrices keep a bfloat16 copy, which single-row products (decode steps)
-  // read: half the bytes per token (kernels/common/linear.h). Outputs then differ from the
-  // float32 model by bfloat16 weight rounding (~0.4% relative per weight).
-  // kBfloat16Dot (--activation_precision=bf16): kBfloat16, and those single-row products also
-  // round their activations to bfloat16 and multiply on the CPU's vdpbf16ps where it has it
+  // hold) and weight matrices are kept only as bfloat16 panels, which every product reads: half
+  // the bytes per token (kernels/common/linear.h). Outputs then differ from the float32 model by
+  // bfloat16 weight rounding (~0.4% relative per weight).
+  // kBfloat16Dot (--activation_precision=bf16): kBfloat16, and the products also round their
+  // activations to bfloat16 and multiply on the CPU's vdpbf16ps where it has it
   // (kernels/common/bf16_dot_gemm.h; llama.cpp's BF16 arithmetic). CPU only.
   // kInt8: every weight matrix whose width is a multiple of 32 is quantized at load to int8 with a
-  // float32 scale per block of 32 (llama.cpp's Q8_0 granularity) and decode steps multiply it by
-  // activations quantized the same way, in integers (kernels/common/int8_gemm.h; a quarter of
-  // the bytes); prefill chunks past 32 rows use the dequantized weights in float32. Embedding
-  // lookups, norms and the mixers' other tensors stay float32. CPU only.
+  // float32 scale per block of 32 (llama.cpp's Q8_0 granularity) and every product multiplies it
+  // by activations quantized the same way, in integers (kernels/common/int8_gemm.h; a quarter of
+  // the bytes). Embedding lookups, norms and the mixers' other tensors stay float32. CPU only.
   WeightPrecision precision = WeightPrecision::kFloat32;
+  // Whether a float32 model keeps its tensors as loaded, for NamedWeights (WriteModelFolder):
+  // on the CPU its weight matrices are otherwise kept only as the products' panels. The server
+  // never writes a model folder and sets it false, so it holds each matrix once.
+  bool exportable = true;
 };
 
 // Every layer's mixer state for a batch of sequences, and how many tokens it has consumed.

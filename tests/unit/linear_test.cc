@@ -23,6 +23,13 @@ at::Tensor Bf16Exact(std::vector<int64_t> shape, uint64_t seed) {
   return RandomTensor(std::move(shape), seed).to(at::kBFloat16).to(at::kFloat);
 }
 
+// x's shape with its last dimension `out`.
+std::vector<int64_t> OutputShape(const at::Tensor& x, int64_t out) {
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out;
+  return shape;
+}
+
 // y (rows, out) from the float32 kernel, on a poisoned output (every element must be written).
 at::Tensor Skinny(const at::Tensor& w, const at::Tensor& x) {
   at::Tensor y = at::full({x.size(0), w.size(0)}, std::nanf(""));
@@ -106,34 +113,39 @@ TEST(LinearTest, FewRowsEqualTheMatrixProductOnTheSameWeights) {
   }
 }
 
-// Steps (B, in) / (B, 1, in) stay on the skinny kernels up to kSkinnyGemmMaxRows (each row
-// bit-identical alone), sequences (1, L, in) only up to kSkinnyGemmMaxSequenceRows; beyond
-// that both are at::linear itself.
+// Linear(x, w) (a float32 tensor without a LinearWeight): steps (B, in) / (B, 1, in) stay on
+// the skinny kernels up to kSkinnyGemmMaxRows (each row bit-identical alone), sequences
+// (1, L, in) only up to kSkinnyGemmMaxSequenceRows; beyond that both are at::linear itself. A
+// float32 LinearWeight gives every row, at every row count, the bits it has alone.
 TEST(LinearTest, StepsAndSequencesChangeKernelsAtTheirOwnRowCounts) {
   const at::Tensor w = Bf16Exact({96, 64}, 11);
   const LinearWeight linear(w, /*bf16_copy=*/false);
-  auto skinny = [&](const at::Tensor& x) {  // row by row: what the skinny kernels give
+  auto row_by_row = [&](const at::Tensor& x, bool panels) {
     const at::Tensor flat = x.reshape({-1, 64});
     std::vector<at::Tensor> rows;
-    for (int64_t i = 0; i < flat.size(0); ++i) rows.push_back(Skinny(w, flat.narrow(0, i, 1)));
-    return at::cat(rows).view(linear(x).sizes());
+    for (int64_t i = 0; i < flat.size(0); ++i) {
+      rows.push_back(panels ? linear(flat.narrow(0, i, 1)) : Skinny(w, flat.narrow(0, i, 1)));
+    }
+    return at::cat(rows).view(OutputShape(x, 96));
   };
   for (int64_t rows : {kSkinnyGemmMaxSequenceRows, kSkinnyGemmMaxSequenceRows + 1,
-                       kSkinnyGemmMaxRows, kSkinnyGemmMaxRows + 1}) {
+                       kSkinnyGemmMaxRows, kSkinnyGemmMaxRows + 1, int64_t{200}}) {
     SCOPED_TRACE(::testing::Message() << rows << " rows");
     const at::Tensor x = RandomTensor({rows, 64}, 12 + rows);
-    // The two kernels sum in different orders, so the checks below tell them apart.
-    ASSERT_FALSE(at::equal(skinny(x), at::linear(x, w)));
+    // The kernels sum in different orders, so the checks below tell them apart.
+    ASSERT_FALSE(at::equal(row_by_row(x, false), at::linear(x, w)));
+    ASSERT_FALSE(at::equal(row_by_row(x, true), at::linear(x, w)));
     for (const at::Tensor& step : {x, x.unsqueeze(1)}) {
-      const at::Tensor want = rows <= kSkinnyGemmMaxRows ? skinny(step) : at::linear(step, w);
-      EXPECT_TRUE(at::equal(linear(step), want)) << "step " << step.sizes();
+      const at::Tensor want =
+          rows <= kSkinnyGemmMaxRows ? row_by_row(step, false) : at::linear(step, w);
       EXPECT_TRUE(at::equal(Linear(step, w), want)) << "step " << step.sizes();
+      EXPECT_TRUE(at::equal(linear(step), row_by_row(step, true))) << "step " << step.sizes();
     }
     const at::Tensor sequence = x.unsqueeze(0);
     const at::Tensor want =
-        rows <= kSkinnyGemmMaxSequenceRows ? skinny(sequence) : at::linear(sequence, w);
-    EXPECT_TRUE(at::equal(linear(sequence), want));
+        rows <= kSkinnyGemmMaxSequenceRows ? row_by_row(sequence, false) : at::linear(sequence, w);
     EXPECT_TRUE(at::equal(Linear(sequence, w), want));
+    EXPECT_TRUE(at::equal(linear(sequence), row_by_row(sequence, true)));
   }
 }
 
@@ -151,9 +163,10 @@ TEST(LinearTest, NarrowFormatsKeepOneMatrix) {
   const at::Tensor x = RandomTensor({2, 40, 64}, 22);
   const LinearWeight fp32(w, WeightFormat::kFloat32), bf16(w, WeightFormat::kBfloat16),
       int8(w, WeightFormat::kInt8);
-  EXPECT_EQ(fp32.Bytes(), 2500 * 64 * 4);
+  EXPECT_EQ(fp32.Bytes(), 2528 * 64 * 4);  // float32 panels
   EXPECT_EQ(bf16.Bytes(), 2528 * 64 * 2);  // panels of 32 rows (panel_gemm.h): 79 of them
   EXPECT_EQ(int8.Bytes(), 2500 * 64 + 2500 * 2 * 4);  // int8 and a float32 scale per 32
+  EXPECT_TRUE(at::equal(fp32.Float32Weight(), w));    // unpacked from the panels
   EXPECT_TRUE(at::equal(bf16.Float32Weight(), w));    // bfloat16-exact values widen exactly
   EXPECT_LE(MaxRelativeError(int8.Float32Weight(), w), 1e-2);
   for (const LinearWeight* linear : {&fp32, &bf16, &int8}) {
