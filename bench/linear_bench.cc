@@ -1,9 +1,10 @@
 // attnserve_linear_bench: y = x Wᵀ for the decode-batch row counts, on mamba-130m's largest
 // matrix (the tied lm_head, 50280 x 768), its in_proj (3072 x 768) and the default models'
 // projections (256 x 256, 1024 x 256), three ways in one run:
-//   skinny f32                kernels/common/skinny_gemm.h (float32 weights: steps up to 64 rows,
-//                             sequences up to 32)
-//   panel bf16                kernels/common/panel_gemm.h (--weight_precision=bf16: any rows)
+//   skinny f32                kernels/common/skinny_gemm.h (kernels::Linear on a float32 tensor
+//                             without a LinearWeight: steps up to 64 rows, sequences up to 32)
+//   panel f32 / panel bf16    kernels/common/panel_gemm.h (LinearWeight's float32 and
+//                             --weight_precision=bf16 weights: every row count)
 //   openblas                  at::mv for one row, at::linear (sgemm) for more: the baseline
 //   int8                      kernels/common/int8_gemm.h (--weight_precision=int8: the int8
 //                             products on the CPU's best instruction set, activations quantized
@@ -69,8 +70,8 @@ int main(int argc, char** argv) {
           "usage: attnserve_linear_bench [--threads=2] [--repeats=7]\n"
           "         [--int8_isa=avx512-vnni|avx-vnni|avx2|scalar]\n"
           "  y = x W^T on mamba-130m's and the default models' matrices for decode-batch row\n"
-          "  counts: the skinny float32 kernel, the bf16 panels, OpenBLAS, and the int8 "
-          "products.\n");
+          "  counts: the skinny float32 kernel, the float32 and bf16 panels, OpenBLAS, and the\n"
+          "  int8 products.\n");
       return 0;
     }
     if (std::strncmp(argv[i], "--threads=", 10) == 0) threads = std::atoi(argv[i] + 10);
@@ -92,9 +93,10 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   std::printf("int8 products: %s\n", attnserve::kernels::Int8IsaName(isa));
-  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n", "matrix",
-              "rows", "f32 ms", "GB/s", "GFLOP/s", "bf16 ms", "GB/s", "GFLOP/s", "blas ms", "GB/s",
-              "GFLOP/s", "int8 ms", "GB/s", "GOP/s");
+  std::printf("%-8s %5s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s | %9s %7s %7s\n",
+              "matrix", "rows", "f32 ms", "GB/s", "GFLOP/s", "f32p ms", "GB/s", "GFLOP/s",
+              "bf16p ms", "GB/s", "GFLOP/s", "blas ms", "GB/s", "GFLOP/s", "int8 ms", "GB/s",
+              "GOP/s");
   for (auto [name, out, in] : {std::tuple<const char*, int64_t, int64_t>{"lm_head", 50280, 768},
                                {"in_proj", 3072, 768},
                                {"256x256", 256, 256},
@@ -106,6 +108,8 @@ int main(int argc, char** argv) {
     attnserve::kernels::QuantizeWeightInt8(w.data_ptr<float>(), out, in, /*per_row=*/false,
                                            w_int8.data_ptr<uint8_t>(), w_scales.data_ptr<float>());
     const at::Tensor w_panels = PackPanels(w_bf16);
+    const at::Tensor w_f32_panels = at::empty({attnserve::kernels::F32PanelFloats(out, in)});
+    attnserve::kernels::PackF32Panels(w.data_ptr<float>(), out, in, w_f32_panels.data_ptr<float>());
     for (int64_t rows : {1, 4, 8, 16, 24, 32, 48, 64, 256}) {
       const at::Tensor x = at::randn({rows, in});
       at::Tensor y = at::empty({rows, out});
@@ -113,6 +117,12 @@ int main(int argc, char** argv) {
           [&] {
             attnserve::kernels::SkinnyGemmF32(w.data_ptr<float>(), out, in, x.data_ptr<float>(), in,
                                               rows, y.data_ptr<float>());
+          },
+          repeats);
+      const double f32p = BestMs(
+          [&] {
+            attnserve::kernels::PanelGemmF32(w_f32_panels.data_ptr<float>(), out, in,
+                                             x.data_ptr<float>(), in, rows, y.data_ptr<float>());
           },
           repeats);
       const double bf16 = BestMs(
@@ -144,6 +154,7 @@ int main(int argc, char** argv) {
       };
       std::printf("%-8s %5lld", name, static_cast<long long>(rows));
       row(f32, bytes);
+      row(f32p, bytes);
       row(bf16, bytes / 2);
       row(blas, bytes);
       row(int8, bytes / 4 * (1 + 4.0 / attnserve::kernels::kInt8Block));

@@ -18,7 +18,12 @@ typedef int32_t Int16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
 #define ATTNSERVE_VEC_INLINE inline __attribute__((always_inline))
 
-ATTNSERVE_VEC_INLINE Float16 Broadcast(float x) { return Float16{} + x; }
+// x in every lane, as one vbroadcastss (from memory where x is there). `Float16{} + x` would
+// also add +0 to every lane, which the compiler must keep (it turns -0 into +0).
+ATTNSERVE_VEC_INLINE Float16 Broadcast(float x) {
+  const Float16 v = {x};
+  return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
 
 ATTNSERVE_VEC_INLINE Float16 Load(const float* p) {
   Float16 v;

@@ -287,10 +287,11 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   m->norm_f_ = norm("backbone.norm_f", FinalNormEpsilon(c));
   m->lm_head_ =
       kernels::LinearWeight(c.tie_word_embeddings() ? embedding : w("lm_head.weight"), format);
-  // Tied bfloat16 embeddings are looked up in the lm_head's bfloat16 copy (the same values, but
-  // for denormals, which kBfloat16Dot flushes): no float32 matrix of the vocabulary's size is kept.
+  // Tied float32 and bfloat16 embeddings are looked up in the lm_head's panels (the same values,
+  // but for bfloat16 denormals, which kBfloat16Dot flushes): no second matrix of the vocabulary's
+  // size is kept. Int8 rows are quantized: an int8 model keeps its float32 embedding.
   m->embeddings_in_lm_head_ =
-      c.tie_word_embeddings() && kernels::IsBfloat16(format) && device.is_cpu();
+      c.tie_word_embeddings() && !kernels::IsInt8(format) && device.is_cpu();
   if (!m->embeddings_in_lm_head_) m->embedding_ = embedding;
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);

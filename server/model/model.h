@@ -219,8 +219,9 @@ class Model {
 
   std::string name_;
   v1::ModelConfig config_;
-  at::Tensor embedding_;                // (vocab, hidden); undefined when embeddings_in_lm_head_
-  bool embeddings_in_lm_head_ = false;  // tied bfloat16: Embed reads lm_head_'s copy
+  at::Tensor embedding_;  // (vocab, hidden); undefined when embeddings_in_lm_head_
+  bool embeddings_in_lm_head_ =
+      false;  // tied, float32 or bfloat16 on the CPU: Embed reads lm_head_
   NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
