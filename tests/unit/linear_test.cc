@@ -15,13 +15,9 @@
 namespace attnserve::kernels {
 namespace {
 
+using testing::Bf16Exact;
 using testing::MaxRelativeError;
 using testing::RandomTensor;
-
-// Float32 values that bfloat16 holds exactly, as --weight_precision=bf16 makes them.
-at::Tensor Bf16Exact(std::vector<int64_t> shape, uint64_t seed) {
-  return RandomTensor(std::move(shape), seed).to(at::kBFloat16).to(at::kFloat);
-}
 
 // x's shape with its last dimension `out`.
 std::vector<int64_t> OutputShape(const at::Tensor& x, int64_t out) {

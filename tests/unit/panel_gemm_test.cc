@@ -17,12 +17,9 @@
 namespace attnserve::kernels {
 namespace {
 
+using testing::Bf16Exact;
 using testing::MaxRelativeError;
 using testing::RandomTensor;
-
-at::Tensor Bf16Exact(std::vector<int64_t> shape, uint64_t seed) {
-  return RandomTensor(std::move(shape), seed).to(at::kBFloat16).to(at::kFloat);
-}
 
 // W's panels, bfloat16 (its values must be bfloat16-exact) or float32, as 32-bit words.
 std::vector<uint32_t> Pack(const at::Tensor& w, bool f32 = false) {

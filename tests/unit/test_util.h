@@ -25,6 +25,11 @@ inline at::Tensor RandomTensor(std::vector<int64_t> shape, uint64_t seed, double
   return at::normal(0.0, std, shape, gen);
 }
 
+// RandomTensor rounded to values bfloat16 holds exactly, as --weight_precision=bf16 makes them.
+inline at::Tensor Bf16Exact(std::vector<int64_t> shape, uint64_t seed) {
+  return RandomTensor(std::move(shape), seed).to(at::kBFloat16).to(at::kFloat);
+}
+
 // Streams x (B, L, D) through `mixer` from a fresh state: chunks of random sizes 1 ..
 // max_chunk up to L - tail, then `tail` single steps. Returns the outputs joined (B, L, D)
 // (undefined on the first error); `position` gets the state's.
