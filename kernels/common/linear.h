@@ -98,7 +98,7 @@ class LinearWeight {
   at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_
 };
 
-// Whether `format` keeps a bfloat16 copy.
+// Whether `format` keeps the matrix in bfloat16 (panels).
 inline bool IsBfloat16(WeightFormat format) {
   return format == WeightFormat::kBfloat16 || format == WeightFormat::kBfloat16Dot;
 }

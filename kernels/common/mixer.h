@@ -83,8 +83,8 @@ struct MixerConfig {
   int64_t rwkv_attention_dim = 0;
   double norm_epsilon = 1e-5;
   // How each weight matrix is kept for the few-row products (kernels/common/linear.h):
-  // kBfloat16 when the weights are bfloat16-exact (rounded at load), a bfloat16 copy; kInt8, int8
-  // with a scale per block of 32. A serving option, not part of the model.
+  // kBfloat16 when the weights are bfloat16-exact (rounded at load): kept as bfloat16 panels;
+  // kInt8, int8 with a scale per block of 32 (linear.h). A serving option, not part of the model.
   WeightFormat weight_format = WeightFormat::kFloat32;
 
   int64_t head_dim() const { return d_model / num_heads; }
