@@ -96,7 +96,7 @@ void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
                          out + begin * in_);
       return;
     }
-    UnpackBf16PanelRows(Panels(), out_, in_, first + begin, end - begin, out + begin * in_);
+    UnpackBf16PanelRows(Panels(), in_, first + begin, end - begin, out + begin * in_);
   });
 }
 

@@ -287,9 +287,8 @@ void PackBf16Panels(const uint16_t* w, int64_t out, int64_t in, uint32_t* panels
   });
 }
 
-void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_t first,
-                         int64_t count, float* dst) {
-  (void)out;
+void UnpackBf16PanelRows(const uint32_t* panels, int64_t in, int64_t first, int64_t count,
+                         float* dst) {
   const int64_t pairs = Pairs(in);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t row = first + i;

@@ -42,8 +42,8 @@ void PackBf16Panels(const uint16_t* w, int64_t out, int64_t in, uint32_t* panels
 
 // Rows [first, first + count) of W as float32 into dst (count, in) row-major: exact (the
 // bfloat16 values widened).
-void UnpackBf16PanelRows(const uint32_t* panels, int64_t out, int64_t in, int64_t first,
-                         int64_t count, float* dst);
+void UnpackBf16PanelRows(const uint32_t* panels, int64_t in, int64_t first, int64_t count,
+                         float* dst);
 
 void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,
                    int64_t x_stride, int64_t rows, float* y);

@@ -134,7 +134,7 @@ TEST(PanelGemmTest, UnpacksAnyRowsExactly) {
     EXPECT_EQ(f32_panels.size(), 2 * panels.size());
     for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 70}, {31, 2}, {69, 1}}) {
       at::Tensor rows = at::empty({count, in});
-      UnpackBf16PanelRows(panels.data(), 70, in, first, count, rows.data_ptr<float>());
+      UnpackBf16PanelRows(panels.data(), in, first, count, rows.data_ptr<float>());
       EXPECT_TRUE(at::equal(rows, w.narrow(0, first, count))) << in << " " << first;
       rows.fill_(0);
       UnpackF32PanelRows(reinterpret_cast<const float*>(f32_panels.data()), in, first, count,
