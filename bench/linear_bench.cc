@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
                                {"1024x256", 1024, 256}}) {
     const at::Tensor w = at::randn({out, in}).to(at::kBFloat16).to(at::kFloat).contiguous();
     const at::Tensor w_bf16 = w.to(at::kBFloat16).contiguous();
-    const at::Tensor w_int8 = at::empty({out, in}, at::kByte);
-    const at::Tensor w_scales = at::empty({out, in / attnserve::kernels::kInt8Block});
+    const at::Tensor w_int8 = at::empty({attnserve::kernels::Int8PanelBytes(out, in)}, at::kByte);
+    const at::Tensor w_scales = at::empty({attnserve::kernels::Int8PanelScaleCount(out, in)});
     attnserve::kernels::QuantizeWeightInt8(w.data_ptr<float>(), out, in, /*per_row=*/false,
                                            w_int8.data_ptr<uint8_t>(), w_scales.data_ptr<float>());
     const at::Tensor w_panels = PackPanels(w_bf16);

@@ -22,52 +22,11 @@
 namespace attnserve::kernels {
 namespace {
 
-using int8_detail::Avx2Rows;
-using int8_detail::AvxVnniRows;
-using int8_detail::GroupBlocks;
-using int8_detail::Groups;
+using int8_detail::Avx2Panels;
+using int8_detail::AvxVnniPanels;
+using int8_detail::ForPanelBlocks;
+using int8_detail::kPanelBlockBytes;
 using int8_detail::QuantizedX;
-using skinny::NextTilePrefetch;
-using skinny::PassPrefetch;
-
-// Calls visit(natural k, packed index) for each element of a row of `in` (a multiple of
-// kInt8Block), in packed order.
-template <typename Visit>
-inline void ForEachPacked(int64_t in, Visit&& visit) {
-  const int64_t nb = in / kInt8Block;
-  for (int64_t g = 0; g * kInt8GroupBlocks < nb; ++g) {
-    const int64_t gb = std::min(kInt8GroupBlocks, nb - g * kInt8GroupBlocks);
-    int64_t index = g * kInt8GroupBlocks * kInt8Block;
-    for (int64_t m = 0; m < kInt8Block / 4; ++m) {
-      for (int64_t l = 0; l < gb; ++l) {
-        const int64_t k = (g * kInt8GroupBlocks + l) * kInt8Block + 4 * m;
-        for (int64_t e = 0; e < 4; ++e) visit(k + e, index++);
-      }
-    }
-  }
-}
-
-// A natural-order row of q into its packed order, each byte xor `bias` (0x80: q + 128; 0 for
-// X). The packed order moves whole 4-byte steps of a block (ForEachPacked), so a group is an
-// 8 x gb transpose of 32-bit words. X's rows are packed on every product (a byte at a time, the
-// packing and the blocks' sums took ~11% of the samples of a product whose time was X's
-// quantization).
-void PackRow(const int8_t* q, int64_t in, uint8_t bias, void* packed_row) {
-  auto* packed = static_cast<uint8_t*>(packed_row);
-  const int64_t nb = in / kInt8Block, words_per_block = kInt8Block / 4;
-  for (int64_t g = 0; g * kInt8GroupBlocks < nb; ++g) {
-    const int64_t gb = std::min(kInt8GroupBlocks, nb - g * kInt8GroupBlocks);
-    const int64_t base = g * kInt8GroupBlocks * kInt8Block;
-    for (int64_t m = 0; m < words_per_block; ++m) {
-      for (int64_t l = 0; l < gb; ++l) {
-        std::memcpy(packed + base + (m * gb + l) * 4, q + base + (l * words_per_block + m) * 4, 4);
-      }
-    }
-  }
-  if (bias != 0) {
-    for (int64_t k = 0; k < in; ++k) packed[k] ^= bias;
-  }
-}
 
 // amax / 127 and round(v / d) clamped to [-127, 127] (never -128: the AVX2 path negates), the
 // same plain float arithmetic in every build of this file.
@@ -249,14 +208,13 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
   qx.c.resize(rows * blocks);
   const int64_t grain = std::max<int64_t>(1, (int64_t{8} << 10) / in);
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
-    std::vector<int8_t> natural(in);
     for (int64_t r = begin; r < end; ++r) {
-      QuantizeBlocksInt8(x + r * x_stride, blocks, natural.data(), &qx.d[r * blocks]);
-      PackRow(natural.data(), in, 0, qx.q.data() + r * in);
+      int8_t* q = qx.q.data() + r * in;
+      QuantizeBlocksInt8(x + r * x_stride, blocks, q, &qx.d[r * blocks]);
       int32_t* c = qx.c.data() + r * blocks;
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t sum = 0;
-        for (int64_t k = 0; k < kInt8Block; ++k) sum += natural[b * kInt8Block + k];
+        for (int64_t k = 0; k < kInt8Block; ++k) sum += q[b * kInt8Block + k];
         c[b] = -128 * sum;
       }
     }
@@ -264,196 +222,166 @@ QuantizedX QuantizeX(const float* x, int64_t x_stride, int64_t rows, int64_t in)
   return qx;
 }
 
-// The definition itself, one (weight row, X row) pair at a time.
-void ScalarRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
-                const QuantizedX& x, int64_t rows, float* y, int64_t out) {
+int64_t Panels(int64_t out) { return (out + kInt8PanelOutputs - 1) / kInt8PanelOutputs; }
+
+// The definition itself, one (output, X row) pair at a time.
+void ScalarPanels(const uint8_t* panels, const float* scales, int64_t first, int64_t last,
+                  int64_t out, int64_t in, const QuantizedX& x, int64_t rows, float* y) {
   const int64_t nb = in / kInt8Block;
-  for (int64_t j = begin; j < end; ++j) {
-    const uint8_t* wq = w + j * in;
-    const float* wd = ws + j * nb;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int8_t* xq = x.q_row(r);
-      const float* xd = x.d_row(r);
-      float acc[16] = {};
-      for (int64_t g = 0; g < Groups(nb); ++g) {
-        const int gb = GroupBlocks(g, nb);
-        const int64_t base = g * kInt8GroupBlocks * kInt8Block;
-        for (int l = 0; l < 16; ++l) {
+  for (int64_t panel = first; panel < last; ++panel) {
+    const int64_t valid = std::min(kInt8PanelOutputs, out - panel * kInt8PanelOutputs);
+    for (int64_t o = 0; o < valid; ++o) {
+      const int64_t j = panel * kInt8PanelOutputs + o;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int8_t* xq = x.q_row(r);
+        const float* xd = x.d_row(r);
+        float acc = 0;
+        for (int64_t b = 0; b < nb; ++b) {
           int32_t p = 0;
-          float s = 0;
-          if (l < gb) {
-            for (int64_t m = 0; m < kInt8Block / 4; ++m) {
-              const int64_t k = base + m * 4 * gb + 4 * l;
-              for (int e = 0; e < 4; ++e) {
-                p += (int32_t{wq[k + e]} - 128) * int32_t{xq[k + e]};
-              }
-            }
-            s = wd[g * kInt8GroupBlocks + l] * xd[g * kInt8GroupBlocks + l];
+          for (int64_t k = b * kInt8Block; k < (b + 1) * kInt8Block; ++k) {
+            p += (int32_t{panels[Int8PanelIndex(in, j, k)]} - 128) * int32_t{xq[k]};
           }
-          acc[l] = std::fma(static_cast<float>(p), s, acc[l]);
+          const float s = scales[Int8PanelScaleIndex(in, j, b)] * xd[b];
+          acc = std::fma(static_cast<float>(p), s, acc);
         }
+        y[r * out + j] = acc;
       }
-      y[r * out + j] = vec::Sum(vec::Load(acc));
     }
   }
 }
 
 #if ATTNSERVE_INT8_X86
 
-// acc += vpdpbusd(w unsigned, x signed), in place: with the intrinsic GCC 12 copied each
-// accumulator to another register and back around every vpdpbusd of a tile (two moves per
-// product).
-ATTNSERVE_VNNI_TARGET inline void DotBytes(__m512i& acc, __m512i w, __m512i x) {
+// acc += vpdpbusd(w unsigned, x's 4 bytes broadcast, signed), in place: with the intrinsic
+// GCC 12 copied each accumulator to another register and back around every vpdpbusd (two moves
+// per product). DotBytes broadcasts from memory in the instruction itself; DotBytesReg takes a
+// broadcast register that two panels share.
+ATTNSERVE_VNNI_TARGET inline void DotBytes(__m512i& acc, __m512i w, const int8_t* x) {
+  asm("vpdpbusd %[x]%{1to16%}, %[w], %[acc]"
+      : [acc] "+v"(acc)
+      : [w] "v"(w), [x] "m"(*reinterpret_cast<const int32_t*>(x)));
+}
+ATTNSERVE_VNNI_TARGET inline void DotBytesReg(__m512i& acc, __m512i w, __m512i x) {
   asm("vpdpbusd %[x], %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [x] "v"(x));
 }
 
-// WR weight rows against XR rows of X, one group of up to 16 blocks at a time: 8 steps of
-// vpdpbusd into int32 block sums (started at X's c; 4 steps of two for a group of at most 8
-// blocks), then one convert, scale product and FMA per group. A short group's bytes and lanes
-// past it are masked to zero. Integer sums are exact, so any grouping of the steps gives the
-// header's bits.
-template <int WR, int XR>
-ATTNSERVE_VNNI_TARGET inline void VnniTile(const uint8_t* const* wq, const float* const* wd,
-                                           const QuantizedX& x, int64_t l0, int64_t nb, float* y,
-                                           int64_t out, int64_t j, NextTilePrefetch pf) {
-  // The float sums stay in registers next to the int32 sums: WR x XR of each, the weight
-  // vectors and X's vector within the 32 registers for the 4 x 3 tile (keeping them in memory
-  // for a 4 x 4 tile cost more than its one fewer weight load a step saves: mamba-130m's rows
-  // have only 1-3 groups, so a group's conversion is a large part of a tile).
-  __m512 acc[WR][XR];
-  for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) acc[i][l] = _mm512_setzero_ps();
+// R rows of X (from row r0) against P adjacent panels (1 or 2): 16 int32 sums a row and panel
+// per block (started at X's c), 8 vpdpbusd each, then one convert, scale product and FMA into
+// the float sums. Two panels share each broadcast of X's 4 bytes (half the loads a product).
+// `valid`: outputs of the last panel. `pf` brings the next panels in while these meet their
+// blocks of rows (skinny_tiles.h).
+template <int P, int R>
+ATTNSERVE_VNNI_TARGET inline void VnniPanelRows(const uint8_t* panel, int64_t panel_bytes,
+                                                const float* scales, int64_t nb,
+                                                const QuantizedX& x, int64_t r0, float* y,
+                                                int64_t out, int valid,
+                                                skinny::NextTilePrefetch pf) {
+  __m512 acc[P][R];
+  const int8_t* xq[R];
+  const int32_t* xc[R];
+  const float* xd[R];
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < P; ++i) acc[i][r] = _mm512_setzero_ps();
+    xq[r] = x.q_row(r0 + r);
+    xc[r] = x.c_row(r0 + r);
+    xd[r] = x.d_row(r0 + r);
   }
-  const int8_t* xq[XR];
-  const int32_t* xc[XR];
-  const float* xd[XR];
-  for (int l = 0; l < XR; ++l) {
-    xq[l] = x.q_row(l0 + l);
-    xc[l] = x.c_row(l0 + l);
-    xd[l] = x.d_row(l0 + l);
-  }
-  for (int64_t g = 0; g < Groups(nb); ++g) {
-    const int gb = GroupBlocks(g, nb);
-    const __mmask16 lanes = static_cast<__mmask16>((uint32_t{1} << gb) - 1);
-    const int64_t base = g * kInt8GroupBlocks * kInt8Block, first_block = g * kInt8GroupBlocks;
-    __m512i p[WR][XR];
-    for (int l = 0; l < XR; ++l) {
-      const __m512i c = _mm512_maskz_loadu_epi32(lanes, xc[l] + first_block);
-      for (int i = 0; i < WR; ++i) p[i][l] = c;
+  const int64_t scale_stride = kInt8PanelOutputs * nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* w = panel + b * kPanelBlockBytes;
+    __m512i p[P][R];
+    for (int r = 0; r < R; ++r) {
+      const __m512i c = _mm512_set1_epi32(xc[r][b]);
+      for (int i = 0; i < P; ++i) p[i][r] = c;
     }
-    // A group of at most 8 blocks takes two of its steps a vector (they are adjacent in the
-    // packed row): lanes gb .. 2 gb - 1 sum the odd steps, added to lanes 0 .. gb - 1 after.
-    const bool paired = gb <= kInt8GroupBlocks / 2;
-    const int64_t step_length = (paired ? 8 : 4) * gb;  // bytes, at most 64
-    const __mmask64 step_bytes =
-        step_length == 64 ? ~__mmask64{0} : (__mmask64{1} << step_length) - 1;
-    const int64_t vector_steps = paired ? kInt8Block / 8 : kInt8Block / 4;
-    for (int64_t m = 0; m < vector_steps; ++m) {
-      const int64_t k = base + m * step_length;
-      __m512i wv[WR];
+    for (int m = 0; m < kInt8Block / 4; ++m) {
       pf.Step();
-      for (int i = 0; i < WR; ++i) {
-        if (pf.lines_per_step == 0) __builtin_prefetch(wq[i] + k + skinny::kPrefetchBytes);
-        wv[i] = _mm512_maskz_loadu_epi8(step_bytes, wq[i] + k);
-      }
-      for (int l = 0; l < XR; ++l) {
-        const __m512i xv = _mm512_maskz_loadu_epi8(step_bytes, xq[l] + k);
-        for (int i = 0; i < WR; ++i) DotBytes(p[i][l], wv[i], xv);
-      }
-    }
-    if (paired) {
-      const __m512i odd =
-          _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(gb));
-      for (int i = 0; i < WR; ++i) {
-        for (int l = 0; l < XR; ++l) {
-          p[i][l] = _mm512_maskz_add_epi32(lanes, p[i][l],
-                                           _mm512_maskz_permutexvar_epi32(lanes, odd, p[i][l]));
+      __m512i wv[P];
+      for (int i = 0; i < P; ++i) wv[i] = _mm512_loadu_si512(w + i * panel_bytes + m * 64);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xw = xq[r] + b * kInt8Block + 4 * m;
+        if constexpr (P == 1) {
+          DotBytes(p[0][r], wv[0], xw);
+        } else {
+          int32_t word;
+          std::memcpy(&word, xw, sizeof(word));
+          const __m512i xv = _mm512_set1_epi32(word);
+          for (int i = 0; i < P; ++i) DotBytesReg(p[i][r], wv[i], xv);
         }
       }
     }
-    __m512 ws[WR];
-    for (int i = 0; i < WR; ++i) ws[i] = _mm512_maskz_loadu_ps(lanes, wd[i] + first_block);
-    for (int l = 0; l < XR; ++l) {
-      const __m512 xs = _mm512_maskz_loadu_ps(lanes, xd[l] + first_block);
-      for (int i = 0; i < WR; ++i) {
+    for (int i = 0; i < P; ++i) {
+      const __m512 ws = _mm512_loadu_ps(scales + i * scale_stride + b * kInt8PanelOutputs);
+      for (int r = 0; r < R; ++r) {
+        const __m512 s = _mm512_mul_ps(ws, _mm512_set1_ps(xd[r][b]));
         // The zero-masked convert is vcvtdq2ps (the unmasked intrinsic's undefined source trips
         // GCC 12's -Wmaybe-uninitialized here).
-        const __m512 pf32 = _mm512_maskz_cvtepi32_ps(~__mmask16{0}, p[i][l]);
-        acc[i][l] = _mm512_fmadd_ps(pf32, _mm512_mul_ps(ws[i], xs), acc[i][l]);
+        acc[i][r] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(~__mmask16{0}, p[i][r]), s, acc[i][r]);
       }
     }
   }
-  // vec::Sum's tree, the tile's accumulators side by side.
-  vec::Float16 sum_lanes[WR][XR];
-  std::memcpy(sum_lanes, acc, sizeof(sum_lanes));
-  float sums[WR][XR];
-  skinny::TileSums(sum_lanes, sums);
-  for (int i = 0; i < WR; ++i) {
-    for (int l = 0; l < XR; ++l) y[(l0 + l) * out + j + i] = sums[i][l];
+  const __mmask16 lanes = static_cast<__mmask16>((uint32_t{1} << valid) - 1);
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i + 1 < P; ++i)
+      _mm512_storeu_ps(y + (r0 + r) * out + i * kInt8PanelOutputs, acc[i][r]);
+    _mm512_mask_storeu_ps(y + (r0 + r) * out + (P - 1) * kInt8PanelOutputs, lanes, acc[P - 1][r]);
   }
 }
 
-constexpr int kTileW = 4, kTileX = 3;
-
-// `next`, `next_end`: the next weight tile's bytes, prefetched while this one meets X's tiles
-// (skinny_tiles.h's NextTilePrefetch).
-template <int WR>
-ATTNSERVE_VNNI_TARGET void VnniTileRows(const uint8_t* const* wq, const float* const* wd,
-                                        const QuantizedX& x, int64_t rows, int64_t nb, float* y,
-                                        int64_t out, int64_t j, const uint8_t* next,
-                                        const uint8_t* next_end) {
-  // Vector steps a pass: 8 a group, 4 for a last group of at most 8 blocks (VnniTile).
-  const int64_t last = GroupBlocks(Groups(nb) - 1, nb);
-  const int64_t passes = (rows + kTileX - 1) / kTileX,
-                steps = Groups(nb) * (kInt8Block / 4) - (last <= kInt8GroupBlocks / 2 ? 4 : 0);
-  auto pass_prefetch = [&](int64_t l) {
-    return PassPrefetch(next, next_end, l / kTileX, passes, steps);
-  };
-  int64_t l = 0;
-  for (; l + kTileX <= rows; l += kTileX) {
-    VnniTile<WR, kTileX>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
-  }
-  static_assert(kTileX == 3, "the remainder's tiles below");
-  switch (rows - l) {
-    case 2:
-      VnniTile<WR, 2>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
-      break;
-    case 1:
-      VnniTile<WR, 1>(wq, wd, x, l, nb, y, out, j, pass_prefetch(l));
-      break;
-  }
-}
+// Rows of X a group of panels meets at once: one panel's 8 x (int32 + float32) sums, or two
+// panels' 6 x 2 x 2, within the 32 registers.
+int VnniBlockRows(int panels) { return panels == 1 ? 8 : 6; }
 
 ATTNSERVE_VNNI_TARGET
-void VnniRows(const uint8_t* w, const float* ws, int64_t begin, int64_t end, int64_t in,
-              const QuantizedX& x, int64_t rows, float* y, int64_t out) {
+void VnniPanels(const uint8_t* panels, const float* scales, int64_t first, int64_t last,
+                int64_t out, int64_t in, const QuantizedX& x, int64_t rows, float* y) {
   const int64_t nb = in / kInt8Block;
-  for (int64_t j = begin; j < end; j += kTileW) {
-    const int wr = static_cast<int>(std::min<int64_t>(kTileW, end - j));
-    const uint8_t* wq[kTileW] = {};
-    const float* wd[kTileW] = {};
-    for (int i = 0; i < wr; ++i) {
-      wq[i] = w + (j + i) * in;
-      wd[i] = ws + (j + i) * nb;
-    }
-    const uint8_t* next = w + (j + wr) * in;
-    const uint8_t* next_end = w + std::min(end, j + wr + kTileW) * in;
-    switch (wr) {
-      case 4:
-        VnniTileRows<4>(wq, wd, x, rows, nb, y, out, j, next, next_end);
-        break;
-      case 3:
-        VnniTileRows<3>(wq, wd, x, rows, nb, y, out, j, next, next_end);
-        break;
-      case 2:
-        VnniTileRows<2>(wq, wd, x, rows, nb, y, out, j, next, next_end);
-        break;
-      case 1:
-        VnniTileRows<1>(wq, wd, x, rows, nb, y, out, j, next, next_end);
-        break;
-    }
-  }
+  const int64_t panel_bytes = kInt8PanelOutputs * in;
+  // Up to 8 rows, one panel at a time: in pairs a one-row mamba-130m step took 12-15% longer
+  // (alternated runs of step_bench); from 9 rows on, pairs: 64 rows 5-15% faster.
+  ForPanelBlocks(first, last, rows, rows <= VnniBlockRows(1) ? 1 : 2, VnniBlockRows,
+                 [&](int64_t panel, int g, int64_t l, int n, int64_t block, int64_t blocks) {
+                   const uint8_t* w = panels + panel * panel_bytes;
+                   // One block of rows streams the panels, which the hardware prefetcher keeps up
+                   // with (the software prefetch cost ~4% of a one-row step); from two blocks on, a
+                   // panel's first block waited on memory without it (3-7% of a 16- or 64-row
+                   // mamba-130m step).
+                   const skinny::NextTilePrefetch pf =
+                       blocks == 1 ? skinny::NextTilePrefetch{}
+                                   : skinny::PassPrefetch(
+                                         w + g * panel_bytes,
+                                         w + std::min<int64_t>(2 * g, last - panel) * panel_bytes,
+                                         block, blocks, nb * (kInt8Block / 4));
+                   const float* ws = scales + panel * kInt8PanelOutputs * nb;
+                   float* yp = y + panel * kInt8PanelOutputs;
+                   const int valid = static_cast<int>(
+                       std::min(kInt8PanelOutputs, out - (panel + g - 1) * kInt8PanelOutputs));
+#define ATTNSERVE_VNNI_ROWS(P, R) \
+  case R:                         \
+    return VnniPanelRows<P, R>(w, panel_bytes, ws, nb, x, l, yp, out, valid, pf)
+                   if (g == 1) {
+                     switch (n) {
+                       ATTNSERVE_VNNI_ROWS(1, 1);
+                       ATTNSERVE_VNNI_ROWS(1, 2);
+                       ATTNSERVE_VNNI_ROWS(1, 3);
+                       ATTNSERVE_VNNI_ROWS(1, 4);
+                       ATTNSERVE_VNNI_ROWS(1, 5);
+                       ATTNSERVE_VNNI_ROWS(1, 6);
+                       ATTNSERVE_VNNI_ROWS(1, 7);
+                       ATTNSERVE_VNNI_ROWS(1, 8);
+                     }
+                   } else {
+                     switch (n) {
+                       ATTNSERVE_VNNI_ROWS(2, 1);
+                       ATTNSERVE_VNNI_ROWS(2, 2);
+                       ATTNSERVE_VNNI_ROWS(2, 3);
+                       ATTNSERVE_VNNI_ROWS(2, 4);
+                       ATTNSERVE_VNNI_ROWS(2, 5);
+                       ATTNSERVE_VNNI_ROWS(2, 6);
+                     }
+                   }
+#undef ATTNSERVE_VNNI_ROWS
+                 });
 }
 
 #endif  // ATTNSERVE_INT8_X86
@@ -467,7 +395,6 @@ Int8Isa Resolve(Int8Isa isa) {
 }
 
 }  // namespace
-
 bool Int8IsaSupported(Int8Isa isa) {
   switch (isa) {
     case Int8Isa::kAuto:
@@ -511,43 +438,62 @@ const char* Int8IsaName(Int8Isa isa) {
   return "?";
 }
 
-int64_t Int8PackedIndex(int64_t in, int64_t k) {
-  const int64_t b = k / kInt8Block, o = k % kInt8Block, g = b / kInt8GroupBlocks;
-  const int64_t gb = GroupBlocks(g, in / kInt8Block);
-  return g * kInt8GroupBlocks * kInt8Block + (o / 4) * 4 * gb + (b % kInt8GroupBlocks) * 4 + o % 4;
+int64_t Int8PanelBytes(int64_t out, int64_t in) { return Panels(out) * kInt8PanelOutputs * in; }
+
+int64_t Int8PanelScaleCount(int64_t out, int64_t in) {
+  return Panels(out) * kInt8PanelOutputs * (in / kInt8Block);
 }
 
-void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, uint8_t* packed,
+int64_t Int8PanelIndex(int64_t in, int64_t j, int64_t k) {
+  const int64_t panel = j / kInt8PanelOutputs, o = j % kInt8PanelOutputs;
+  return panel * kInt8PanelOutputs * in + k / kInt8Block * kPanelBlockBytes +
+         (k % kInt8Block) / 4 * (4 * kInt8PanelOutputs) + 4 * o + k % 4;
+}
+
+int64_t Int8PanelScaleIndex(int64_t in, int64_t j, int64_t b) {
+  const int64_t panel = j / kInt8PanelOutputs, o = j % kInt8PanelOutputs;
+  return (panel * (in / kInt8Block) + b) * kInt8PanelOutputs + o;
+}
+
+void QuantizeWeightInt8(const float* w, int64_t out, int64_t in, bool per_row, uint8_t* panels,
                         float* scales) {
   const int64_t nb = in / kInt8Block;
-  at::parallel_for(0, out, 64, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, Panels(out), 4, [&](int64_t begin, int64_t end) {
     std::vector<int8_t> q(in);
-    for (int64_t j = begin; j < end; ++j) {
-      if (per_row) {
-        float d = 0;
-        QuantizeFittedBlock(w + j * in, in, q.data(), &d);
-        std::fill(scales + j * nb, scales + (j + 1) * nb, d);
+    std::vector<float> d(nb);
+    for (int64_t j = begin * kInt8PanelOutputs; j < end * kInt8PanelOutputs; ++j) {
+      if (j >= out) {  // padding: q = 0, d = 0
+        std::fill(q.begin(), q.end(), 0);
+        std::fill(d.begin(), d.end(), 0.0f);
+      } else if (per_row) {
+        float row_scale = 0;
+        QuantizeFittedBlock(w + j * in, in, q.data(), &row_scale);
+        std::fill(d.begin(), d.end(), row_scale);
       } else {
         for (int64_t b = 0; b < nb; ++b) {
           QuantizeFittedBlock(w + j * in + b * kInt8Block, kInt8Block, q.data() + b * kInt8Block,
-                              scales + j * nb + b);
+                              &d[b]);
         }
       }
-      PackRow(q.data(), in, 0x80, packed + j * in);
+      // Four bytes at a time: a step's word of this row.
+      for (int64_t k = 0; k < in; k += 4) {
+        uint8_t* dst = panels + Int8PanelIndex(in, j, k);
+        for (int e = 0; e < 4; ++e) dst[e] = static_cast<uint8_t>(q[k + e]) ^ 0x80;
+      }
+      for (int64_t b = 0; b < nb; ++b) scales[Int8PanelScaleIndex(in, j, b)] = d[b];
     }
   });
 }
 
-void DequantizeWeightInt8(const uint8_t* packed, const float* scales, int64_t rows, int64_t in,
-                          float* out) {
-  const int64_t nb = in / kInt8Block;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = packed + r * in;
-    const float* d = scales + r * nb;
-    float* o = out + r * in;
-    ForEachPacked(in, [&](int64_t k, int64_t index) {
-      o[k] = static_cast<float>(int32_t{row[index]} - 128) * d[k / kInt8Block];
-    });
+void DequantizeWeightInt8(const uint8_t* panels, const float* scales, int64_t in, int64_t first,
+                          int64_t count, float* dst) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t j = first + i;
+    float* o = dst + i * in;
+    for (int64_t k = 0; k < in; ++k) {
+      o[k] = static_cast<float>(int32_t{panels[Int8PanelIndex(in, j, k)]} - 128) *
+             scales[Int8PanelScaleIndex(in, j, k / kInt8Block)];
+    }
   }
 }
 
@@ -559,33 +505,27 @@ void QuantizeBlocksInt8(const float* v, int64_t blocks, int8_t* q, float* scales
   QuantizeBlocks32(v, blocks, q, scales);
 }
 
-void Int8Gemm(const uint8_t* packed, const float* scales, int64_t out, int64_t in, const float* x,
+void Int8Gemm(const uint8_t* panels, const float* scales, int64_t out, int64_t in, const float* x,
               int64_t x_stride, int64_t rows, float* y, Int8Isa isa) {
   isa = isa == Int8Isa::kAuto ? Int8IsaInUse() : isa;
   const QuantizedX qx = QuantizeX(x, x_stride, rows, in);
-  // Tiles of the skinny float kernels' 4 rows and their grain; VnniRows takes any row range.
-  constexpr int64_t kRows = skinny::kTileW;
-  skinny::ParallelTiles((out + kRows - 1) / kRows, skinny::GrainTiles(in, rows),
-                        [&](int64_t begin, int64_t end) {
-                          begin *= kRows;
-                          end = std::min(out, end * kRows);
-                          switch (isa) {
+  // Tasks of at least the skinny kernels' work (skinny::GrainTiles, in 4-row tiles).
+  const int64_t grain =
+      (skinny::GrainTiles(in, rows) * skinny::kTileW + kInt8PanelOutputs - 1) / kInt8PanelOutputs;
+  skinny::ParallelTiles(Panels(out), grain, [&](int64_t first, int64_t last) {
+    switch (isa) {
 #if ATTNSERVE_INT8_X86
-                            case Int8Isa::kAvx512Vnni:
-                              VnniRows(packed, scales, begin, end, in, qx, rows, y, out);
-                              return;
-                            case Int8Isa::kAvxVnni:
-                              AvxVnniRows(packed, scales, begin, end, in, qx, rows, y, out);
-                              return;
-                            case Int8Isa::kAvx2:
-                              Avx2Rows(packed, scales, begin, end, in, qx, rows, y, out);
-                              return;
+      case Int8Isa::kAvx512Vnni:
+        return VnniPanels(panels, scales, first, last, out, in, qx, rows, y);
+      case Int8Isa::kAvxVnni:
+        return AvxVnniPanels(panels, scales, first, last, out, in, qx, rows, y);
+      case Int8Isa::kAvx2:
+        return Avx2Panels(panels, scales, first, last, out, in, qx, rows, y);
 #endif
-                            default:
-                              ScalarRows(packed, scales, begin, end, in, qx, rows, y, out);
-                              return;
-                          }
-                        });
+      default:
+        return ScalarPanels(panels, scales, first, last, out, in, qx, rows, y);
+    }
+  });
 }
 
 }  // namespace attnserve::kernels

@@ -2,6 +2,7 @@
 // instruction set alone.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/int8_gemm_internal.h"
 #include "kernels/common/skinny_tiles.h"
@@ -12,7 +13,7 @@
 
 #define ATTNSERVE_YMM_TARGET __attribute__((target("avx2,fma")))
 #define ATTNSERVE_YMM_VNNI 0
-#define ATTNSERVE_YMM_ROWS Avx2Rows
+#define ATTNSERVE_YMM_PANELS Avx2Panels
 #include "kernels/common/int8_gemm_ymm.inc"
 
 #endif

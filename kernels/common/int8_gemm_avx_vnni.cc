@@ -2,6 +2,7 @@
 // instruction set alone.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/common/int8_gemm_internal.h"
 #include "kernels/common/skinny_tiles.h"
@@ -12,7 +13,7 @@
 
 #define ATTNSERVE_YMM_TARGET __attribute__((target("avx2,fma,avxvnni")))
 #define ATTNSERVE_YMM_VNNI 1
-#define ATTNSERVE_YMM_ROWS AvxVnniRows
+#define ATTNSERVE_YMM_PANELS AvxVnniPanels
 #include "kernels/common/int8_gemm_ymm.inc"
 
 #endif

@@ -56,8 +56,8 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
   if (!weight_.is_cpu()) return;
   if (IsInt8(format) && weight_.dim() == 2 && in_ % kInt8Block == 0 &&
       weight_.scalar_type() == at::kFloat) {
-    int8_ = at::empty({out_, in_}, weight_.options().dtype(at::kByte));
-    int8_scales_ = at::empty({out_, in_ / kInt8Block}, weight_.options());
+    int8_ = at::empty({Int8PanelBytes(out_, in_)}, weight_.options().dtype(at::kByte));
+    int8_scales_ = at::empty({Int8PanelScaleCount(out_, in_)}, weight_.options());
     QuantizeWeightInt8(weight_.data_ptr<float>(), out_, in_, format == WeightFormat::kInt8PerRow,
                        int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>());
     weight_ = at::Tensor();  // the sgemm rows widen int8_
@@ -86,9 +86,8 @@ LinearWeight::LinearWeight(const at::Tensor& weight, WeightFormat format)
 void LinearWeight::Widen(int64_t first, int64_t rows, float* out) const {
   at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / in_), [&](int64_t begin, int64_t end) {
     if (int8_.defined()) {
-      DequantizeWeightInt8(int8_.data_ptr<uint8_t>() + (first + begin) * in_,
-                           int8_scales_.data_ptr<float>() + (first + begin) * (in_ / kInt8Block),
-                           end - begin, in_, out + begin * in_);
+      DequantizeWeightInt8(int8_.data_ptr<uint8_t>(), int8_scales_.data_ptr<float>(), in_,
+                           first + begin, end - begin, out + begin * in_);
       return;
     }
     if (f32_panels_.defined()) {

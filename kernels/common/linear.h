@@ -94,8 +94,8 @@ class LinearWeight {
   at::Tensor f32_panels_;   // kFloat32 on the CPU: panel_gemm.h's float32 panels, or undefined
   at::Tensor bf16_panels_;  // kBfloat16(Dot): panel_gemm.h's words (int32), or undefined
   bool bf16_dot_ = false;   // kBfloat16Dot: the panels multiply bfloat16-rounded activations
-  at::Tensor int8_;         // (out, in) uint8: int8_gemm.h's packed, biased rows; or undefined
-  at::Tensor int8_scales_;  // (out, in / 32) float32 with int8_
+  at::Tensor int8_;         // uint8: int8_gemm.h's panels of biased bytes; or undefined
+  at::Tensor int8_scales_;  // float32: the panels' scales, with int8_
 };
 
 // Whether `format` keeps the matrix in bfloat16 (panels).

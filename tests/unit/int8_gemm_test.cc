@@ -24,27 +24,40 @@ using testing::MaxRelativeError;
 using testing::RandomTensor;
 
 struct Quantized {
-  at::Tensor q, scales;  // (out, in) packed biased bytes, (out, in / 32) float32
+  int64_t out = 0, in = 0;
+  at::Tensor q, scales;  // the panels' biased bytes and their scales (int8_gemm.h)
+  // Row j's scales (out, in / 32), out of the panels.
+  at::Tensor RowScales() const {
+    at::Tensor s = at::empty({out, in / kInt8Block});
+    for (int64_t j = 0; j < out; ++j) {
+      for (int64_t b = 0; b < in / kInt8Block; ++b) {
+        s[j][b] = scales.data_ptr<float>()[Int8PanelScaleIndex(in, j, b)];
+      }
+    }
+    return s;
+  }
 };
 
 Quantized Quantize(const at::Tensor& w, bool per_row = false) {
-  Quantized r{at::empty(w.sizes(), at::kByte), at::empty({w.size(0), w.size(1) / kInt8Block})};
-  QuantizeWeightInt8(w.data_ptr<float>(), w.size(0), w.size(1), per_row, r.q.data_ptr<uint8_t>(),
+  const int64_t out = w.size(0), in = w.size(1);
+  Quantized r{out, in, at::full({Int8PanelBytes(out, in)}, 7, at::kByte),
+              at::full({Int8PanelScaleCount(out, in)}, std::nanf(""))};
+  QuantizeWeightInt8(w.data_ptr<float>(), out, in, per_row, r.q.data_ptr<uint8_t>(),
                      r.scales.data_ptr<float>());
   return r;
 }
 
 at::Tensor Dequantize(const Quantized& w) {
-  at::Tensor out = at::empty(w.q.sizes(), at::kFloat);
-  DequantizeWeightInt8(w.q.data_ptr<uint8_t>(), w.scales.data_ptr<float>(), w.q.size(0),
-                       w.q.size(1), out.data_ptr<float>());
+  at::Tensor out = at::empty({w.out, w.in}, at::kFloat);
+  DequantizeWeightInt8(w.q.data_ptr<uint8_t>(), w.scales.data_ptr<float>(), w.in, 0, w.out,
+                       out.data_ptr<float>());
   return out;
 }
 
 at::Tensor Gemm(const Quantized& w, const at::Tensor& x, Int8Isa isa) {
-  at::Tensor y = at::full({x.size(0), w.q.size(0)}, std::nanf(""));
-  Int8Gemm(w.q.data_ptr<uint8_t>(), w.scales.data_ptr<float>(), w.q.size(0), w.q.size(1),
-           x.data_ptr<float>(), x.stride(0), x.size(0), y.data_ptr<float>(), isa);
+  at::Tensor y = at::full({x.size(0), w.out}, std::nanf(""));
+  Int8Gemm(w.q.data_ptr<uint8_t>(), w.scales.data_ptr<float>(), w.out, w.in, x.data_ptr<float>(),
+           x.stride(0), x.size(0), y.data_ptr<float>(), isa);
   return y;
 }
 
@@ -92,13 +105,12 @@ std::vector<Int8Isa> SupportedIsas() {
 
 TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
   uint64_t seed = 100;
-  // Weight rows around the 4-row tiles; block counts in one short group, one whole group of 16
-  // (512), whole and short groups (768: 16 + 8; 800: 16 + 9), X rows around the VNNI kernel's
-  // 3-row tiles (a last pass of 1 or 2 rows) and the float kernels' 4-row ones, up to the skinny
-  // limit.
-  for (int64_t out : {1, 3, 5, 37, 260}) {
+  // Weight rows around the 16-row panels (a short last panel, one alone); 1 to 25 blocks; X
+  // rows around the row blocks (8 with AVX512-VNNI, 3 or 2 on 256 bits: 9 = 5 + 4 and 3 + 3 + 3),
+  // up to the skinny limit.
+  for (int64_t out : {1, 3, 16, 37, 260}) {
     for (int64_t in : {32, 64, 96, 160, 512, 768, 800}) {
-      for (int64_t rows : {1, 2, 3, 5, 16, 64}) {
+      for (int64_t rows : {1, 2, 3, 5, 9, 16, 64}) {
         const at::Tensor w = RandomTensor({out, in}, seed++);
         const at::Tensor x = RandomTensor({rows, in}, seed++);
         const Quantized q = Quantize(w);
@@ -126,28 +138,40 @@ TEST(Int8GemmTest, MatchesItsDefinitionInFloat64OnRaggedShapes) {
   }
 }
 
-// The packed order is a permutation of each row, and the weights come back from it as d · q in
-// the natural order.
-TEST(Int8GemmTest, PackedRowsHoldEachElementOnceAndDequantizeToTheirBlocks) {
-  for (int64_t in : {32, 96, 512, 544, 768, 1536}) {
-    SCOPED_TRACE(in);
-    std::vector<int> seen(in, 0);
-    for (int64_t k = 0; k < in; ++k) {
-      const int64_t index = Int8PackedIndex(in, k);
-      ASSERT_GE(index, 0);
-      ASSERT_LT(index, in);
-      ++seen[index];
+// The panels hold each element of W once, pad with zero bytes of scale 0, and give the weights
+// back as d · q in the natural order.
+TEST(Int8GemmTest, PanelsHoldEachElementOnceAndDequantizeToTheirBlocks) {
+  for (int64_t out : {1, 7, 16, 37}) {
+    for (int64_t in : {32, 96, 768}) {
+      SCOPED_TRACE(::testing::Message() << out << " x " << in);
+      const int64_t bytes = Int8PanelBytes(out, in), nb = in / kInt8Block;
+      ASSERT_EQ(bytes, (out + 15) / 16 * 16 * in);
+      std::vector<int> seen(bytes, 0), seen_scale(Int8PanelScaleCount(out, in), 0);
+      for (int64_t j = 0; j < (out + 15) / 16 * 16; ++j) {
+        for (int64_t k = 0; k < in; ++k) ++seen[Int8PanelIndex(in, j, k)];
+        for (int64_t b = 0; b < nb; ++b) ++seen_scale[Int8PanelScaleIndex(in, j, b)];
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), bytes);
+      EXPECT_EQ(std::count(seen_scale.begin(), seen_scale.end(), 1),
+                static_cast<int64_t>(seen_scale.size()));
+      // Element k of row j: panel j / 16, block k / 32, step k % 32 / 4, lane j % 16.
+      EXPECT_EQ(Int8PanelIndex(in, 17, 37), 16 * in + 512 + 64 + 4 + 1);
+      const at::Tensor w = RandomTensor({out, in}, 60 + in + out);
+      const Quantized q = Quantize(w);
+      // d · q is exact in float64; rounded to float32 it is the float32 product.
+      const at::Tensor want =
+          RoundBlocks(w).q.view({out, nb, kInt8Block}) * q.RowScales().to(at::kDouble).unsqueeze(2);
+      EXPECT_TRUE(at::equal(Dequantize(q), want.view({out, in}).to(at::kFloat)));
+      // Padding rows: the biased zero byte, scale 0.
+      for (int64_t j = out; j < (out + 15) / 16 * 16; ++j) {
+        for (int64_t k = 0; k < in; ++k) {
+          ASSERT_EQ(q.q.data_ptr<uint8_t>()[Int8PanelIndex(in, j, k)], 128);
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+          ASSERT_EQ(q.scales.data_ptr<float>()[Int8PanelScaleIndex(in, j, b)], 0.0f);
+        }
+      }
     }
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), in);
-    // Element k of a block sits in step k / 4 of its group, lane b % 16.
-    const int64_t nb = in / kInt8Block, gb = std::min<int64_t>(16, nb);
-    EXPECT_EQ(Int8PackedIndex(in, kInt8Block + 5), 4 * gb + 4 + 1);
-    const at::Tensor w = RandomTensor({7, in}, 60 + in);
-    const Quantized q = Quantize(w);
-    // d · q is exact in float64; rounded to float32 it is the float32 product.
-    const at::Tensor want =
-        RoundBlocks(w).q.view({7, nb, kInt8Block}) * q.scales.to(at::kDouble).unsqueeze(2);
-    EXPECT_TRUE(at::equal(Dequantize(q), want.view({7, in}).to(at::kFloat)));
   }
 }
 
@@ -162,9 +186,9 @@ TEST(Int8GemmTest, WeightScalesFitTheirIntegersInLeastSquares) {
   const at::Tensor ints = r.q.view({64, 8, kInt8Block});
   const at::Tensor wd = w.to(at::kDouble).view({64, 8, kInt8Block});
   const at::Tensor fit = (wd * ints).sum(2) / (ints * ints).sum(2).clamp_min(1e-300);
-  const at::Tensor scales = q.scales.to(at::kDouble);
+  const at::Tensor scales = q.RowScales().to(at::kDouble);
   EXPECT_LE(((scales - fit).abs() - 1e-7 * fit.abs()).max().item<double>(), 0.0);
-  EXPECT_TRUE(at::equal(q.scales[3], at::zeros({8})));
+  EXPECT_TRUE(at::equal(q.RowScales()[3], at::zeros({8})));
   const at::Tensor fit_error = (wd - ints * scales.unsqueeze(2)).pow(2).sum(2);
   const at::Tensor amax_error = (wd - ints * r.d.view({64, 8}).unsqueeze(2)).pow(2).sum(2);
   EXPECT_TRUE((fit_error <= amax_error * (1 + 1e-6) + 1e-30).all().item<bool>());

@@ -161,9 +161,10 @@ TEST(LinearTest, NarrowFormatsKeepOneMatrix) {
       int8(w, WeightFormat::kInt8);
   EXPECT_EQ(fp32.Bytes(), 2528 * 64 * 4);  // float32 panels
   EXPECT_EQ(bf16.Bytes(), 2528 * 64 * 2);  // panels of 32 rows (panel_gemm.h): 79 of them
-  EXPECT_EQ(int8.Bytes(), 2500 * 64 + 2500 * 2 * 4);  // int8 and a float32 scale per 32
-  EXPECT_TRUE(at::equal(fp32.Float32Weight(), w));    // unpacked from the panels
-  EXPECT_TRUE(at::equal(bf16.Float32Weight(), w));    // bfloat16-exact values widen exactly
+  // int8 panels of 16 rows (157 of them) and a float32 scale per 32
+  EXPECT_EQ(int8.Bytes(), 2512 * 64 + 2512 * 2 * 4);
+  EXPECT_TRUE(at::equal(fp32.Float32Weight(), w));  // unpacked from the panels
+  EXPECT_TRUE(at::equal(bf16.Float32Weight(), w));  // bfloat16-exact values widen exactly
   EXPECT_LE(MaxRelativeError(int8.Float32Weight(), w), 1e-2);
   for (const LinearWeight* linear : {&fp32, &bf16, &int8}) {
     EXPECT_EQ(linear->out_features(), 2500);
