@@ -54,7 +54,7 @@ at::Tensor FlashAttentionImpl(const at::Tensor& q, const at::Tensor& k, const at
     const int64_t sink_end = window > 0 ? std::min({sinks, window_begin, key_end}) : 0;
     at::Tensor row_max, row_sum;  // (B·H, nq, 1): running max and sum of exp(s - max)
     bool first_tile = true;
-    for (const auto [range_begin, range_end] :
+    for (const auto& [range_begin, range_end] :
          {std::pair<int64_t, int64_t>{0, sink_end}, {std::max(window_begin, sink_end), key_end}}) {
       for (int64_t k0 = range_begin; k0 < range_end; k0 += tiles.key) {
         const int64_t nk = std::min(tiles.key, range_end - k0);

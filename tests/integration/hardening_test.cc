@@ -114,8 +114,12 @@ TEST(HardeningTest, AStreamThatDoesNotReadIsNotReadEither) {
   }
   // The stream is done on both sides; the session (and the results it kept for retries) gone.
   ASSERT_TRUE(WaitFor([&] { return server.service().inflight() == 0; }));
-  // The server keeps serving (checked above) and holds no more memory than before.
-  ExpectResidentMemoryBackTo(resident_before);
+  // The server keeps serving (checked above) and holds no more memory than before: within half
+  // of what the stream moved (157 MB of logits), so that a server that kept the results fails,
+  // while the allocator's fragments after 40 such results do not (once, on a loaded CI machine,
+  // resident memory came back to 67 MB above the level before, 12 MB over the 10% default).
+  constexpr int64_t kMovedBytes = int64_t{40} * 240 * 4096 * sizeof(float);
+  ExpectResidentMemoryBackTo(resident_before, std::max(resident_before / 10, kMovedBytes / 2));
 }
 
 TEST(HardeningTest, ARetryWithOtherTokensIsRefusedAndTheSameOneIsReplayed) {

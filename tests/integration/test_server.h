@@ -438,20 +438,22 @@ inline constexpr bool kResidentMemoryIsMeaningful =
     true;
 #endif
 
-// Expects resident memory to come back within 10% of `before` (a level measured with
-// TrimmedResidentBytes), allowing gRPC and the allocator up to 5 s to hand back what the calls
-// used (on a loaded machine they do so late); a server that keeps what it should have freed
-// stays above. Nothing to check under AddressSanitizer.
-inline void ExpectResidentMemoryBackTo(int64_t before) {
+// Expects resident memory to come back within `allowance` bytes of `before` (a level measured
+// with TrimmedResidentBytes; by default 10% of it), allowing gRPC and the allocator up to 10 s to
+// hand back what the calls used (on a loaded machine they do so late); a server that keeps what
+// it should have freed stays above. Nothing to check under AddressSanitizer.
+inline void ExpectResidentMemoryBackTo(int64_t before, int64_t allowance = -1) {
   if (!kResidentMemoryIsMeaningful) return;
-  const int64_t limit = before + before / 10;
+  const int64_t limit = before + (allowance >= 0 ? allowance : before / 10);
   int64_t now = 0;
-  WaitFor([&] {
-    now = TrimmedResidentBytes();
-    if (now < limit) return true;
-    absl::SleepFor(absl::Milliseconds(90));
-    return false;
-  });
+  WaitFor(
+      [&] {
+        now = TrimmedResidentBytes();
+        if (now < limit) return true;
+        absl::SleepFor(absl::Milliseconds(90));
+        return false;
+      },
+      absl::Seconds(10));
   EXPECT_LT(now, limit) << "resident memory did not come back";
 }
 
