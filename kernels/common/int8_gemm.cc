@@ -294,6 +294,8 @@ ATTNSERVE_VNNI_TARGET inline void VnniPanelRows(const uint8_t* panel, int64_t pa
       const __m512i c = _mm512_set1_epi32(xc[r][b]);
       for (int i = 0; i < P; ++i) p[i][r] = c;
     }
+    // Unrolled: alternated step_bench runs, int8, 64 rows: 47.9-49.9 ms against 51.9-53.8.
+#pragma GCC unroll 8
     for (int m = 0; m < kInt8Block / 4; ++m) {
       pf.Step();
       __m512i wv[P];
