@@ -80,6 +80,29 @@ double LogSumExp(const float* x, int64_t n, float top) {
   return static_cast<double>(top) + std::log(total);
 }
 
+// std::max_element(x, x + n) - x, vectorised: the first of equal maxima under `<` (a NaN never
+// wins, except at x[0], where max_element keeps it). The scalar scan took ~2.5% of a 64-session
+// int8 server's samples (64 rows of 50280 logits a step).
+ATTNSERVE_MULTIVERSION
+int64_t FirstMaximum(const float* x, int64_t n) {
+  using kernels::vec::Float16;
+  using kernels::vec::kLanes;
+  if (n <= 0 || x[0] != x[0]) return 0;
+  Float16 top = kernels::vec::Broadcast(x[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const Float16 v = kernels::vec::Load(x + i);
+    top = v > top ? v : top;  // a NaN lane compares false and keeps top
+  }
+  float best = x[0];
+  for (int l = 0; l < kLanes; ++l) best = top[l] > best ? top[l] : best;
+  for (; i < n; ++i) best = x[i] > best ? x[i] : best;
+  for (int64_t j = 0; j < n; ++j) {
+    if (x[j] == best) return j;  // best is a value of x, never NaN
+  }
+  return 0;
+}
+
 }  // namespace
 
 int64_t SampleToken(const at::Tensor& logits, float temperature, int top_k, std::mt19937_64& rng,
@@ -87,7 +110,7 @@ int64_t SampleToken(const at::Tensor& logits, float temperature, int top_k, std:
   const at::Tensor row = logits.reshape({-1}).to(at::kFloat).contiguous();
   const float* x = row.data_ptr<float>();
   const int64_t vocab = row.numel();
-  const int64_t best = std::max_element(x, x + vocab) - x;  // the first of equal maxima
+  const int64_t best = FirstMaximum(x, vocab);  // the first of equal maxima
   int64_t token = best;
   if (temperature != 0) {
     const int64_t k = top_k > 0 ? std::min<int64_t>(top_k, vocab) : vocab;

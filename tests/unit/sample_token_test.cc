@@ -4,7 +4,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -44,6 +46,38 @@ TEST(SampleTokenTest, GreedyIsTheFirstMaximumWithItsFloat64Logprob) {
   float logprob = 0;
   EXPECT_EQ(SampleToken(tied, 0.0f, 0, rng, &logprob), 9);
   EXPECT_NEAR(logprob, ReferenceLogprob(tied, 9), 1e-6);
+}
+
+// The greedy token is std::max_element's on any logits: ties, infinities, NaNs (skipped, except
+// a NaN first, which max_element keeps), lengths around the vector width.
+TEST(SampleTokenTest, GreedyIsMaxElementsChoiceOnAnyLogits) {
+  std::mt19937 gen(23);
+  std::uniform_int_distribution<int> small(-3, 3), kind(0, 9);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t vocab = 1 + trial % 70;
+    at::Tensor logits = at::empty({1, vocab});
+    float* x = logits.data_ptr<float>();
+    for (int64_t i = 0; i < vocab; ++i) {
+      switch (kind(gen)) {
+        case 0:
+          x[i] = std::nanf("");
+          break;
+        case 1:
+          x[i] = -inf;
+          break;
+        case 2:
+          x[i] = trial % 3 == 0 ? inf : -0.0f;
+          break;
+        default:
+          x[i] = static_cast<float>(small(gen));  // many ties
+      }
+    }
+    std::mt19937_64 rng(1);
+    float logprob = 0;
+    EXPECT_EQ(SampleToken(logits, 0.0f, 0, rng, &logprob), std::max_element(x, x + vocab) - x)
+        << "trial " << trial;
+  }
 }
 
 TEST(SampleTokenTest, DrawsFollowTheTemperatureSoftmaxOverTheTopK) {
