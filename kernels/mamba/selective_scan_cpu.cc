@@ -78,15 +78,6 @@ void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
     return full ? vec::Load(ptr) : vec::LoadPartial(ptr, width);
   };
   float* state = (p.row_states ? p.row_states[b] : p.state + b * p.dim * n_state) + c0 * n_state;
-  // The state 4 blocks ahead in this row (4 KB at d_state 16: the next page, where the hardware
-  // prefetcher stops), for writing: at 64 sessions mamba-130m's scan reads and writes 151 MB a
-  // step. Alternated step_bench runs, int8, 64 rows: 52.9-55.5 ms against 55.1-57.8 without.
-  constexpr int64_t kPrefetchBlocks = 4;
-  if (c0 + kPrefetchBlocks * kLanes < p.dim) {
-    const char* ahead = reinterpret_cast<const char*>(state + kPrefetchBlocks * kLanes * n_state);
-    const int64_t bytes = kLanes * n_state * static_cast<int64_t>(sizeof(float));
-    for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(ahead + offset, 1, 3);
-  }
   const Float16 u = load(p.u + b * p.u_batch_stride + c0);
   Float16 dt = load(p.delta + b * p.delta_batch_stride + c0);
   if (p.delta_bias != nullptr) dt += load(p.delta_bias + c0);
