@@ -107,11 +107,13 @@ ATTNSERVE_VEC_INLINE void QuantizeBlockWith(const float* p, float id, int8_t* q,
   using vec::Float16;
   using vec::Int16;
   typedef double Double8 __attribute__((vector_size(8 * sizeof(double))));
-  typedef int8_t Byte8 __attribute__((vector_size(8)));
+  typedef int32_t Int8x __attribute__((vector_size(8 * sizeof(int32_t))));
   typedef int8_t Byte16 __attribute__((vector_size(16)));
   Int16 squares{};
+  Double8 t[4];  // v · q of elements 8j .. 8j + 7, exact in float64
   for (int h = 0; h < 2; ++h) {
-    Float16 s = vec::Load(p + h * vec::kLanes) * id;
+    const Float16 v = vec::Load(p + h * vec::kLanes);
+    Float16 s = v * id;
     // Beyond ±128 (an infinite 1/d) the clamp below gives ±127 as round() then the clamp do.
     s = s > 128.0f ? Float16{} + 128.0f : s;
     s = s < -128.0f ? Float16{} - 128.0f : s;
@@ -125,17 +127,17 @@ ATTNSERVE_VEC_INLINE void QuantizeBlockWith(const float* p, float id, int8_t* q,
     const Byte16 bytes = __builtin_convertvector(i, Byte16);  // exact: |i| <= 127
     std::memcpy(q + h * vec::kLanes, &bytes, sizeof bytes);
     squares += i * i;
+    // The products from the vectors at hand (widening q's bytes back from memory lane by lane
+    // was most of this function's time).
+    const vec::Float8 v_lo = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    const vec::Float8 v_hi = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const Int8x i_lo = __builtin_shufflevector(i, i, 0, 1, 2, 3, 4, 5, 6, 7);
+    const Int8x i_hi = __builtin_shufflevector(i, i, 8, 9, 10, 11, 12, 13, 14, 15);
+    t[2 * h] = __builtin_convertvector(v_lo, Double8) * __builtin_convertvector(i_lo, Double8);
+    t[2 * h + 1] = __builtin_convertvector(v_hi, Double8) * __builtin_convertvector(i_hi, Double8);
   }
   // RefitScale's sums as vectors: the same exact float64 products and the same tree of
   // additions (i + 16, i + 8, then i + 4, i + 2, i + 1), so the same bits.
-  Double8 t[4];
-  for (int j = 0; j < 4; ++j) {
-    vec::Float8 f;
-    Byte8 qj;
-    std::memcpy(&f, p + 8 * j, sizeof f);
-    std::memcpy(&qj, q + 8 * j, sizeof qj);
-    t[j] = __builtin_convertvector(f, Double8) * __builtin_convertvector(qj, Double8);
-  }
   t[0] += t[2];
   t[1] += t[3];
   t[0] += t[1];
@@ -147,7 +149,6 @@ ATTNSERVE_VEC_INLINE void QuantizeBlockWith(const float* p, float id, int8_t* q,
   const Double2 a2 = __builtin_shufflevector(a4, a4, 0, 1) + __builtin_shufflevector(a4, a4, 2, 3);
   *vq = a2[0] + a2[1];
   // Σ q² is exact in any order.
-  typedef int32_t Int8x __attribute__((vector_size(8 * sizeof(int32_t))));
   typedef int32_t Int4x __attribute__((vector_size(4 * sizeof(int32_t))));
   const Int8x s8 = __builtin_shufflevector(squares, squares, 0, 1, 2, 3, 4, 5, 6, 7) +
                    __builtin_shufflevector(squares, squares, 8, 9, 10, 11, 12, 13, 14, 15);
