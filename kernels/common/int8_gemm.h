@@ -25,7 +25,8 @@
 // floats a block (Int8PanelScaleIndex). Stored bytes are biased, q_w + 128 (an unsigned byte, as
 // vpdpbusd multiplies unsigned by signed bytes; each X block's sum starts at -128 Σ q_x to cancel
 // the bias exactly). A panel (16 · in bytes: 12-24 KB for mamba-130m) meets a block of up to 8
-// rows of X at a time while it sits in L1.
+// rows of X at a time while it sits in L1; from 9 rows on, two adjacent panels meet blocks of up
+// to 6 rows and share each broadcast (AVX512-VNNI).
 //
 // The product runs on the best the CPU reports: AVX512-VNNI (vpdpbusd on 512-bit vectors), else
 // AVX-VNNI (vpdpbusd on 256 bits: Intel's client cores and E-core Xeons have it without
