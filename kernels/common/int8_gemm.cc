@@ -335,6 +335,38 @@ ATTNSERVE_VNNI_TARGET inline void VnniPanelRows(const uint8_t* panel, int64_t pa
 // panels' 6 x 2 x 2, within the 32 registers.
 int VnniBlockRows(int panels) { return panels == 1 ? 8 : 6; }
 
+// VnniPanelRows for `g` panels (1 or 2) and `n` rows, sizes known at run time.
+ATTNSERVE_VNNI_TARGET
+void VnniRowBlock(int g, int n, const uint8_t* panel, int64_t panel_bytes, const float* scales,
+                  int64_t nb, const QuantizedX& x, int64_t r0, float* y, int64_t out, int valid,
+                  skinny::NextTilePrefetch pf) {
+#define ATTNSERVE_VNNI_ROWS(P, R) \
+  case R:                         \
+    return VnniPanelRows<P, R>(panel, panel_bytes, scales, nb, x, r0, y, out, valid, pf)
+  if (g == 1) {
+    switch (n) {
+      ATTNSERVE_VNNI_ROWS(1, 1);
+      ATTNSERVE_VNNI_ROWS(1, 2);
+      ATTNSERVE_VNNI_ROWS(1, 3);
+      ATTNSERVE_VNNI_ROWS(1, 4);
+      ATTNSERVE_VNNI_ROWS(1, 5);
+      ATTNSERVE_VNNI_ROWS(1, 6);
+      ATTNSERVE_VNNI_ROWS(1, 7);
+      ATTNSERVE_VNNI_ROWS(1, 8);
+    }
+  } else {
+    switch (n) {
+      ATTNSERVE_VNNI_ROWS(2, 1);
+      ATTNSERVE_VNNI_ROWS(2, 2);
+      ATTNSERVE_VNNI_ROWS(2, 3);
+      ATTNSERVE_VNNI_ROWS(2, 4);
+      ATTNSERVE_VNNI_ROWS(2, 5);
+      ATTNSERVE_VNNI_ROWS(2, 6);
+    }
+  }
+#undef ATTNSERVE_VNNI_ROWS
+}
+
 ATTNSERVE_VNNI_TARGET
 void VnniPanels(const uint8_t* panels, const float* scales, int64_t first, int64_t last,
                 int64_t out, int64_t in, const QuantizedX& x, int64_t rows, float* y) {
@@ -342,7 +374,8 @@ void VnniPanels(const uint8_t* panels, const float* scales, int64_t first, int64
   const int64_t panel_bytes = kInt8PanelOutputs * in;
   // Up to 8 rows, one panel at a time: in pairs a one-row mamba-130m step took 12-15% longer
   // (alternated runs of step_bench); from 9 rows on, pairs: 64 rows 5-15% faster.
-  ForPanelBlocks(first, last, rows, rows <= VnniBlockRows(1) ? 1 : 2, VnniBlockRows,
+  const int group = rows <= VnniBlockRows(1) ? 1 : 2;
+  ForPanelBlocks(first, last, rows, group, VnniBlockRows,
                  [&](int64_t panel, int g, int64_t l, int n, int64_t block, int64_t blocks) {
                    const uint8_t* w = panels + panel * panel_bytes;
                    // One block of rows streams the panels, which the hardware prefetcher keeps up
@@ -355,35 +388,10 @@ void VnniPanels(const uint8_t* panels, const float* scales, int64_t first, int64
                                          w + g * panel_bytes,
                                          w + std::min<int64_t>(2 * g, last - panel) * panel_bytes,
                                          block, blocks, nb * (kInt8Block / 4));
-                   const float* ws = scales + panel * kInt8PanelOutputs * nb;
-                   float* yp = y + panel * kInt8PanelOutputs;
                    const int valid = static_cast<int>(
                        std::min(kInt8PanelOutputs, out - (panel + g - 1) * kInt8PanelOutputs));
-#define ATTNSERVE_VNNI_ROWS(P, R) \
-  case R:                         \
-    return VnniPanelRows<P, R>(w, panel_bytes, ws, nb, x, l, yp, out, valid, pf)
-                   if (g == 1) {
-                     switch (n) {
-                       ATTNSERVE_VNNI_ROWS(1, 1);
-                       ATTNSERVE_VNNI_ROWS(1, 2);
-                       ATTNSERVE_VNNI_ROWS(1, 3);
-                       ATTNSERVE_VNNI_ROWS(1, 4);
-                       ATTNSERVE_VNNI_ROWS(1, 5);
-                       ATTNSERVE_VNNI_ROWS(1, 6);
-                       ATTNSERVE_VNNI_ROWS(1, 7);
-                       ATTNSERVE_VNNI_ROWS(1, 8);
-                     }
-                   } else {
-                     switch (n) {
-                       ATTNSERVE_VNNI_ROWS(2, 1);
-                       ATTNSERVE_VNNI_ROWS(2, 2);
-                       ATTNSERVE_VNNI_ROWS(2, 3);
-                       ATTNSERVE_VNNI_ROWS(2, 4);
-                       ATTNSERVE_VNNI_ROWS(2, 5);
-                       ATTNSERVE_VNNI_ROWS(2, 6);
-                     }
-                   }
-#undef ATTNSERVE_VNNI_ROWS
+                   VnniRowBlock(g, n, w, panel_bytes, scales + panel * kInt8PanelOutputs * nb, nb,
+                                x, l, y + panel * kInt8PanelOutputs, out, valid, pf);
                  });
 }
 

@@ -5,8 +5,6 @@
 #include <cstring>
 
 #include "kernels/common/int8_gemm_internal.h"
-#include "kernels/common/skinny_tiles.h"
-#include "kernels/common/vector_math.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
