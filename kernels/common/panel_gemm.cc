@@ -168,8 +168,7 @@ ATTNSERVE_VEC_INLINE void DotPortableRows(const uint32_t* panel, int64_t in,
 template <int R>
 ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, int64_t in,
                                                         const uint32_t* const* x, float* const* y,
-                                                        int valid,
-                                                        skinny::NextTilePrefetch pf) {
+                                                        int valid, skinny::NextTilePrefetch pf) {
   __m512 lo[R], hi[R];
   for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
   const uint32_t* p = panel;
@@ -193,17 +192,18 @@ ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, i
 // Panels [first, last) against every row of X (rows of XType, row stride x_stride), at most
 // `block` rows at a time in blocks of near-equal sizes (8 rows as 4 + 4, not 6 + 2): one task.
 // `Rows` is a row-block template's name.
-// From two blocks of rows on, the task's next panel is prefetched into L2 over the current
-// panel's passes (skinny::PassPrefetch), as the int8 panels do: without it a panel's first pass
-// waited on memory. mamba-130m in process, 16 rows, alternated runs: bf16 21.6-22.5 -> 18.7-19.1
-// ms a step, bf16 activations 17.5-18.1 -> 15.7-16.8, float32 unchanged (22.0-22.4; the
-// lm_head alone 1-3% faster); 64 rows unchanged within noise. One block streams its panels, which the hardware keeps up with.
+// From two blocks of rows on, the next panel (up to `ahead`: skinny::ParallelTileLanes' lane end)
+// is prefetched into L2 over the current panel's passes (skinny::PassPrefetch), as the int8 panels
+// do: without it a panel's first pass waited on memory. mamba-130m in process, 16 rows, alternated
+// runs: bf16 21.6-22.5 -> 18.7-19.1 ms a step, bf16 activations 17.5-18.1 -> 15.7-16.8, float32
+// unchanged (22.0-22.4; the lm_head alone 1-3% faster); 64 rows unchanged within noise. One block
+// streams its panels, which the hardware keeps up with.
 #define ATTNSERVE_PANEL_RANGE(Rows, XType, pair_words)                                             \
   const int64_t panel_words = Pairs(in) * (pair_words);                                            \
   const int64_t blocks = (rows + block - 1) / block;                                               \
   for (int64_t q = first; q < last; ++q) {                                                         \
     const auto* panel = panels + q * panel_words;                                                  \
-    const auto* next_end = panels + std::min(q + 2, last) * panel_words;                           \
+    const auto* next_end = panels + std::min(q + 2, ahead) * panel_words;                          \
     const int valid = static_cast<int>(std::min<int64_t>(kPanelOutputs, out - q * kPanelOutputs)); \
     for (int64_t b = 0, l = 0; b < blocks; ++b) {                                                  \
       const int n = static_cast<int>((rows - l) / (blocks - b));                                   \
@@ -214,27 +214,26 @@ ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, i
         yp[r] = y + (l + r) * out + q * kPanelOutputs;                                             \
       }                                                                                            \
       const skinny::NextTilePrefetch pf =                                                          \
-          blocks == 1                                                                              \
-              ? skinny::NextTilePrefetch{}                                                         \
-              : skinny::PassPrefetch(panel + panel_words, next_end, b, blocks, Pairs(in));         \
+          blocks == 1 ? skinny::NextTilePrefetch{}                                                 \
+                      : skinny::PassPrefetch(panel + panel_words, next_end, b, blocks, Pairs(in)); \
       switch (n) {                                                                                 \
         case 1:                                                                                    \
-          Rows<1>(panel, in, xp, yp, valid, pf);                                                       \
+          Rows<1>(panel, in, xp, yp, valid, pf);                                                   \
           break;                                                                                   \
         case 2:                                                                                    \
-          Rows<2>(panel, in, xp, yp, valid, pf);                                                       \
+          Rows<2>(panel, in, xp, yp, valid, pf);                                                   \
           break;                                                                                   \
         case 3:                                                                                    \
-          Rows<3>(panel, in, xp, yp, valid, pf);                                                       \
+          Rows<3>(panel, in, xp, yp, valid, pf);                                                   \
           break;                                                                                   \
         case 4:                                                                                    \
-          Rows<4>(panel, in, xp, yp, valid, pf);                                                       \
+          Rows<4>(panel, in, xp, yp, valid, pf);                                                   \
           break;                                                                                   \
         case 5:                                                                                    \
-          Rows<5>(panel, in, xp, yp, valid, pf);                                                       \
+          Rows<5>(panel, in, xp, yp, valid, pf);                                                   \
           break;                                                                                   \
         case 6:                                                                                    \
-          Rows<6>(panel, in, xp, yp, valid, pf);                                                       \
+          Rows<6>(panel, in, xp, yp, valid, pf);                                                   \
           break;                                                                                   \
       }                                                                                            \
       l += n;                                                                                      \
@@ -242,39 +241,41 @@ ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, i
   }
 
 ATTNSERVE_MULTIVERSION
-void ExactRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
-                const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
+void ExactRange(const uint32_t* panels, int64_t first, int64_t last, int64_t ahead, int64_t out,
+                int64_t in, const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
   ATTNSERVE_PANEL_RANGE(Bf16Rows, float, Bf16Pair::kPairWords);
 }
 
 ATTNSERVE_MULTIVERSION
-void F32Range(const float* panels, int64_t first, int64_t last, int64_t out, int64_t in,
-              const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
+void F32Range(const float* panels, int64_t first, int64_t last, int64_t ahead, int64_t out,
+              int64_t in, const float* x, int64_t x_stride, int64_t rows, float* y, int block) {
   ATTNSERVE_PANEL_RANGE(F32Rows, float, F32Pair::kPairWords);
 }
 
 ATTNSERVE_MULTIVERSION
-void DotPortableRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
-                      const uint32_t* x, int64_t x_stride, int64_t rows, float* y, int block) {
+void DotPortableRange(const uint32_t* panels, int64_t first, int64_t last, int64_t ahead,
+                      int64_t out, int64_t in, const uint32_t* x, int64_t x_stride, int64_t rows,
+                      float* y, int block) {
   ATTNSERVE_PANEL_RANGE(DotPortableRows, uint32_t, kPanelOutputs);
 }
 
 #if ATTNSERVE_PANEL_BF16_X86
 ATTNSERVE_PANEL_BF16_TARGET
-void DotHardwareRange(const uint32_t* panels, int64_t first, int64_t last, int64_t out, int64_t in,
-                      const uint32_t* x, int64_t x_stride, int64_t rows, float* y, int block) {
+void DotHardwareRange(const uint32_t* panels, int64_t first, int64_t last, int64_t ahead,
+                      int64_t out, int64_t in, const uint32_t* x, int64_t x_stride, int64_t rows,
+                      float* y, int block) {
   ATTNSERVE_PANEL_RANGE(DotHardwareRows, uint32_t, kPanelOutputs);
 }
 #endif
 
-// Runs range(first, last) over the panels of an (out, in) matrix on ATen's intra-op threads, in
-// tasks of at least ~64 Ki multiply-adds (as the skinny kernels: skinny::GrainTiles).
+// Runs range(first, last, ahead) over the panels of an (out, in) matrix on ATen's intra-op threads,
+// in tasks of at least ~64 Ki multiply-adds (as the skinny kernels: skinny::GrainTiles).
 template <typename Range>
 void ForPanels(int64_t out, int64_t in, int64_t rows, const Range& range) {
   const int64_t count = (out + kPanelOutputs - 1) / kPanelOutputs;
   const int64_t grain =
       (skinny::GrainTiles(in, rows) * skinny::kTileW + kPanelOutputs - 1) / kPanelOutputs;
-  skinny::ParallelTiles(count, grain, range);
+  skinny::ParallelTileLanes(count, grain, range);
 }
 
 }  // namespace
@@ -352,16 +353,16 @@ void UnpackF32PanelRows(const float* panels, int64_t in, int64_t first, int64_t 
 void PanelGemmF32(const float* panels, int64_t out, int64_t in, const float* x, int64_t x_stride,
                   int64_t rows, float* y) {
   const int block = BlockRows();
-  ForPanels(out, in, rows, [&](int64_t first, int64_t last) {
-    F32Range(panels, first, last, out, in, x, x_stride, rows, y, block);
+  ForPanels(out, in, rows, [&](int64_t first, int64_t last, int64_t ahead) {
+    F32Range(panels, first, last, ahead, out, in, x, x_stride, rows, y, block);
   });
 }
 
 void PanelGemmBf16(const uint32_t* panels, int64_t out, int64_t in, const float* x,
                    int64_t x_stride, int64_t rows, float* y) {
   const int block = BlockRows();
-  ForPanels(out, in, rows, [&](int64_t first, int64_t last) {
-    ExactRange(panels, first, last, out, in, x, x_stride, rows, y, block);
+  ForPanels(out, in, rows, [&](int64_t first, int64_t last, int64_t ahead) {
+    ExactRange(panels, first, last, ahead, out, in, x, x_stride, rows, y, block);
   });
 }
 
@@ -369,15 +370,15 @@ void PanelGemmBf16Pairs(const uint32_t* panels, int64_t out, int64_t in, const u
                         int64_t rows, float* y, bool hardware) {
   const int block = BlockRows();
   const int64_t words = Pairs(in);
-  ForPanels(out, in, rows, [&](int64_t first, int64_t last) {
+  ForPanels(out, in, rows, [&](int64_t first, int64_t last, int64_t ahead) {
 #if ATTNSERVE_PANEL_BF16_X86
     if (hardware) {
-      DotHardwareRange(panels, first, last, out, in, x_pairs, words, rows, y, block);
+      DotHardwareRange(panels, first, last, ahead, out, in, x_pairs, words, rows, y, block);
       return;
     }
 #endif
     (void)hardware;
-    DotPortableRange(panels, first, last, out, in, x_pairs, words, rows, y, block);
+    DotPortableRange(panels, first, last, ahead, out, in, x_pairs, words, rows, y, block);
   });
 }
 

@@ -66,7 +66,8 @@ TEST(SkinnyGemmTest, EachRowIsBitIdenticalAloneAndInAnyBatch) {
 }
 
 // The skinny products' work split: every tile exactly once, in ranges of at least the grain
-// (but the last), whatever the thread count, and nothing for no tiles.
+// (but the last), whatever the thread count, and nothing for no tiles. A range's lane end (how
+// far its caller may prefetch) lies between its end and the tile count.
 TEST(SkinnyGemmTest, ParallelTilesVisitsEveryTileOnce) {
   const int threads = at::get_num_threads();
   for (int t : {1, 2, 3}) {
@@ -74,15 +75,21 @@ TEST(SkinnyGemmTest, ParallelTilesVisitsEveryTileOnce) {
     for (int64_t tiles : {0, 1, 7, 64, 1000, 12570}) {
       for (int64_t grain : {1, 5, 22, 5000}) {
         std::vector<std::atomic<int>> seen(static_cast<size_t>(tiles));
-        std::atomic<int> short_ranges{0};
-        skinny::ParallelTiles(tiles, grain, [&](int64_t begin, int64_t end) {
+        std::atomic<int> short_ranges{0}, bad_lane_ends{0};
+        skinny::ParallelTileLanes(tiles, grain, [&](int64_t begin, int64_t end, int64_t lane_end) {
           if (end - begin < grain && end != tiles) ++short_ranges;
+          if (lane_end < end || lane_end > tiles) ++bad_lane_ends;
           for (int64_t i = begin; i < end; ++i) ++seen[i];
         });
         for (int64_t i = 0; i < tiles; ++i) {
           ASSERT_EQ(seen[i].load(), 1) << t << " threads, " << tiles << " tiles, grain " << grain;
         }
         EXPECT_EQ(short_ranges.load(), 0);
+        EXPECT_EQ(bad_lane_ends.load(), 0);
+        skinny::ParallelTiles(tiles, grain, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) ++seen[i];
+        });
+        for (int64_t i = 0; i < tiles; ++i) ASSERT_EQ(seen[i].load(), 2) << "ParallelTiles";
       }
     }
   }
