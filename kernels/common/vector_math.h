@@ -108,6 +108,33 @@ ATTNSERVE_VEC_INLINE Float16 Exp(Float16 x) {
   return p * scale;
 }
 
+// Exp of N vectors, each step applied to all N before the next: the same operations and bits
+// as Exp for each, in an order that keeps N independent chains in flight (one Exp is a chain of
+// ~20 dependent operations, and the out-of-order window holds few of them).
+template <int N>
+ATTNSERVE_VEC_INLINE void ExpN(Float16 (&x)[N]) {
+  const Float16 lo = Broadcast(-87.3f), hi = Broadcast(88.3f);
+  const Float16 shifter = Broadcast(12582912.0f);
+  Float16 n[N], r[N], p[N];
+  for (int k = 0; k < N; ++k) x[k] = x[k] < lo ? lo : x[k];
+  for (int k = 0; k < N; ++k) x[k] = x[k] > hi ? hi : x[k];
+  for (int k = 0; k < N; ++k) n[k] = (x[k] * 1.44269504088896341f + shifter) - shifter;
+  for (int k = 0; k < N; ++k) r[k] = x[k] - n[k] * 0.693359375f;
+  for (int k = 0; k < N; ++k) r[k] = r[k] - n[k] * -2.12194440e-4f;
+  for (int k = 0; k < N; ++k) p[k] = Broadcast(1.9875691500e-4f) * r[k] + 1.3981999507e-3f;
+  for (int k = 0; k < N; ++k) p[k] = p[k] * r[k] + 8.3334519073e-3f;
+  for (int k = 0; k < N; ++k) p[k] = p[k] * r[k] + 4.1665795894e-2f;
+  for (int k = 0; k < N; ++k) p[k] = p[k] * r[k] + 1.6666665459e-1f;
+  for (int k = 0; k < N; ++k) p[k] = p[k] * r[k] + 5.0000001201e-1f;
+  for (int k = 0; k < N; ++k) p[k] = p[k] * (r[k] * r[k]) + r[k] + 1.0f;
+  for (int k = 0; k < N; ++k) {
+    Int16 e = (__builtin_convertvector(n[k], Int16) + 127) << 23;
+    Float16 scale;
+    std::memcpy(&scale, &e, sizeof(scale));
+    x[k] = p[k] * scale;
+  }
+}
+
 // log(x) for x > 0 (normal floats), Cephes' single-precision polynomial.
 ATTNSERVE_VEC_INLINE Float16 Log(Float16 x) {
   Int16 bits;

@@ -50,6 +50,8 @@ MixerConfig Sparse(const char* pattern, int64_t stride, int64_t summary) {
 
 // d_model 36: d_inner 72, a partial block of 8 channels in the decode step's scan; d_state 32:
 // two vectors of state per channel (the step path), 12: a state the step runs as a sequence.
+// d_model 21 at d_state 16: d_inner 42, a partial block of 10 channels, whose exponentials the
+// step takes 4 channels at a time (4 + 4 + 2).
 MixerConfig Mamba(int64_t d_model, int64_t d_state) {
   MixerConfig c = Config(MixerKind::kMamba, d_model, 1);
   c.d_state = d_state;
@@ -69,6 +71,7 @@ std::vector<ContractCase> StreamingCases() {
           {"linear_many_heads", Config(MixerKind::kLinear, 128, 8)},
           {"mamba", Config(MixerKind::kMamba, 40, 1)},
           {"mamba_partial_block_wide_state", Mamba(36, 32)},
+          {"mamba_ragged_block", Mamba(21, 16)},
           {"mamba_narrow_state", Mamba(40, 12)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
