@@ -23,15 +23,19 @@ the step's sessions) at the read bandwidth measured here (attnserve_cpu_peaks' s
 2 threads; torch's where that tool is missing), and
 of its compute bound (ours/c): the step's multiply-adds at the peak of the instruction its
 products run on, measured here by attnserve_cpu_peaks on 2 threads (every row's products are its
-own, so this bound does not grow with the sessions); --json writes every figure.
+own, so this bound does not grow with the sessions); --json writes every figure. With --reps R,
+each precision's attnserve and llama.cpp runs alternate R times and every figure is the median
+of its R values (each run's own figures are in the JSON), so that a ratio does not hang on the
+minute one side happened to run in.
 
-  /usr/bin/python3 bench/batched_decode.py --build-dir build [--json FILE]
+  /usr/bin/python3 bench/batched_decode.py --build-dir build [--reps 3] [--json FILE]
 """
 
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +63,10 @@ def parse_args():
     p.add_argument("--precisions", default="fp32,bf16,bf16dot,int8")
     p.add_argument("--workdir", help="keep the model folder and GGUFs here (default: a temp dir)")
     p.add_argument("--skip-defaults", action="store_true")
+    p.add_argument("--reps", type=int, default=1,
+                   help="per precision, run attnserve and llama.cpp this many times, alternated, "
+                        "and report each figure's median (this machine's speed moves 30%% "
+                        "between minutes; a ratio of two figures taken minutes apart moves with it)")
     p.add_argument("--json", metavar="FILE")
     return p.parse_args()
 
@@ -203,6 +211,17 @@ def compute_bound_tok_s(config, precision, peaks):
     return peak["gops_all"] * 1e9 / (2 * (blocked + dt))
 
 
+def median_runs(runs):
+    """Each figure's median over repetitions of (ours, llama's batched rows, llama's tg128)."""
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+    ours = {n: {k: med([r[0][n][k] for r in runs]) for k in runs[0][0][n]} for n in runs[0][0]}
+    llama = {n: {k: med([r[1][n][k] for r in runs if n in r[1]]) for k in row}
+             for n, row in runs[0][1].items()}
+    return ours, llama, med([r[2] for r in runs])
+
+
 def verdict(ok):
     return "PASS" if ok else "MISS"
 
@@ -254,19 +273,28 @@ def main():
         if server.bf16_isa:
             print(f"\nbf16 products: {server.bf16_isa}")
             report["bf16_products"] = server.bf16_isa
+        runs = []  # per repetition: (ours, llama's batched rows, llama's tg128)
         try:
             decode_bench(build, server.target, MODEL, "1", args.prompt, 8, 50280)  # warm
-            ours = decode_bench(build, server.target, MODEL, args.sessions, args.prompt,
-                                args.generate, 50280)
+            for _ in range(args.reps):
+                ours = decode_bench(build, server.target, MODEL, args.sessions, args.prompt,
+                                    args.generate, 50280)
+                llama = llama_batched(script, gguf, args.sessions, args.prompt, args.generate) \
+                    if have_llama else {}
+                tg128 = llama_tg128(script, gguf) if have_llama else None
+                runs.append((ours, llama, tg128))
         finally:
             server.stop()
-        llama = llama_batched(script, gguf, args.sessions, args.prompt, args.generate) \
-            if have_llama else {}
-        tg128 = llama_tg128(script, gguf) if have_llama else None
+        ours, llama, tg128 = median_runs(runs)
+        if args.reps > 1:
+            print(f"\n{precision}: medians of {args.reps} alternated runs; attnserve's aggregate "
+                  "tok/s by run: " + "; ".join(
+                      f"{n}: " + " ".join(f"{r[0][n]['aggregate_tok_s']:.0f}" for r in runs)
+                      for n in ns))
         step_bytes = step_weight_bytes(MAMBA_130M_CONFIG, precision)
         bound = (lambda n: n * bandwidth * 1e9 / step_bytes) if bandwidth else (lambda n: None)
         cbound = compute_bound_tok_s(MAMBA_130M_CONFIG, precision, peaks)
-        report["precisions"][precision] = {"attnserve": ours, "llama_batched": llama,
+        report["precisions"][precision] = {"runs": runs, "attnserve": ours, "llama_batched": llama,
                                            "llama_tg128": tg128, "step_weight_bytes": step_bytes,
                                            "memory_bound_tok_s": {n: bound(n) for n in ns},
                                            "compute_bound_tok_s": cbound}
