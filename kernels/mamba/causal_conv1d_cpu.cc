@@ -50,6 +50,24 @@ void ConvRows(const CausalConv1dParams& p, int64_t b, int64_t t0, int64_t t1,
   }
 }
 
+// y[0 .. n) = silu(y), n a multiple of kLanes: Silu's bits, 4 vectors' exponentials interleaved
+// (vec::ExpN). Inside StepWidth4's loop, each block's silu was a chain of ~25 dependent
+// operations (a division among them) after its transposes, and the blocks did not overlap.
+ATTNSERVE_VEC_INLINE void SiluInPlace(float* y, int64_t n) {
+  constexpr int kGroup = 4;
+  int64_t c = 0;
+  for (; c + kGroup * kLanes <= n; c += kGroup * kLanes) {
+    Float16 x[kGroup], e[kGroup];
+    for (int k = 0; k < kGroup; ++k) {
+      x[k] = vec::Load(y + c + k * kLanes);
+      e[k] = -x[k];
+    }
+    vec::ExpN(e);
+    for (int k = 0; k < kGroup; ++k) vec::Store(y + c + k * kLanes, x[k] / (1.0f + e[k]));
+  }
+  for (; c < n; c += kLanes) vec::Store(y + c, vec::Silu(vec::Load(y + c)));
+}
+
 // One decode step (seqlen 1) of row b for the usual width 4, straight from the state's
 // (dim, 4) layout: each block of 16 channels' taps is a 4x4 transpose of 4-float groups in
 // registers, in and out, instead of the two scalar transposes through `history`. The same
@@ -85,7 +103,7 @@ void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
     acc += vec::Load(wt + p.dim + c) * t2;
     acc += vec::Load(wt + 2 * p.dim + c) * t3;
     acc += vec::Load(wt + 3 * p.dim + c) * xc;
-    vec::Store(out + c, vec::Silu(acc));
+    vec::Store(out + c, acc);  // silu after the loop (SiluInPlace)
     // The new taps (t1, t2, t3, x), interleaved back into (channel, tap) order.
     const Float16 n01 =
         __builtin_shufflevector(t1, t2, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -104,6 +122,7 @@ void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
     vec::Store(s + 48, __builtin_shufflevector(n23, m23, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28,
                                                29, 14, 15, 30, 31));
   }
+  SiluInPlace(out, c);
   if (c < p.dim) {  // the last channels, through arrays
     const int n = static_cast<int>(p.dim - c);
     float taps[3][kLanes] = {};
