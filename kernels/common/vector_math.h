@@ -178,6 +178,67 @@ ATTNSERVE_VEC_INLINE Float16 Softplus(Float16 x) {
 // x * sigmoid(x).
 ATTNSERVE_VEC_INLINE Float16 Silu(Float16 x) { return x / (1.0f + Exp(-x)); }
 
+// Log, Softplus and Silu of N vectors, interleaved as ExpN: each one's bits, N chains in flight.
+template <int N>
+ATTNSERVE_VEC_INLINE void LogN(Float16 (&x)[N]) {
+  const Float16 sqrt_half = Broadcast(0.707106781186547524f);
+  const Float16 one = Broadcast(1.0f);
+  Float16 e[N], m[N], z[N], y[N];
+  for (int k = 0; k < N; ++k) {
+    Int16 bits;
+    std::memcpy(&bits, &x[k], sizeof(bits));
+    e[k] = __builtin_convertvector(((bits >> 23) & 0xff) - 126, Float16);
+    bits = (bits & 0x807fffff) | 0x3f000000;
+    std::memcpy(&m[k], &bits, sizeof(m[k]));
+  }
+  for (int k = 0; k < N; ++k) {
+    const Float16 small = m[k] < sqrt_half ? one : Float16{};
+    e[k] -= small;
+    m[k] = m[k] + m[k] * small - 1.0f;
+  }
+  for (int k = 0; k < N; ++k) z[k] = m[k] * m[k];
+  for (int k = 0; k < N; ++k) y[k] = Broadcast(7.0376836292e-2f) * m[k] - 1.1514610310e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] + 1.1676998740e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] - 1.2420140846e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] + 1.4249322787e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] - 1.6668057665e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] + 2.0000714765e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] - 2.4999993993e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] + 3.3333331174e-1f;
+  for (int k = 0; k < N; ++k) y[k] = y[k] * m[k] * z[k];
+  for (int k = 0; k < N; ++k) y[k] += e[k] * -2.12194440e-4f;
+  for (int k = 0; k < N; ++k) y[k] -= 0.5f * z[k];
+  for (int k = 0; k < N; ++k) x[k] = m[k] + y[k] + e[k] * 0.693359375f;
+}
+
+template <int N>
+ATTNSERVE_VEC_INLINE void SoftplusN(Float16 (&x)[N]) {
+  const Float16 zero = Float16{};
+  Float16 t[N], u[N], d[N];
+  for (int k = 0; k < N; ++k) t[k] = x[k] < zero ? x[k] : -x[k];
+  ExpN(t);
+  for (int k = 0; k < N; ++k) {
+    u[k] = 1.0f + t[k];
+    d[k] = u[k] - 1.0f;
+  }
+  Float16 log_u[N];
+  for (int k = 0; k < N; ++k) log_u[k] = u[k];
+  LogN(log_u);
+  for (int k = 0; k < N; ++k) {
+    const Float16 log1p =
+        d[k] == zero ? t[k] : log_u[k] * (t[k] / (d[k] == zero ? Broadcast(1.0f) : d[k]));
+    x[k] = (x[k] > zero ? x[k] : zero) + log1p;
+  }
+}
+
+template <int N>
+ATTNSERVE_VEC_INLINE void SiluN(Float16 (&x)[N]) {
+  Float16 e[N];
+  for (int k = 0; k < N; ++k) e[k] = -x[k];
+  ExpN(e);
+  for (int k = 0; k < N; ++k) x[k] = x[k] / (1.0f + e[k]);
+}
+
 }  // namespace attnserve::kernels::vec
 
 // Compiles a function for AVX-512, AVX2+FMA and baseline x86-64, chosen at load time by the

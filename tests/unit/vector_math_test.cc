@@ -74,5 +74,47 @@ TEST(VectorMathTest, SoftplusAndSiluMatchFloat64) {
   EXPECT_LE(MaxRelError([](Float16 x) { return Silu(x); }, silu, -20.0, 20.0), 1e-6);
 }
 
+// Which of the interleaved functions differ from one-at-a-time on x (4 vectors; Log on |x| +
+// 1e-30): a bit mask, 0 when every vector's bits are equal. Compiled as the kernels are (one
+// clone per instruction set, the CPU's chosen at load), so that a multiply-add the compiler
+// fuses in one form and not in the other would show here.
+ATTNSERVE_MULTIVERSION
+int InterleavedMismatches(const float* in) {
+  Float16 x[4], positive[4];
+  for (int k = 0; k < 4; ++k) {
+    x[k] = Load(in + k * kLanes);
+    for (int i = 0; i < kLanes; ++i) positive[k][i] = std::abs(x[k][i]) + 1e-30f;
+  }
+  Float16 e[4], l[4], s[4], si[4];
+  for (int k = 0; k < 4; ++k) e[k] = s[k] = si[k] = x[k], l[k] = positive[k];
+  ExpN(e);
+  LogN(l);
+  SoftplusN(s);
+  SiluN(si);
+  auto differ = [](Float16 a, Float16 b) { return std::memcmp(&a, &b, sizeof(a)) != 0; };
+  int mask = 0;
+  for (int k = 0; k < 4; ++k) {
+    mask |= differ(e[k], Exp(x[k])) ? 1 : 0;
+    mask |= differ(l[k], Log(positive[k])) ? 2 : 0;
+    mask |= differ(s[k], Softplus(x[k])) ? 4 : 0;
+    mask |= differ(si[k], Silu(x[k])) ? 8 : 0;
+  }
+  return mask;
+}
+
+// ExpN, LogN, SoftplusN and SiluN give each vector the bits of Exp, Log, Softplus and Silu
+// alone: the same operations, only interleaved. Inputs past the clamps, around 0 and far out.
+TEST(VectorMathTest, InterleavedFunctionsGiveEachVectorsBits) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  for (int trial = 0; trial < 500; ++trial) {
+    float in[4 * kLanes];
+    for (float& v : in) v = normal(gen) * std::exp2(normal(gen) * 4);
+    if (trial == 0) in[0] = 100.0f, in[1] = -100.0f, in[2] = 0.0f, in[3] = -0.0f;
+    ASSERT_EQ(InterleavedMismatches(in), 0)
+        << "trial " << trial << " (1 exp, 2 log, 4 softplus, 8 silu)";
+  }
+}
+
 }  // namespace
 }  // namespace attnserve::kernels::vec
