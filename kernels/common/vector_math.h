@@ -85,32 +85,10 @@ ATTNSERVE_VEC_INLINE Float16 Sum16(const Float16* v) {
                                  31);
 }
 
-// exp(x), Cephes' single-precision polynomial after a Cody-Waite range reduction.
-ATTNSERVE_VEC_INLINE Float16 Exp(Float16 x) {
-  const Float16 lo = Broadcast(-87.3f), hi = Broadcast(88.3f);
-  x = x < lo ? lo : x;
-  x = x > hi ? hi : x;
-  // n = round(x / ln 2) with the 1.5 * 2^23 trick (exact for |n| < 2^22).
-  const Float16 shifter = Broadcast(12582912.0f);
-  Float16 n = (x * 1.44269504088896341f + shifter) - shifter;
-  Float16 r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  Float16 p = Broadcast(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  Int16 e = (__builtin_convertvector(n, Int16) + 127) << 23;
-  Float16 scale;
-  std::memcpy(&scale, &e, sizeof(scale));
-  return p * scale;
-}
-
-// Exp of N vectors, each step applied to all N before the next: the same operations and bits
-// as Exp for each, in an order that keeps N independent chains in flight (one Exp is a chain of
-// ~20 dependent operations, and the out-of-order window holds few of them).
+// exp(x) of N vectors in place, Cephes' single-precision polynomial after a Cody-Waite range
+// reduction. Each step is applied to all N before the next: a vector's bits do not depend on N,
+// and N > 1 keeps N independent chains in flight (one exp is a chain of ~20 dependent
+// operations, and the out-of-order window holds few of them). Exp is N = 1.
 template <int N>
 ATTNSERVE_VEC_INLINE void ExpN(Float16 (&x)[N]) {
   const Float16 lo = Broadcast(-87.3f), hi = Broadcast(88.3f);
@@ -118,6 +96,7 @@ ATTNSERVE_VEC_INLINE void ExpN(Float16 (&x)[N]) {
   Float16 n[N], r[N], p[N];
   for (int k = 0; k < N; ++k) x[k] = x[k] < lo ? lo : x[k];
   for (int k = 0; k < N; ++k) x[k] = x[k] > hi ? hi : x[k];
+  // n = round(x / ln 2) with the 1.5 * 2^23 trick (exact for |n| < 2^22).
   for (int k = 0; k < N; ++k) n[k] = (x[k] * 1.44269504088896341f + shifter) - shifter;
   for (int k = 0; k < N; ++k) r[k] = x[k] - n[k] * 0.693359375f;
   for (int k = 0; k < N; ++k) r[k] = r[k] - n[k] * -2.12194440e-4f;
@@ -135,50 +114,15 @@ ATTNSERVE_VEC_INLINE void ExpN(Float16 (&x)[N]) {
   }
 }
 
-// log(x) for x > 0 (normal floats), Cephes' single-precision polynomial.
-ATTNSERVE_VEC_INLINE Float16 Log(Float16 x) {
-  Int16 bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  Float16 e = __builtin_convertvector(((bits >> 23) & 0xff) - 126, Float16);
-  bits = (bits & 0x807fffff) | 0x3f000000;  // mantissa in [0.5, 1)
-  Float16 m;
-  std::memcpy(&m, &bits, sizeof(m));
-  const Float16 sqrt_half = Broadcast(0.707106781186547524f);
-  const Float16 one = Broadcast(1.0f);
-  const Float16 small = m < sqrt_half ? one : Float16{};
-  e -= small;
-  m = m + m * small - 1.0f;
-  const Float16 z = m * m;
-  Float16 y = Broadcast(7.0376836292e-2f);
-  y = y * m - 1.1514610310e-1f;
-  y = y * m + 1.1676998740e-1f;
-  y = y * m - 1.2420140846e-1f;
-  y = y * m + 1.4249322787e-1f;
-  y = y * m - 1.6668057665e-1f;
-  y = y * m + 2.0000714765e-1f;
-  y = y * m - 2.4999993993e-1f;
-  y = y * m + 3.3333331174e-1f;
-  y = y * m * z;
-  y += e * -2.12194440e-4f;
-  y -= 0.5f * z;
-  return m + y + e * 0.693359375f;
+ATTNSERVE_VEC_INLINE Float16 Exp(Float16 x) {
+  Float16 v[1] = {x};
+  ExpN(v);
+  return v[0];
 }
 
-// log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), with log1p(t) = log(u)·t/(u - 1) for
-// u = 1 + t (exact where u rounds to 1), so small results keep their relative accuracy.
-ATTNSERVE_VEC_INLINE Float16 Softplus(Float16 x) {
-  const Float16 zero = Float16{};
-  const Float16 t = Exp(x < zero ? x : -x);
-  const Float16 u = 1.0f + t;
-  const Float16 d = u - 1.0f;
-  const Float16 log1p = d == zero ? t : Log(u) * (t / (d == zero ? Broadcast(1.0f) : d));
-  return (x > zero ? x : zero) + log1p;
-}
-
-// x * sigmoid(x).
-ATTNSERVE_VEC_INLINE Float16 Silu(Float16 x) { return x / (1.0f + Exp(-x)); }
-
-// Log, Softplus and Silu of N vectors, interleaved as ExpN: each one's bits, N chains in flight.
+// log(x) for x > 0 (normal floats), Cephes' single-precision polynomial; softplus and silu
+// below. The N-vector forms are interleaved as ExpN (a vector's bits do not depend on N); the
+// one-vector ones are N = 1.
 template <int N>
 ATTNSERVE_VEC_INLINE void LogN(Float16 (&x)[N]) {
   const Float16 sqrt_half = Broadcast(0.707106781186547524f);
@@ -211,6 +155,8 @@ ATTNSERVE_VEC_INLINE void LogN(Float16 (&x)[N]) {
   for (int k = 0; k < N; ++k) x[k] = m[k] + y[k] + e[k] * 0.693359375f;
 }
 
+// log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), with log1p(t) = log(u)·t/(u - 1) for
+// u = 1 + t (exact where u rounds to 1), so small results keep their relative accuracy.
 template <int N>
 ATTNSERVE_VEC_INLINE void SoftplusN(Float16 (&x)[N]) {
   const Float16 zero = Float16{};
@@ -231,12 +177,31 @@ ATTNSERVE_VEC_INLINE void SoftplusN(Float16 (&x)[N]) {
   }
 }
 
+// x * sigmoid(x), as x / (1 + exp(-x)).
 template <int N>
 ATTNSERVE_VEC_INLINE void SiluN(Float16 (&x)[N]) {
   Float16 e[N];
   for (int k = 0; k < N; ++k) e[k] = -x[k];
   ExpN(e);
   for (int k = 0; k < N; ++k) x[k] = x[k] / (1.0f + e[k]);
+}
+
+ATTNSERVE_VEC_INLINE Float16 Log(Float16 x) {
+  Float16 v[1] = {x};
+  LogN(v);
+  return v[0];
+}
+
+ATTNSERVE_VEC_INLINE Float16 Softplus(Float16 x) {
+  Float16 v[1] = {x};
+  SoftplusN(v);
+  return v[0];
+}
+
+ATTNSERVE_VEC_INLINE Float16 Silu(Float16 x) {
+  Float16 v[1] = {x};
+  SiluN(v);
+  return v[0];
 }
 
 }  // namespace attnserve::kernels::vec
