@@ -19,9 +19,8 @@ ABSL_FLAG(int64_t, decode_split_max_bytes_per_row,
           "each a whole step of its own rows on one thread, instead of every product split "
           "across the threads, when the model's decode weights (bytes) divided by a part's rows "
           "are at most this: no barrier inside the step, at the price of each part reading the "
-          "weights again. The default (8 MiB) splits the built-in models (15 MB) from 8 rows, an "
-          "int8 mamba-130m (130 MB) from 32 and a bf16 one (258 MB) at 64; never a float32 one. "
-          "0: never.");
+          "weights again. The default splits the built-in models (15 MB) from 8 rows and an "
+          "int8 mamba-130m (130 MB) from 64; never a float32 one. 0: never.");
 ABSL_FLAG(int64_t, max_batch_sessions, 64,
           "Most sessions decoded in one scheduler iteration (rows of one batched step).");
 ABSL_FLAG(int64_t, max_batch_tokens, 256,

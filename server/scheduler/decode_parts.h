@@ -8,7 +8,7 @@
 namespace attnserve::server::scheduler {
 
 // The default of --decode_split_max_bytes_per_row.
-inline constexpr int64_t kDefaultDecodeSplitMaxBytesPerRow = int64_t{8} << 20;
+inline constexpr int64_t kDefaultDecodeSplitMaxBytesPerRow = int64_t{4} << 20;
 
 // How many parts (Model::StepBatch's `parts`) a decode step of `rows` rows of a model whose
 // decode step reads `weight_bytes` runs in on `threads` kernel threads: one a thread when the
@@ -19,10 +19,7 @@ inline constexpr int64_t kDefaultDecodeSplitMaxBytesPerRow = int64_t{8} << 20;
 // waiting at them was a third of the server's CPU a token). Measured in docs/benchmarks.md
 // (issue #25, session 17), step time with two parts against one: the 10-15 MB default models
 // 10-66% less from 8 rows; mamba-130m int8 (129 MB) 9% less at 64 rows (4 MB a row of a part),
-// 4% less at 16; bf16 (258 MB) even; float32 (516 MB) 13-29% more at 16 and 64 rows. Session 23
-// (the panels' prefetch and the faster scan since), alternated runs: int8 32 and 48 rows 7-8%
-// less (8.1 and 5.4 MB a row of a part), bf16 and bf16 activations at 64 rows (8.1 MB) 5-8% and
-// 8-11% less, bf16 activations at 16 rows (32 MB) 10% more: the default went from 4 to 8 MiB.
+// 4% less at 16; bf16 (258 MB) even; float32 (516 MB) 13-29% more at 16 and 64 rows.
 inline int DecodeParts(int64_t rows, int threads, int64_t weight_bytes, int64_t max_bytes_per_row) {
   if (threads < 2 || rows < threads) return 1;
   const int64_t rows_per_part = rows / threads;  // the smallest part's

@@ -121,14 +121,6 @@ TEST(DecodePartsTest, SplitsWhileAPartsRowsAmortiseItsReadOfTheWeights) {
   EXPECT_EQ(DecodeParts(1, 2, 1, 4 * kMiB), 1);
   EXPECT_EQ(DecodeParts(64, 4, 15 * kMB, 4 * kMiB), 4);
   EXPECT_EQ(DecodeParts(64, 2, 15 * kMB, 0), 1);  // --decode_split_max_bytes_per_row=0
-  // The default bound (8 MiB): mamba-130m int8 from 32 sessions, bf16 at 64, float32 never.
-  constexpr int64_t kDefault = kDefaultDecodeSplitMaxBytesPerRow;
-  EXPECT_EQ(DecodeParts(32, 2, 129 * kMB, kDefault), 2);
-  EXPECT_EQ(DecodeParts(31, 2, 129 * kMB, kDefault), 1);
-  EXPECT_EQ(DecodeParts(64, 2, 258 * kMB, kDefault), 2);
-  EXPECT_EQ(DecodeParts(48, 2, 258 * kMB, kDefault), 1);
-  EXPECT_EQ(DecodeParts(64, 2, 516 * kMB, kDefault), 1);
-  EXPECT_EQ(DecodeParts(8, 2, 15 * kMB, kDefault), 2);
 }
 
 TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {
