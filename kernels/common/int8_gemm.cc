@@ -524,8 +524,8 @@ void Int8Gemm(const uint8_t* panels, const float* scales, int64_t out, int64_t i
   // Tasks of at least the skinny kernels' work (skinny::GrainTiles, in 4-row tiles).
   const int64_t grain =
       (skinny::GrainTiles(in, rows) * skinny::kTileW + kInt8PanelOutputs - 1) / kInt8PanelOutputs;
-  // `ahead`: how far the AVX-512 kernel may prefetch the next panels (skinny::ParallelTileLanes).
-  skinny::ParallelTileLanes(Panels(out), grain, [&](int64_t first, int64_t last, int64_t ahead) {
+  // `ahead`: how far the AVX-512 kernel may prefetch the next panels (ParallelTileLanes).
+  ParallelTileLanes(Panels(out), grain, [&](int64_t first, int64_t last, int64_t ahead) {
     switch (isa) {
 #if ATTNSERVE_INT8_X86
       case Int8Isa::kAvx512Vnni:

@@ -192,7 +192,7 @@ ATTNSERVE_PANEL_BF16_TARGET inline void DotHardwareRows(const uint32_t* panel, i
 // Panels [first, last) against every row of X (rows of XType, row stride x_stride), at most
 // `block` rows at a time in blocks of near-equal sizes (8 rows as 4 + 4, not 6 + 2): one task.
 // `Rows` is a row-block template's name.
-// From two blocks of rows on, the next panel (up to `ahead`: skinny::ParallelTileLanes' lane end)
+// From two blocks of rows on, the next panel (up to `ahead`: ParallelTileLanes' lane end)
 // is prefetched into L2 over the current panel's passes (skinny::PassPrefetch), as the int8 panels
 // do: without it a panel's first pass waited on memory. mamba-130m in process, 16 rows, alternated
 // runs: bf16 21.6-22.5 -> 18.7-19.1 ms a step, bf16 activations 17.5-18.1 -> 15.7-16.8, float32
@@ -275,7 +275,7 @@ void ForPanels(int64_t out, int64_t in, int64_t rows, const Range& range) {
   const int64_t count = (out + kPanelOutputs - 1) / kPanelOutputs;
   const int64_t grain =
       (skinny::GrainTiles(in, rows) * skinny::kTileW + kPanelOutputs - 1) / kPanelOutputs;
-  skinny::ParallelTileLanes(count, grain, range);
+  ParallelTileLanes(count, grain, range);
 }
 
 }  // namespace

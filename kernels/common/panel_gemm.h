@@ -21,9 +21,10 @@
 // result does not depend on the other rows of X, on how many there are, or on the thread that
 // computes it: a prefill chunk's rows get the bits each would get alone in a decode step.
 //
-// Threads: panels are split across ATen's intra-op threads (skinny::ParallelTiles). Each panel
-// meets every row of X, 6 at a time (2 at a time on CPUs without AVX-512: 16 registers), while
-// it sits in L1/L2; X's rows stay in L2 (the caller passes at most a few hundred KB of them).
+// Threads: panels are split across ATen's intra-op threads (ParallelTileLanes). Each
+// panel meets every row of X, 6 at a time (2 at a time on CPUs without AVX-512: 16 registers),
+// while it sits in L1/L2; X's rows stay in L2 (the caller passes at most a few hundred KB of
+// them). From two blocks of 6 rows on, the thread's next panel is prefetched into L2 meanwhile.
 //
 // Shapes in elements: x (rows, in) with row stride x_stride >= in; y (rows, out) contiguous.
 #pragma once

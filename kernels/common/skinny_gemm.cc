@@ -76,10 +76,9 @@ void F32Rows(const float* w, int64_t begin, int64_t end, int64_t in, const float
 
 void SkinnyGemmF32(const float* w, int64_t out, int64_t in, const float* x, int64_t x_stride,
                    int64_t rows, float* y) {
-  skinny::ParallelTiles(
-      (out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
-        F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
-      });
+  ParallelTiles((out + kTileW - 1) / kTileW, GrainTiles(in, rows), [&](int64_t begin, int64_t end) {
+    F32Rows(w, begin * kTileW, std::min(out, end * kTileW), in, x, x_stride, rows, y, out);
+  });
 }
 
 }  // namespace attnserve::kernels

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/common/skinny_tiles.h"
+#include "kernels/common/parallel_tiles.h"
 #include "kernels/common/vector_math.h"
 
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -188,11 +188,11 @@ void SelectiveScanCpu(const SelectiveScanParams& p) {
   // d_state 16) per task, so that the default models' one-row step (32 blocks) runs on the
   // calling thread instead of paying a parallel region, while mamba-130m's (96 blocks, ~6% of
   // its step on one thread) is split.
-  // The threads claim chunks as they go (skinny::ParallelTiles), not a static half each: with
+  // The threads claim chunks as they go (ParallelTiles), not a static half each: with
   // halves, a 16-row mamba-130m step's second thread spent twice the first's CPU time in the
   // scan while the first waited in libgomp (perf: 8.9% against 4.5% of samples).
   const int64_t grain = std::max<int64_t>(1, 768 / std::max<int64_t>(1, p.seqlen * p.dstate));
-  skinny::ParallelTiles(p.batch * blocks, grain, [&](int64_t begin, int64_t end) {
+  ParallelTiles(p.batch * blocks, grain, [&](int64_t begin, int64_t end) {
     if (in_place_step) {
       StepItems(p, blocks, begin, end);
       return;

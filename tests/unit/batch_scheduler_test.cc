@@ -121,6 +121,12 @@ TEST(DecodePartsTest, SplitsWhileAPartsRowsAmortiseItsReadOfTheWeights) {
   EXPECT_EQ(DecodeParts(1, 2, 1, 4 * kMiB), 1);
   EXPECT_EQ(DecodeParts(64, 4, 15 * kMB, 4 * kMiB), 4);
   EXPECT_EQ(DecodeParts(64, 2, 15 * kMB, 0), 1);  // --decode_split_max_bytes_per_row=0
+  // The default bound: the built-in models from 8 sessions, mamba-130m int8 at 64, bf16 never.
+  constexpr int64_t kDefault = kDefaultDecodeSplitMaxBytesPerRow;
+  EXPECT_EQ(DecodeParts(8, 2, 15 * kMB, kDefault), 2);
+  EXPECT_EQ(DecodeParts(64, 2, 129 * kMB, kDefault), 2);
+  EXPECT_EQ(DecodeParts(48, 2, 129 * kMB, kDefault), 1);
+  EXPECT_EQ(DecodeParts(64, 2, 258 * kMB, kDefault), 1);
 }
 
 TEST(BatchSchedulerTest, RandomInterleavingsEqualEverySessionRunAlone) {

@@ -76,7 +76,7 @@ TEST(SkinnyGemmTest, ParallelTilesVisitsEveryTileOnce) {
       for (int64_t grain : {1, 5, 22, 5000}) {
         std::vector<std::atomic<int>> seen(static_cast<size_t>(tiles));
         std::atomic<int> short_ranges{0}, bad_lane_ends{0};
-        skinny::ParallelTileLanes(tiles, grain, [&](int64_t begin, int64_t end, int64_t lane_end) {
+        ParallelTileLanes(tiles, grain, [&](int64_t begin, int64_t end, int64_t lane_end) {
           if (end - begin < grain && end != tiles) ++short_ranges;
           if (lane_end < end || lane_end > tiles) ++bad_lane_ends;
           for (int64_t i = begin; i < end; ++i) ++seen[i];
@@ -86,7 +86,7 @@ TEST(SkinnyGemmTest, ParallelTilesVisitsEveryTileOnce) {
         }
         EXPECT_EQ(short_ranges.load(), 0);
         EXPECT_EQ(bad_lane_ends.load(), 0);
-        skinny::ParallelTiles(tiles, grain, [&](int64_t begin, int64_t end) {
+        ParallelTiles(tiles, grain, [&](int64_t begin, int64_t end) {
           for (int64_t i = begin; i < end; ++i) ++seen[i];
         });
         for (int64_t i = 0; i < tiles; ++i) ASSERT_EQ(seen[i].load(), 2) << "ParallelTiles";
