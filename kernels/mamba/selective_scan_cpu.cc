@@ -16,18 +16,18 @@ namespace {
 using vec::Float16;
 using vec::kLanes;
 
-// Scans channels [c0, c0 + width) of batch b, width <= kLanes. The state slice lives in
+// Scans channels [c0, c0 + width) of batch b, width <= kLanes (their state rows from `state`,
+// channel c0's). The state slice lives in
 // `h` as (dstate, kLanes) floats for the whole sequence: channels in vector lanes, so the sum
 // over the state dimension needs no horizontal reduction. `a` holds A the same way.
 ATTNSERVE_MULTIVERSION
-void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int width, float* h,
-                      float* a) {
+void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int width, float* state,
+                      float* h, float* a) {
   const int64_t n_state = p.dstate;
   const bool full = width == kLanes;
   auto load = [&](const float* ptr) {
     return full ? vec::Load(ptr) : vec::LoadPartial(ptr, width);
   };
-  float* state = (p.row_states ? p.row_states[b] : p.state + b * p.dim * n_state) + c0 * n_state;
   for (int64_t n = 0; n < n_state; ++n) {
     for (int i = 0; i < kLanes; ++i) h[n * kLanes + i] = i < width ? state[i * n_state + n] : 0.0f;
     vec::Store(a + n * kLanes, load(p.A_t + n * p.dim + c0));
@@ -70,17 +70,17 @@ void ScanChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
 // One decode step (seqlen 1) of channels [c0, c0 + width) of batch b, for dstate a multiple of
 // kLanes and A given as (dim, dstate): each channel's state row is contiguous, so it is read,
 // updated and written in place as dstate / kLanes vectors (no transposition in and out, which
-// costs more than the step's arithmetic), and its read-out is one horizontal sum. dt: the
-// channels' step sizes after bias and softplus; gate: silu(z) (StepItems computes both).
+// costs more than the step's arithmetic), and its read-out is one horizontal sum. state: the
+// block's first channel's state row; dt: the channels' step sizes after bias and softplus;
+// gate: silu(z) (StepItems computes all three).
 ATTNSERVE_MULTIVERSION
-void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int width, Float16 dt,
-                      Float16 gate) {
+void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int width, float* state,
+                      Float16 dt, Float16 gate) {
   const int64_t n_state = p.dstate;
   const bool full = width == kLanes;
   auto load = [&](const float* ptr) {
     return full ? vec::Load(ptr) : vec::LoadPartial(ptr, width);
   };
-  float* state = (p.row_states ? p.row_states[b] : p.state + b * p.dim * n_state) + c0 * n_state;
   const Float16 u = load(p.u + b * p.u_batch_stride + c0);
   const Float16 dt_u = dt * u;
   const float* bt = p.B + b * p.bc_batch_stride;
@@ -132,6 +132,19 @@ void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
   }
 }
 
+// Item i of a scan over `blocks` blocks of 16 channels a batch row: its row, first channel,
+// channel count and state (channel c0's row).
+struct ScanItem {
+  int64_t b, c0;
+  int width;
+  float* state;
+};
+ScanItem ItemAt(const SelectiveScanParams& p, int64_t blocks, int64_t i) {
+  const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
+  float* row = p.row_states ? p.row_states[b] : p.state + b * p.dim * p.dstate;
+  return {b, c0, static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0)), row + c0 * p.dstate};
+}
+
 // Decode-step items [begin, end) (item i: batch row i / blocks, channels from (i % blocks) * 16),
 // in groups of 16. Each group's step sizes (softplus) and gates (silu) are computed first, 4 at
 // a time interleaved, then its states are updated: inside the state loop, those two (a chain of
@@ -144,37 +157,35 @@ void StepChannelBlock(const SelectiveScanParams& p, int64_t b, int64_t c0, int w
 // states) -> 7.1-7.2 (and in softplus and silu).
 ATTNSERVE_MULTIVERSION
 void StepItems(const SelectiveScanParams& p, int64_t blocks, int64_t begin, int64_t end) {
-  constexpr int64_t kGroup = 16, kAhead = 4;
-  auto item_state = [&](int64_t i) {
-    const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
-    return (p.row_states ? p.row_states[b] : p.state + b * p.dim * p.dstate) + c0 * p.dstate;
-  };
+  constexpr int kGroup = 16, kInterleave = 4, kAhead = 4;
   for (int64_t g = begin; g < end; g += kGroup) {
-    const int64_t n = std::min(kGroup, end - g);
-    Float16 dt[kGroup] = {}, gate[kGroup] = {};
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t b = (g + k) / blocks, c0 = ((g + k) % blocks) * kLanes;
-      const int width = static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0));
-      dt[k] = vec::LoadPartial(p.delta + b * p.delta_batch_stride + c0, width);
-      if (p.delta_bias != nullptr) dt[k] += vec::LoadPartial(p.delta_bias + c0, width);
-      gate[k] = vec::LoadPartial(p.z + b * p.z_batch_stride + c0, width);
+    const int n = static_cast<int>(std::min<int64_t>(kGroup, end - g));
+    ScanItem item[kGroup];
+    Float16 dt[kGroup / kInterleave][kInterleave] = {},
+                        gate[kGroup / kInterleave][kInterleave] = {};
+    for (int k = 0; k < n; ++k) {
+      item[k] = ItemAt(p, blocks, g + k);
+      const ScanItem& it = item[k];
+      Float16& d = dt[k / kInterleave][k % kInterleave];
+      d = vec::LoadPartial(p.delta + it.b * p.delta_batch_stride + it.c0, it.width);
+      if (p.delta_bias != nullptr) d += vec::LoadPartial(p.delta_bias + it.c0, it.width);
+      gate[k / kInterleave][k % kInterleave] =
+          vec::LoadPartial(p.z + it.b * p.z_batch_stride + it.c0, it.width);
     }
-    // 4 at a time, interleaved (vec::SoftplusN, vec::SiluN: the same bits as one at a time).
-    for (int64_t k = 0; k < n; k += 4) {
-      Float16(&dt4)[4] = *reinterpret_cast<Float16(*)[4]>(dt + k);
-      Float16(&gate4)[4] = *reinterpret_cast<Float16(*)[4]>(gate + k);
-      if (p.delta_softplus) vec::SoftplusN(dt4);
-      vec::SiluN(gate4);
+    for (int q = 0; q * kInterleave < n; ++q) {  // the same bits as one vector at a time
+      if (p.delta_softplus) vec::SoftplusN(dt[q]);
+      vec::SiluN(gate[q]);
     }
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t i = g + k, b = i / blocks, c0 = (i % blocks) * kLanes;
-      const int width = static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0));
-      if (i + kAhead < end) {
-        const char* next = reinterpret_cast<const char*>(item_state(i + kAhead));
-        const int64_t bytes = static_cast<int64_t>(sizeof(float)) * width * p.dstate;
-        for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(next + line, 1, 3);
+    for (int k = 0; k < n; ++k) {
+      if (g + k + kAhead < end) {
+        const ScanItem next = ItemAt(p, blocks, g + k + kAhead);
+        const char* bytes = reinterpret_cast<const char*>(next.state);
+        const int64_t size = static_cast<int64_t>(sizeof(float)) * next.width * p.dstate;
+        for (int64_t line = 0; line < size; line += 64) __builtin_prefetch(bytes + line, 1, 3);
       }
-      StepChannelBlock(p, b, c0, width, dt[k], gate[k]);
+      const ScanItem& it = item[k];
+      StepChannelBlock(p, it.b, it.c0, it.width, it.state, dt[k / kInterleave][k % kInterleave],
+                       gate[k / kInterleave][k % kInterleave]);
     }
   }
 }
@@ -199,9 +210,8 @@ void SelectiveScanCpu(const SelectiveScanParams& p) {
     }
     std::vector<float> h(p.dstate * kLanes), a(p.dstate * kLanes);  // ScanChannelBlock's slices
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t b = i / blocks, c0 = (i % blocks) * kLanes;
-      ScanChannelBlock(p, b, c0, static_cast<int>(std::min<int64_t>(kLanes, p.dim - c0)), h.data(),
-                       a.data());
+      const ScanItem it = ItemAt(p, blocks, i);
+      ScanChannelBlock(p, it.b, it.c0, it.width, it.state, h.data(), a.data());
     }
   });
 }

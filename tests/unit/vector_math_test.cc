@@ -103,7 +103,8 @@ int InterleavedMismatches(const float* in) {
 }
 
 // ExpN, LogN, SoftplusN and SiluN of 4 vectors give each vector the bits of Exp, Log, Softplus
-// and Silu (N = 1): a vector's bits do not depend on what it is computed with. Inputs past the clamps, around 0 and far out.
+// and Silu (N = 1): a vector's bits do not depend on what it is computed with. Inputs past the
+// clamps, around 0 and far out.
 TEST(VectorMathTest, InterleavedFunctionsGiveEachVectorsBits) {
   std::mt19937 gen(5);
   std::normal_distribution<float> normal;
