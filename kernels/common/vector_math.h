@@ -132,7 +132,7 @@ ATTNSERVE_VEC_INLINE void LogN(Float16 (&x)[N]) {
     Int16 bits;
     std::memcpy(&bits, &x[k], sizeof(bits));
     e[k] = __builtin_convertvector(((bits >> 23) & 0xff) - 126, Float16);
-    bits = (bits & 0x807fffff) | 0x3f000000;
+    bits = (bits & 0x807fffff) | 0x3f000000;  // mantissa in [0.5, 1)
     std::memcpy(&m[k], &bits, sizeof(m[k]));
   }
   for (int k = 0; k < N; ++k) {
