@@ -162,7 +162,7 @@ int main(int argc, char** argv) {
     }
   }
   // A decode step's layers: 24 distinct in_proj (3072 x 768) and out_proj (768 x 1536)
-  // matrices, one after another, each cold (226 MB in all in fp32), in the panels the model
+  // matrices, one after another, each cold (340 MB in all in fp32), in the panels the model
   // uses: the streaming of mid-sized matrices, parallel-region overhead included.
   std::printf("\n%-18s %5s | %9s %7s | %9s %7s\n", "24 layers, panels", "rows", "f32 ms", "GB/s",
               "bf16 ms", "GB/s");
