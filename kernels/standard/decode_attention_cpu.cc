@@ -15,54 +15,130 @@ namespace {
 using vec::Float16;
 using vec::kLanes;
 
-ATTNSERVE_VEC_INLINE float Dot(const float* a, const float* b, int64_t n) {
+// q · k as a vector of partial sums over d (lane i holds the terms i, i + 16, ...): Sum of it
+// is the dot product, and Sum16 of 16 of them gives the same bits for 16 keys at once.
+ATTNSERVE_VEC_INLINE Float16 DotLanes(const float* q, const float* k, int64_t d) {
   Float16 acc = {};
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) acc += vec::Load(a + i) * vec::Load(b + i);
-  float s = 0;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+  for (; i + kLanes <= d; i += kLanes) acc += vec::Load(q + i) * vec::Load(k + i);
+  if (i < d) {
+    const int n = static_cast<int>(d - i);
+    acc += vec::LoadPartial(q + i, n) * vec::LoadPartial(k + i, n);
+  }
+  return acc;
+}
+
+// scores[t] = (q · k_t) · scale for the `length` keys at k (one every d floats); returns the
+// largest. Keys go 16 at a time: 16 independent chains of products, then one transposing
+// reduction (Sum16) instead of a chain of scalar additions per key.
+ATTNSERVE_VEC_INLINE float ScoreKeys(const float* q, const float* k, int64_t length, int64_t d,
+                                     float scale, float* scores) {
+  Float16 best = vec::Broadcast(-INFINITY);
+  int64_t t = 0;
+  for (; t + kLanes <= length; t += kLanes) {
+    Float16 acc[kLanes];
+    for (int j = 0; j < kLanes; ++j) acc[j] = DotLanes(q, k + (t + j) * d, d);
+    const Float16 s = vec::Sum16(acc) * scale;
+    vec::Store(scores + t, s);
+    best = best > s ? best : s;
+  }
+  float max_score = -INFINITY;
+  for (int l = 0; l < kLanes; ++l) max_score = std::max(max_score, best[l]);
+  for (; t < length; ++t) {
+    scores[t] = vec::Sum(DotLanes(q, k + t * d, d)) * scale;
+    max_score = std::max(max_score, scores[t]);
+  }
+  return max_score;
+}
+
+// scores[t] = exp(scores[t] - max_score) for t < n; returns their sum.
+ATTNSERVE_VEC_INLINE float ExpScores(float* scores, int64_t n, float max_score) {
+  const Float16 m = vec::Broadcast(max_score);
+  Float16 sum = {};
+  int64_t t = 0;
+  for (; t + 4 * kLanes <= n; t += 4 * kLanes) {
+    Float16 x[4];
+    for (int u = 0; u < 4; ++u) x[u] = vec::Load(scores + t + u * kLanes) - m;
+    vec::ExpN(x);
+    for (int u = 0; u < 4; ++u) {
+      vec::Store(scores + t + u * kLanes, x[u]);
+      sum += x[u];
+    }
+  }
+  for (; t < n; t += kLanes) {
+    const int w = static_cast<int>(std::min<int64_t>(kLanes, n - t));
+    Float16 x = vec::Exp(vec::LoadPartial(scores + t, w) - m);
+    for (int l = w; l < kLanes; ++l) x[l] = 0;  // lanes past the end add nothing
+    vec::StorePartial(scores + t, x, w);
+    sum += x;
+  }
+  return vec::Sum(sum);
+}
+
+// Values are weighted and summed d at most kValueVectors vectors at a time, held in registers;
+// even and odd positions in separate accumulators, so that consecutive positions'
+// multiply-adds do not wait for each other.
+constexpr int kValueVectors = 4;
+
+// o[0 .. full + (rest > 0)) += w · v_t[0 .. 16 · full + rest).
+ATTNSERVE_VEC_INLINE void AddWeightedValue(Float16* o, float w, const float* vt, int full,
+                                           int rest) {
+  const Float16 wv = vec::Broadcast(w);
+  for (int u = 0; u < full; ++u) o[u] += wv * vec::Load(vt + u * kLanes);
+  if (rest > 0) o[full] += wv * vec::LoadPartial(vt + full * kLanes, rest);
 }
 
 // One (row, head): scores over the row's keys (its shared spans', then its own), a stable
-// softmax, the weighted sum of values; head h of each span is at h · capacity · d.
-ATTNSERVE_MULTIVERSION
-void AttendHead(const float* q, const DecodeAttentionRow& row, int64_t h, int64_t d, float* scores,
-                float* out) {
+// softmax, the weighted sum of values; head h of each span is at h · capacity · d. Inlined with
+// d a constant where it is a common one, so that the loops over d unroll and the value
+// accumulators stay in registers.
+ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow& row, int64_t h,
+                                       int64_t d, float* scores, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   float max_score = -INFINITY;
   int64_t total = 0;
   for (int64_t s = 0; s <= row.shared_count; ++s) {
     const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-    const float* k = span.k + h * span.capacity * d;
-    for (int64_t t = 0; t < span.length; ++t) {
-      const float score = Dot(q, k + t * d, d) * scale;
-      scores[total + t] = score;
-      max_score = std::max(max_score, score);
-    }
+    max_score = std::max(max_score, ScoreKeys(q, span.k + h * span.capacity * d, span.length, d,
+                                              scale, scores + total));
     total += span.length;
   }
-  float sum = 0;
-  for (int64_t t = 0; t < total; ++t) {
-    scores[t] = std::exp(scores[t] - max_score);
-    sum += scores[t];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t i = 0; i < d; ++i) out[i] = 0;
-  total = 0;
-  for (int64_t s = 0; s <= row.shared_count; ++s) {
-    const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-    const float* v = span.v + h * span.capacity * d;
-    for (int64_t t = 0; t < span.length; ++t) {
-      const float p = scores[total + t] * inv;
-      const float* vt = v + t * d;
-      int64_t i = 0;
-      for (; i + kLanes <= d; i += kLanes)
-        vec::Store(out + i, vec::Load(out + i) + p * vec::Load(vt + i));
-      for (; i < d; ++i) out[i] += p * vt[i];
+  const float inv = 1.0f / ExpScores(scores, total, max_score);
+  for (int64_t c = 0; c < d; c += kValueVectors * kLanes) {
+    const int64_t width = std::min<int64_t>(kValueVectors * kLanes, d - c);
+    const int full = static_cast<int>(width / kLanes), rest = static_cast<int>(width % kLanes);
+    Float16 even[kValueVectors] = {}, odd[kValueVectors] = {};
+    int64_t position = 0;  // over all spans: a position's accumulator does not depend on them
+    for (int64_t s = 0; s <= row.shared_count; ++s) {
+      const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
+      const float* v = span.v + h * span.capacity * d + c;
+      const float* p = scores + position;
+      int64_t t = 0;
+      if (position % 2 == 1 && t < span.length) {
+        AddWeightedValue(odd, p[t], v + t * d, full, rest);
+        ++t;
+      }
+      for (; t + 2 <= span.length; t += 2) {
+        AddWeightedValue(even, p[t], v + t * d, full, rest);
+        AddWeightedValue(odd, p[t + 1], v + (t + 1) * d, full, rest);
+      }
+      if (t < span.length) AddWeightedValue(even, p[t], v + t * d, full, rest);
+      position += span.length;
     }
-    total += span.length;
+    for (int u = 0; u < full; ++u) vec::Store(out + c + u * kLanes, (even[u] + odd[u]) * inv);
+    if (rest > 0) vec::StorePartial(out + c + full * kLanes, (even[full] + odd[full]) * inv, rest);
+  }
+}
+
+ATTNSERVE_MULTIVERSION
+void AttendHead(const float* q, const DecodeAttentionRow& row, int64_t h, int64_t d, float* scores,
+                float* out) {
+  if (d == 64) {
+    AttendHeadOf(q, row, h, 64, scores, out);
+  } else if (d == 128) {
+    AttendHeadOf(q, row, h, 128, scores, out);
+  } else {
+    AttendHeadOf(q, row, h, d, scores, out);
   }
 }
 
