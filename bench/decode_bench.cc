@@ -3,7 +3,9 @@
 //
 // For each N in --sessions: opens N streams on --model, waits until all are open, then sends
 // each one append of --prompt random tokens with generate {max_new_tokens: --generate,
-// greedy}, and timestamps every GeneratedToken as it arrives. Reports, per N:
+// greedy, stream_interval: --stream_interval}, and timestamps every generated token as its
+// message arrives (with an interval N > 1, N tokens share a GeneratedTokens message and its
+// time; the gaps are then between messages). Reports, per N:
 //   aggregate tok/s  tokens generated inside the window where all N sessions were decoding
 //                    (from the last session's first token to the first session's last token),
 //                    divided by the window's length: the steady rate, prefill excluded;
@@ -40,6 +42,8 @@ ABSL_FLAG(std::string, sessions, "1,4,16,64", "Comma list of concurrent session 
 ABSL_FLAG(int, prompt, 8, "Prompt tokens per session before generation.");
 ABSL_FLAG(int, generate, 64, "Tokens each session generates.");
 ABSL_FLAG(int64_t, vocab, 50280, "Random prompt ids are below this.");
+ABSL_FLAG(int, stream_interval, 0,
+          "Tokens per streamed message (GenerateSpec.stream_interval; 0 or 1: one each).");
 ABSL_FLAG(bool, json, false, "Also print one JSON line per session count.");
 
 namespace {
@@ -48,7 +52,8 @@ using Clock = std::chrono::steady_clock;
 namespace v1 = attnserve::v1;
 
 struct SessionTrace {
-  std::vector<Clock::time_point> tokens;
+  std::vector<Clock::time_point> tokens;  // one per generated token: its message's arrival
+  int64_t messages = 0;
   grpc::Status status;
 };
 
@@ -76,9 +81,17 @@ void RunSession(v1::AttnServe::Stub* stub, int index, absl::Barrier* ready, Sess
   }
   append->mutable_output()->set_kind(v1::OUTPUT_KIND_NONE);
   append->mutable_generate()->set_max_new_tokens(absl::GetFlag(FLAGS_generate));
+  append->mutable_generate()->set_stream_interval(absl::GetFlag(FLAGS_stream_interval));
   stream->Write(request);
   while (stream->Read(&response)) {
-    if (response.has_generated()) trace->tokens.push_back(Clock::now());
+    if (response.has_generated()) {
+      trace->tokens.push_back(Clock::now());
+      trace->messages += 1;
+    } else if (response.has_generated_tokens()) {
+      trace->tokens.insert(trace->tokens.end(), response.generated_tokens().tokens_size(),
+                           Clock::now());
+      trace->messages += 1;
+    }
     if (response.has_result()) break;
   }
   request.Clear();
@@ -144,7 +157,7 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < t.tokens.size(); ++i) {
         const bool inside = t.tokens[i] > window_start && t.tokens[i] <= window_end;
         in_window += inside;
-        if (i == 0) continue;
+        if (i == 0 || t.tokens[i] == t.tokens[i - 1]) continue;  // the same message
         const double gap =
             std::chrono::duration<double, std::milli>(t.tokens[i] - t.tokens[i - 1]).count();
         all_gaps_ms.push_back(gap);

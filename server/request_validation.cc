@@ -43,6 +43,11 @@ absl::Status ValidateGenerateSpec(const v1::GenerateSpec& spec, int max_new_toke
     return absl::InvalidArgumentError(
         absl::StrCat("generate.top_k must be >= 0 (0: all tokens), got ", spec.top_k()));
   }
+  if (spec.stream_interval() < 0 || spec.stream_interval() > max_new_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generate.stream_interval must be in [0, ", max_new_tokens,
+        "] (tokens per streamed message; --max_new_tokens), got ", spec.stream_interval()));
+  }
   return absl::OkStatus();
 }
 

@@ -272,6 +272,11 @@ std::string FormatStreamResponse(const v1::StreamResponse& r) {
       const v1::GeneratedToken& g = r.generated();
       return absl::StrFormat("generated #%d: %d (logprob %.3f)", g.index(), g.token(), g.logprob());
     }
+    case v1::StreamResponse::kGeneratedTokens: {
+      const v1::GeneratedTokens& g = r.generated_tokens();
+      return absl::StrFormat("generated #%d-%d: %s", g.first_index(),
+                             g.first_index() + g.tokens_size() - 1, absl::StrJoin(g.tokens(), " "));
+    }
     case v1::StreamResponse::kClosed:
       return absl::StrCat("closed session ", r.closed().session_id());
     default:
@@ -765,6 +770,7 @@ int RunGenerate(Printer& out) {
   gen->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   gen->set_top_k(absl::GetFlag(FLAGS_sample_top_k));
   gen->set_seed(absl::GetFlag(FLAGS_seed));
+  gen->set_stream_interval(absl::GetFlag(FLAGS_stream_interval));
   const bool written = stream->Write(req);
   if (written && CloseSessionAtEnd()) {
     v1::StreamRequest close;
@@ -786,6 +792,15 @@ int RunGenerate(Printer& out) {
     } else if (resp.has_generated()) {
       std::cout << (line_open ? " " : "") << resp.generated().token() << std::flush;
       line_open = true;
+    } else if (resp.has_generated_tokens() && text) {
+      std::cout << resp.generated_tokens().text() << std::flush;
+      line_open = true;
+    } else if (resp.has_generated_tokens()) {
+      for (const int64_t token : resp.generated_tokens().tokens()) {
+        std::cout << (line_open ? " " : "") << token;
+        line_open = true;
+      }
+      std::cout << std::flush;
     } else {
       if (line_open) std::cout << "\n" << std::flush;
       line_open = false;

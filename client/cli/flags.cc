@@ -60,6 +60,9 @@ ABSL_FLAG(std::string, stop_token_ids, "",
 ABSL_FLAG(bool, ignore_eos, false, "Generate past the model's end-of-text.");
 ABSL_FLAG(double, temperature, 0, "0: greedy; otherwise sample from softmax(logits/T).");
 ABSL_FLAG(int32_t, sample_top_k, 0, "Sample among the k most likely tokens (0: all).");
+ABSL_FLAG(int32_t, stream_interval, 0,
+          "Generated tokens per streamed message (0 or 1: each as it comes; N: in groups of N, "
+          "which costs the server and the client less per token).");
 
 ABSL_FLAG(std::string, name, "", "Show this model only (GetModel).");
 ABSL_FLAG(std::string, id, "", "Show this session only (GetSession).");

@@ -42,6 +42,7 @@ ABSL_DECLARE_FLAG(int32_t, sample_top_k);
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop);
 ABSL_DECLARE_FLAG(std::string, stop_token_ids);
 ABSL_DECLARE_FLAG(bool, ignore_eos);
+ABSL_DECLARE_FLAG(int32_t, stream_interval);
 // models, sessions, health.
 ABSL_DECLARE_FLAG(std::string, name);
 ABSL_DECLARE_FLAG(std::string, id);

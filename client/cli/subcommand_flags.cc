@@ -54,6 +54,7 @@ const std::vector<Subcommand>& Subcommands() {
         "max_new_tokens",
         "temperature",
         "sample_top_k",
+        "stream_interval",
         "ttl",
         "keep_session",
         "close_session",

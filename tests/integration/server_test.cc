@@ -988,6 +988,20 @@ std::vector<MalformedCase> MalformedCases() {
              c, {OpenRequest("mamba"), WithGenerate(AppendRequest(1, OkTokens()), 4, NAN, 0)});
        },
        StatusCode::INVALID_ARGUMENT, "generate.temperature"},
+      {"StreamGenerateNegativeStreamInterval",
+       [](Client& c) {
+         v1::StreamRequest append = WithGenerate(AppendRequest(1, OkTokens()), 4, 0, 0);
+         append.mutable_append()->mutable_generate()->set_stream_interval(-1);
+         return StreamStatus(c, {OpenRequest("mamba"), append});
+       },
+       StatusCode::INVALID_ARGUMENT, "generate.stream_interval must be in [0, 16]"},
+      {"StreamGenerateStreamIntervalAboveMaxNewTokens",
+       [](Client& c) {
+         v1::StreamRequest append = WithGenerate(AppendRequest(1, OkTokens()), 4, 0, 0);
+         append.mutable_append()->mutable_generate()->set_stream_interval(17);
+         return StreamStatus(c, {OpenRequest("mamba"), append});
+       },
+       StatusCode::INVALID_ARGUMENT, "--max_new_tokens), got 17"},
       {"StreamGenerateNegativeTopK",
        [](Client& c) {
          return StreamStatus(

@@ -231,9 +231,10 @@ class StreamClient {
   }
 
   // Sends an append and returns its AppendResult; the GeneratedToken messages that came
-  // before it go to `generated`.
+  // before it go to `generated`, the GeneratedTokens ones (a stream_interval) to `groups`.
   v1::AppendResult Append(const v1::StreamRequest& append,
-                          std::vector<v1::GeneratedToken>* generated = nullptr) {
+                          std::vector<v1::GeneratedToken>* generated = nullptr,
+                          std::vector<v1::GeneratedTokens>* groups = nullptr) {
     if (!Send(append)) {
       ADD_FAILURE() << "cannot send the append: the stream is broken";
       return {};
@@ -248,6 +249,10 @@ class StreamClient {
       }
       if (response->has_generated()) {
         if (generated != nullptr) generated->push_back(response->generated());
+        continue;
+      }
+      if (response->has_generated_tokens()) {
+        if (groups != nullptr) groups->push_back(response->generated_tokens());
         continue;
       }
       if (!response->has_result()) {

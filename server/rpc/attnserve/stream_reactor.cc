@@ -5,8 +5,9 @@
 // while more than --max_stream_buffer_bytes of responses wait for a client that does not read
 // them, nothing more is read from it.
 // Responses are queued and written one at a time; generated tokens are written as they are
-// produced. A cancelled stream ends its generation within one scheduler step. The session
-// outlives the stream: a broken stream leaves it for resumption.
+// produced, or in groups of the append's generate.stream_interval. A cancelled stream ends its
+// generation within one scheduler step. The session outlives the stream: a broken stream leaves it
+// for resumption.
 #include <ATen/ATen.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -347,23 +348,49 @@ class AttnServeService::StreamReactor final
     const uint64_t request_hash = AppendHash(append);
     job->on_start = [this, seq, request_hash]() { return CheckSequence(seq, request_hash); };
     const int max_new = job->max_new_tokens;
-    job->on_token = [this, seq, generation, max_new](int64_t token, float logprob, int index) {
-      v1::StreamResponse generated;
-      v1::GeneratedToken* g = generated.mutable_generated();
-      g->set_sequence_number(seq);
-      g->set_token(token);
-      g->set_logprob(logprob);
-      g->set_index(index);
+    // With stream_interval > 1, the GeneratedTokens message being filled: touched by one step
+    // at a time (on_token after each step, on a kernel thread; on_done after the last).
+    std::shared_ptr<v1::StreamResponse> group;
+    const int interval = generate ? append.generate().stream_interval() : 0;
+    if (interval > 1) group = std::make_shared<v1::StreamResponse>();
+    job->on_token = [this, seq, generation, max_new, group, interval](int64_t token, float logprob,
+                                                                      int index) {
       text::GenerationText::Step step = generation->Push(token);
       // The last token of a generation that ran to its length carries the held-back text.
       if (step.stop == text::StopReason::kNone && index + 1 == max_new) {
         step.piece += generation->Finish();
       }
-      g->set_text(std::move(step.piece));
-      Send(std::move(generated));
+      if (group == nullptr) {
+        v1::StreamResponse generated;
+        v1::GeneratedToken* g = generated.mutable_generated();
+        g->set_sequence_number(seq);
+        g->set_token(token);
+        g->set_logprob(logprob);
+        g->set_index(index);
+        g->set_text(std::move(step.piece));
+        Send(generated);
+        return;
+      }
+      v1::GeneratedTokens* g = group->mutable_generated_tokens();
+      if (g->tokens_size() == 0) {
+        g->set_sequence_number(seq);
+        g->set_first_index(index);
+      }
+      g->add_tokens(token);
+      g->add_logprobs(logprob);
+      g->mutable_text()->append(step.piece);
+      if (g->tokens_size() == interval) {
+        Send(*group);
+        group->Clear();
+      }
     };
-    job->on_done = [this, seq, request_hash, arrival, generation, text_ids, max_new](
+    job->on_done = [this, seq, request_hash, arrival, generation, text_ids, max_new, group](
                        const absl::Status& status, scheduler::JobResult result) {
+      // The tokens of a last, shorter group go before the result.
+      if (group != nullptr && group->generated_tokens().tokens_size() > 0) {
+        Send(*group);
+        group->Clear();
+      }
       // An append whose prompt ran is applied even when its generation was cut short (the
       // client went away, the deadline or the drain came): its result, with the tokens generated
       // so far, is what a retry of this sequence number gets.
