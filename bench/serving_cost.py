@@ -12,6 +12,8 @@ With --builds A,B (two build folders) it alternates them --reps times and prints
 that a change to the serving path is compared on the same minutes of this noisy machine;
 --server-flags 'A|B' does the same for one build run with two sets of extra server flags
 (e.g. '--decode_split_max_bytes_per_row=0|': data-parallel decode off, then on).
+With --stream-intervals 1,16 each configuration also runs with the clients asking for generated
+tokens in groups of 1 and of 16 per message (GenerateSpec.stream_interval).
 With --perf, one more run per model at the largest session count under `perf record` (DWARF
 call stacks) splits the server's CPU time per token into the model's computation, the kernels'
 team waiting (libgomp barriers and spinning), sampling and writing tokens, the scheduler's
@@ -21,6 +23,7 @@ other work and gRPC's own threads.
   /usr/bin/python3 bench/serving_cost.py --builds /tmp/before,build --reps 5
   /usr/bin/python3 bench/serving_cost.py --server-flags='--decode_split_max_bytes_per_row=0|' --reps 3
   /usr/bin/python3 bench/serving_cost.py --perf --models mamba   # needs perf (linux-perf)
+  /usr/bin/python3 bench/serving_cost.py --stream-intervals 1,16 --reps 3
 """
 
 import argparse
@@ -69,9 +72,10 @@ def model_step_ms(build, models, batches, flags):
     return steps
 
 
-def served(build, server, model, sessions, generate):
+def served(build, server, model, sessions, generate, interval):
     bench = [str(Path(build) / "bench" / "attnserve_decode_bench"), f"--target={server.target}",
-             f"--model={model}", "--prompt=8", "--vocab=4096", "--json"]
+             f"--model={model}", "--prompt=8", "--vocab=4096", "--json",
+             f"--stream_interval={interval}"]
     subprocess.run(bench + ["--sessions=1", "--generate=8"], check=True, capture_output=True)
     server_before, client_before = process_cpu_seconds(server.proc.pid), children_cpu_seconds()
     out = subprocess.run(bench + [f"--sessions={sessions}", f"--generate={generate}"], check=True,
@@ -85,14 +89,14 @@ def served(build, server, model, sessions, generate):
             "client_cpu_us_per_token": 1e6 * client_cpu / tokens}
 
 
-def measure(build, flags, models, sessions, generate):
+def measure(build, flags, models, sessions, generate, interval):
     steps = model_step_ms(build, models, sessions, flags)
     server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096", *flags)
     try:
         results = {}
         for m in models:
             for n in sessions:
-                r = served(build, server, m, n, generate)
+                r = served(build, server, m, n, generate, interval)
                 r["model_step_ms"] = steps[(m, n)]
                 r["served_step_ms"] = 1000.0 * n / r["aggregate_tok_s"]
                 r["overhead_us_per_token"] = 1000.0 * (r["served_step_ms"] - r["model_step_ms"]) / n
@@ -125,14 +129,15 @@ def classify(comm, frames):
     return "scheduler other"
 
 
-def perf_breakdown(build, flags, model, sessions, generate):
+def perf_breakdown(build, flags, model, sessions, generate, interval):
     """Server CPU microseconds per generated token, per category, from one profiled run."""
     server = Server(build, "--intra_op_threads=2", "--max_new_tokens=4096", *flags)
     with tempfile.NamedTemporaryFile(suffix=".perf", delete=False) as f:
         data = f.name
     try:
         bench = [str(Path(build) / "bench" / "attnserve_decode_bench"),
-                 f"--target={server.target}", f"--model={model}", "--prompt=8", "--vocab=4096"]
+                 f"--target={server.target}", f"--model={model}", "--prompt=8", "--vocab=4096",
+                 f"--stream_interval={interval}"]
         subprocess.run(bench + ["--sessions=1", "--generate=8"], check=True, capture_output=True)
         perf = subprocess.Popen(["perf", "record", "-F", str(PERF_HZ), "--call-graph",
                                  "dwarf,16384", "-p", str(server.proc.pid), "-o", data],
@@ -173,6 +178,9 @@ def main():
     p.add_argument("--models", default=",".join(DEFAULT_MODELS))
     p.add_argument("--sessions", default="1,16")
     p.add_argument("--generate", type=int, default=512)
+    p.add_argument("--stream-intervals", default="0",
+                   help="generated tokens per streamed message (GenerateSpec.stream_interval), "
+                   "comma-separated: each configuration is run with each")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--json", help="write the medians here")
     p.add_argument("--perf", action="store_true",
@@ -184,16 +192,23 @@ def main():
                    for f in args.server_flags.split("|")]
     else:
         configs = [(b, b, []) for b in (args.builds.split(",") if args.builds else [args.build_dir])]
+    intervals = [int(i) for i in args.stream_intervals.split(",")]
+    if len(intervals) > 1:
+        configs = [(f"{label} si={i}", build, flags, i) for label, build, flags in configs
+                   for i in intervals]
+    else:
+        configs = [(label, build, flags, intervals[0]) for label, build, flags in configs]
     builds = [c[0] for c in configs]
     models = args.models.split(",")
     sessions = [int(s) for s in args.sessions.split(",")]
     runs = {b: [] for b in builds}
     for rep in range(args.reps):
-        for label, build, flags in configs:
-            runs[label].append(measure(build, flags, models, sessions, args.generate))
+        for label, build, flags, interval in configs:
+            runs[label].append(measure(build, flags, models, sessions, args.generate, interval))
             print(f"rep {rep + 1}/{args.reps} {label} done", file=sys.stderr)
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"{args.reps} rep(s), medians; {args.generate} tokens a session")
+          f"{args.reps} rep(s), medians; {args.generate} tokens a session; stream interval(s) "
+          f"{args.stream_intervals}")
     keys = ["aggregate_tok_s", "model_step_ms", "served_step_ms", "overhead_us_per_token",
             "server_cpu_us_per_token", "client_cpu_us_per_token"]
     report = {}
@@ -216,7 +231,8 @@ def main():
         print(f"\nserver CPU µs per token by category (perf, {n} sessions, {builds[-1]}):")
         print(f"{'model':>9} " + " ".join(f"{c:>17}" for c in CATEGORIES) + f" {'total':>8}")
         for m in models:
-            split = perf_breakdown(configs[-1][1], configs[-1][2], m, n, args.generate)
+            split = perf_breakdown(configs[-1][1], configs[-1][2], m, n, args.generate,
+                                   configs[-1][3])
             report.setdefault("perf", {})[m] = split
             print(f"{m:>9} " + " ".join(f"{split[c]:>17.1f}" for c in CATEGORIES) +
                   f" {sum(split.values()):>8.1f}")

@@ -26,6 +26,7 @@
 #include "server/client_text.h"
 #include "server/grpc_status.h"
 #include "server/inference.h"
+#include "server/rpc/attnserve/generated_token_stream.h"
 #include "server/rpc/attnserve/service.h"
 #include "server/rpc/text_requests.h"
 #include "server/scheduler/job.h"
@@ -348,48 +349,19 @@ class AttnServeService::StreamReactor final
     const uint64_t request_hash = AppendHash(append);
     job->on_start = [this, seq, request_hash]() { return CheckSequence(seq, request_hash); };
     const int max_new = job->max_new_tokens;
-    // With stream_interval > 1, the GeneratedTokens message being filled: touched by one step
-    // at a time (on_token after each step, on a kernel thread; on_done after the last).
-    std::shared_ptr<v1::StreamResponse> group;
-    const int interval = generate ? append.generate().stream_interval() : 0;
-    if (interval > 1) group = std::make_shared<v1::StreamResponse>();
-    job->on_token = [this, seq, generation, max_new, group, interval](int64_t token, float logprob,
-                                                                      int index) {
-      text::GenerationText::Step step = generation->Push(token);
-      // The last token of a generation that ran to its length carries the held-back text.
-      if (step.stop == text::StopReason::kNone && index + 1 == max_new) {
-        step.piece += generation->Finish();
-      }
-      if (group == nullptr) {
-        v1::StreamResponse generated;
-        v1::GeneratedToken* g = generated.mutable_generated();
-        g->set_sequence_number(seq);
-        g->set_token(token);
-        g->set_logprob(logprob);
-        g->set_index(index);
-        g->set_text(std::move(step.piece));
-        Send(generated);
-        return;
-      }
-      v1::GeneratedTokens* g = group->mutable_generated_tokens();
-      if (g->tokens_size() == 0) {
-        g->set_sequence_number(seq);
-        g->set_first_index(index);
-      }
-      g->add_tokens(token);
-      g->add_logprobs(logprob);
-      g->mutable_text()->append(step.piece);
-      if (g->tokens_size() == interval) {
-        Send(*group);
-        group->Clear();
-      }
+    std::shared_ptr<GeneratedTokenStream> streamed;
+    if (generate) {
+      streamed = std::make_shared<GeneratedTokenStream>(seq, append.generate().stream_interval(),
+                                                        max_new, generation);
+    }
+    job->on_token = [this, streamed](int64_t token, float logprob, int index) {
+      if (std::optional<v1::StreamResponse> r = streamed->Add(token, logprob, index)) Send(*r);
     };
-    job->on_done = [this, seq, request_hash, arrival, generation, text_ids, max_new, group](
+    job->on_done = [this, seq, request_hash, arrival, generation, text_ids, max_new, streamed](
                        const absl::Status& status, scheduler::JobResult result) {
       // The tokens of a last, shorter group go before the result.
-      if (group != nullptr && group->generated_tokens().tokens_size() > 0) {
-        Send(*group);
-        group->Clear();
+      if (streamed != nullptr) {
+        if (std::optional<v1::StreamResponse> r = streamed->Flush()) Send(*r);
       }
       // An append whose prompt ran is applied even when its generation was cut short (the
       // client went away, the deadline or the drain came): its result, with the tokens generated
