@@ -270,6 +270,17 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
             self.request("mamba", prompt, max_tokens=8, stop_token_ids="%d" % greedy[2]),
             metadata=self.md()), "output_ids")[0].tolist()
         self.assertEqual(stopped, greedy[:greedy.index(greedy[2]) + 1])
+        # stream_interval 5: the same tokens in responses of 5, 5 and 2 ids, then the final one.
+        grouped = list(self.oip.ModelStreamInfer(
+            iter([self.request("mamba", prompt, raw=True, max_tokens=12, temperature=0.8,
+                               top_k=20, seed=5, stream_interval=5)]),
+            metadata=self.md(), timeout=60))
+        self.assertEqual(len(grouped), 4)
+        self.assertEqual([r.infer_response.parameters["triton_final_response"].bool_param
+                          for r in grouped], [False, False, False, True])
+        groups = [self.output(r.infer_response, "output_ids")[0].tolist() for r in grouped[:3]]
+        self.assertEqual([len(g) for g in groups], [5, 5, 2])
+        self.assertEqual(sum(groups, []), expected)
         # A bad request in a stream is an error response; the stream goes on.
         bad = self.request("mamba", prompt)
         bad.inputs[0].datatype = "FP32"
@@ -368,6 +379,8 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         self.expect_error(C.INVALID_ARGUMENT, "token", self.request("mamba", [5000]))
         self.expect_error(C.INVALID_ARGUMENT, "parameter 'max_tokens'",
                           self.request("mamba", ids, max_tokens=100000))
+        self.expect_error(C.INVALID_ARGUMENT, "parameter 'stream_interval'",
+                          self.request("mamba", ids, max_tokens=4, stream_interval=-1))
         self.expect_error(C.INVALID_ARGUMENT, "sequence_start or sequence_end without",
                           self.request("mamba", ids, sequence_start=True))
         self.expect_error(C.FAILED_PRECONDITION, "",
@@ -418,6 +431,17 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
                 pieces.append(t.contents.bytes_contents[0])
         self.assertEqual(len(pieces), len(generated))
         self.assertEqual(b"".join(pieces), whole[4:])
+        # In groups of 4 the pieces make the same text.
+        grouped = []
+        for m in self.oip.ModelStreamInfer(
+                iter([text_request(False, max_tokens=12, stream_interval=4)]), metadata=md,
+                timeout=60):
+            resp = m.infer_response
+            if not resp.parameters["triton_final_response"].bool_param:
+                [t] = [o for o in resp.outputs if o.name == "text_output"]
+                grouped.append(t.contents.bytes_contents[0])
+        self.assertEqual(len(grouped), 3)
+        self.assertEqual(b"".join(grouped), whole[4:])
         detok = self.attn.Detokenize(self.apb.DetokenizeRequest(model="mamba", tokens=[
             t for t in generated if t < 256]), metadata=md)
         self.assertEqual(whole[4:].decode(), detok.text)

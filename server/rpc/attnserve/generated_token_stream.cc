@@ -7,44 +7,34 @@ namespace attnserve::server {
 GeneratedTokenStream::GeneratedTokenStream(int64_t sequence_number, int interval,
                                            int max_new_tokens,
                                            std::shared_ptr<text::GenerationText> text)
-    : sequence_number_(sequence_number),
-      interval_(interval),
-      max_new_tokens_(max_new_tokens),
-      text_(std::move(text)) {}
+    : sequence_number_(sequence_number), groups_(std::move(text), interval, max_new_tokens) {}
 
 std::optional<v1::StreamResponse> GeneratedTokenStream::Add(int64_t token, float logprob,
                                                             int index) {
-  text::GenerationText::Step step = text_->Push(token);
-  if (step.stop == text::StopReason::kNone && index + 1 == max_new_tokens_) {
-    step.piece += text_->Finish();
-  }
-  if (interval_ <= 1) {
-    v1::StreamResponse response;
-    v1::GeneratedToken* g = response.mutable_generated();
-    g->set_sequence_number(sequence_number_);
-    g->set_token(token);
-    g->set_logprob(logprob);
-    g->set_index(index);
-    g->set_text(std::move(step.piece));
-    return response;
-  }
-  v1::GeneratedTokens* g = group_.mutable_generated_tokens();
-  if (g->tokens_size() == 0) {
-    g->set_sequence_number(sequence_number_);
-    g->set_first_index(index);
-  }
-  g->add_tokens(token);
-  g->add_logprobs(logprob);
-  g->mutable_text()->append(step.piece);
-  if (g->tokens_size() < interval_) return std::nullopt;
+  if (!groups_.Add(token, logprob, index)) return std::nullopt;
   return Flush();
 }
 
 std::optional<v1::StreamResponse> GeneratedTokenStream::Flush() {
-  if (group_.generated_tokens().tokens_size() == 0) return std::nullopt;
-  v1::StreamResponse out = std::move(group_);
-  group_.Clear();
-  return out;
+  GeneratedTokenGroups::Group group = groups_.Take();
+  if (group.tokens.empty()) return std::nullopt;
+  v1::StreamResponse response;
+  if (groups_.interval() == 1) {  // one token: the message clients had before groups
+    v1::GeneratedToken* g = response.mutable_generated();
+    g->set_sequence_number(sequence_number_);
+    g->set_token(group.tokens[0]);
+    g->set_logprob(group.logprobs[0]);
+    g->set_index(group.first_index);
+    g->set_text(std::move(group.text));
+    return response;
+  }
+  v1::GeneratedTokens* g = response.mutable_generated_tokens();
+  g->set_sequence_number(sequence_number_);
+  g->set_first_index(group.first_index);
+  g->mutable_tokens()->Add(group.tokens.begin(), group.tokens.end());
+  g->mutable_logprobs()->Add(group.logprobs.begin(), group.logprobs.end());
+  g->set_text(std::move(group.text));
+  return response;
 }
 
 }  // namespace attnserve::server

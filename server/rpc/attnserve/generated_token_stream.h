@@ -1,8 +1,7 @@
-// The streamed messages of one append's generated tokens: a GeneratedToken per token, or, with
-// GenerateSpec.stream_interval N > 1, GeneratedTokens groups of N (the last, shorter one from
-// Flush when generation ends, before the AppendResult). Each token's text is what
-// GenerationText makes final with it; the last token of a generation that ran to its length
-// carries the held-back text.
+// The streamed messages of one append's generated tokens (GeneratedTokenGroups as AttnServe
+// messages): a GeneratedToken per token, or, with GenerateSpec.stream_interval N > 1,
+// GeneratedTokens groups of N (the last, shorter one from Flush when generation ends, before
+// the AppendResult).
 //
 // Not thread-safe: used by one scheduler step at a time (Add after each decode step, on a
 // kernel thread; Flush in on_done, after the last), which orders the calls.
@@ -13,6 +12,7 @@
 #include <optional>
 
 #include "attnserve/v1/inference.pb.h"
+#include "server/rpc/generated_token_groups.h"
 #include "server/text/generation_text.h"
 
 namespace attnserve::server {
@@ -32,10 +32,7 @@ class GeneratedTokenStream {
 
  private:
   const int64_t sequence_number_;
-  const int interval_;
-  const int max_new_tokens_;
-  const std::shared_ptr<text::GenerationText> text_;
-  v1::StreamResponse group_;  // generated_tokens being filled (interval_ > 1)
+  GeneratedTokenGroups groups_;
 };
 
 }  // namespace attnserve::server

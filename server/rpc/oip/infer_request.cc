@@ -245,6 +245,10 @@ absl::Status ReadParameters(const ModelInferRequest& request, const InferLimits&
       absl::StatusOr<int64_t> v = IntParam(name, p, 0, limits.max_new_tokens);
       if (!v.ok()) return v.status();
       out->max_tokens = static_cast<int>(*v);
+    } else if (name == "stream_interval") {
+      absl::StatusOr<int64_t> v = IntParam(name, p, 0, limits.max_new_tokens);
+      if (!v.ok()) return v.status();
+      out->stream_interval = static_cast<int>(*v);
     } else if (name == "top_k") {
       absl::StatusOr<int64_t> v = IntParam(name, p, 0, 1 << 30);
       if (!v.ok()) return v.status();

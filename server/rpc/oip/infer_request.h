@@ -61,6 +61,9 @@ struct ParsedInfer {
   std::vector<std::string> stop_strings;
   std::vector<int64_t> stop;
   bool ignore_eos = false;
+  // ModelStreamInfer: generated tokens per streamed response (0 or 1: one each; N: groups of
+  // N, the last one with what is left, before the final response). ModelInfer ignores it.
+  int stream_interval = 0;
   // The sequence: "" for none (sequence_id absent, 0 or ""); else "u:<decimal>" for an
   // integer id, "s:<string>" for a string one (the two never name the same sequence).
   std::string sequence_key;

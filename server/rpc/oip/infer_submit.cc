@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/client_text.h"
 #include "server/rpc/call_job.h"
+#include "server/rpc/generated_token_groups.h"
 #include "server/rpc/oip/infer_response.h"
 #include "server/rpc/oip/oip_service.h"
 #include "server/rpc/oip/sequences.h"
@@ -135,24 +136,33 @@ absl::Status OipService::Submit(Call call) {
     if (!g.ok()) return g.status();
     generation = *std::move(g);
   }
+  // The tokens handed to call.on_token, grouped by stream_interval (the text is kept for
+  // ModelInfer's response too).
+  std::shared_ptr<GeneratedTokenGroups> groups;
   if (generation != nullptr) {
-    const int max_new = parsed->max_tokens;
-    job->on_token = [generation, max_new, wants_text, on_token = call.on_token](int64_t token,
-                                                                                float, int index) {
-      text::GenerationText::Step step = generation->Push(token);
-      // The last token of a generation that ran to its length carries the held-back text.
-      if (step.stop == text::StopReason::kNone && index + 1 == max_new) {
-        step.piece += generation->Finish();
-      }
-      if (on_token) on_token(token, index, wants_text ? &step.piece : nullptr);
+    groups = std::make_shared<GeneratedTokenGroups>(generation, parsed->stream_interval,
+                                                    parsed->max_tokens);
+    job->on_token = [groups, wants_text, on_token = call.on_token](int64_t token, float logprob,
+                                                                   int index) {
+      if (!groups->Add(token, logprob, index)) return;
+      GeneratedTokenGroups::Group group = groups->Take();
+      if (on_token) on_token(group.tokens, group.first_index, wants_text ? &group.text : nullptr);
     };
   }
   const std::string model_name = job->model->name();
   const std::string request_id = request.id();
   job->on_done = [this, parsed, session, decision, reason, model_name, request_id, generation,
-                  caller = call.caller, arrival = call.arrival, streamed = call.tokens_streamed,
+                  groups, wants_text, on_token = call.on_token, caller = call.caller,
+                  arrival = call.arrival, streamed = call.tokens_streamed,
                   done = std::move(call.done)](const absl::Status& finished,
                                                scheduler::JobResult result) {
+    // A last, shorter group goes before the final response.
+    if (groups != nullptr && on_token) {
+      GeneratedTokenGroups::Group group = groups->Take();
+      if (!group.tokens.empty()) {
+        on_token(group.tokens, group.first_index, wants_text ? &group.text : nullptr);
+      }
+    }
     absl::Status status = finished;
     inference::ModelInferResponse response;
     response.set_model_name(model_name);

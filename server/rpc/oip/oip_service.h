@@ -99,8 +99,10 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
  private:
   class StreamReactor;
 
-  // One inference, from either RPC. `on_token` (may be empty) gets each generated token on
-  // the scheduler's thread; `done` gets the end, exactly once, on the scheduler's thread, unless
+  // One inference, from either RPC. `on_token` (may be empty) gets the generated tokens on
+  // the scheduler's thread (or a kernel thread after a decode step), one call a token, or with
+  // the parameter stream_interval N > 1 a call for every N and one for what is left before
+  // `done`; `done` gets the end, exactly once, on the scheduler's thread, unless
   // Submit returns an error (then nothing was submitted and `done` is never called).
   struct Call {
     grpc::CallbackServerContext* context = nullptr;
@@ -108,12 +110,14 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
     Caller caller;
     std::chrono::steady_clock::time_point arrival;
     std::function<bool()> cancelled;  // besides the context's own cancellation; may be empty
-    // The generated tokens went out one by one (a stream): the last response leaves out
-    // output_ids.
+    // The generated tokens went out in streamed responses (on_token): the last response
+    // leaves out output_ids.
     bool tokens_streamed = false;
-    // `piece`: the token's text (text_generation.h's pieces), null when text_output is not
-    // asked for.
-    std::function<void(int64_t token, int index, const std::string* piece)> on_token;
+    // `first_index`: of tokens[0] among the generated tokens; `text`: the text they make
+    // final (text_generation.h's pieces), null when text_output is not asked for.
+    std::function<void(const std::vector<int64_t>& tokens, int first_index,
+                       const std::string* text)>
+        on_token;
     std::function<void(const absl::Status&, inference::ModelInferResponse)> done;
   };
   absl::Status Submit(Call call);

@@ -49,13 +49,14 @@ class OipService::StreamReactor final
     call.tokens_streamed = generates;
     const bool raw = request_.raw_input_contents_size() > 0;
     const std::string model = request_.model_name(), id = request_.id();
-    call.on_token = [this, raw, model, id](int64_t token, int, const std::string* piece) {
+    call.on_token = [this, raw, model, id](const std::vector<int64_t>& tokens, int,
+                                           const std::string* piece) {
       inference::ModelStreamInferResponse r;
       inference::ModelInferResponse* infer = r.mutable_infer_response();
       infer->set_model_name(model);
       infer->set_model_version("1");
       infer->set_id(id);
-      AddOutputIds({token}, raw, infer);
+      AddOutputIds(tokens, raw, infer);
       if (piece != nullptr) AddTextOutput({*piece}, raw, infer);
       SetBoolParameter("triton_final_response", false, infer);
       Queue(std::move(r));
