@@ -59,6 +59,9 @@ ABSL_FLAG(double, warmup, 1, "Seconds at the start of each phase that are not me
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the random token ids.");
 ABSL_FLAG(double, timeout, 60, "Deadline of each request (a whole stream), seconds.");
 ABSL_FLAG(int, max_new_tokens, 16, "Generate mode: tokens to generate per request.");
+ABSL_FLAG(int, stream_interval, 0,
+          "Generate mode: generated tokens per streamed message (GenerateSpec.stream_interval; "
+          "OIP's parameter stream_interval); 0 or 1: one each.");
 ABSL_FLAG(std::string, output, "last_logits",
           "What each request (a stream's last append) asks for: last_logits, top_k, none, "
           "hidden, all_logits.");
@@ -189,6 +192,7 @@ int main(int argc, char** argv) {
   cfg.seed = absl::GetFlag(FLAGS_seed);
   cfg.timeout_s = absl::GetFlag(FLAGS_timeout);
   cfg.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  cfg.stream_interval = absl::GetFlag(FLAGS_stream_interval);
   cfg.output = absl::GetFlag(FLAGS_output);
   cfg.metrics_url = absl::GetFlag(FLAGS_metrics_url);
   const v1::OutputKind output = ParseOutput(cfg.output);
@@ -404,6 +408,7 @@ int main(int argc, char** argv) {
       plan.chunk = cfg.chunk;
       plan.output = output;
       plan.max_new_tokens = cfg.max_new_tokens;
+      plan.stream_interval = cfg.stream_interval;
       plan.timeout_s = cfg.timeout_s;
       plan.protocol = phase.protocol;
       plan.oip = oip_stubs;

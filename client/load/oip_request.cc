@@ -83,6 +83,15 @@ class UnaryCall {
   std::function<void(RequestOutcome)> done_;
 };
 
+// The generated ids in a streamed (not final) response: its output_ids' length (1 without
+// one; N with the parameter stream_interval).
+int64_t GeneratedIds(const inference::ModelInferResponse& r) {
+  for (const auto& o : r.outputs()) {
+    if (o.name() == "output_ids" && o.shape_size() == 2) return o.shape(1);
+  }
+  return 1;
+}
+
 // The reactor deletes itself in OnDone, which gRPC calls last, after every other callback.
 class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
                                                   inference::ModelStreamInferResponse> {
@@ -120,7 +129,7 @@ class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
         if (answered_ < chunk_sizes_.size()) tokens_in_ += chunk_sizes_[answered_];
         ++answered_;
       } else {
-        ++tokens_out_;
+        tokens_out_ += GeneratedIds(r);
       }
     }
     StartRead(&response_);
@@ -160,6 +169,9 @@ class StreamCall : public grpc::ClientBidiReactor<inference::ModelInferRequest,
       auto& params = *r.mutable_parameters();
       if (generate) {
         params["max_tokens"].set_int64_param(plan.max_new_tokens);
+        if (plan.stream_interval > 1) {
+          params["stream_interval"].set_int64_param(plan.stream_interval);
+        }
       } else {
         params["sequence_id"].set_uint64_param(sequence);
         params["sequence_start"].set_bool_param(begin == 0);

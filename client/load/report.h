@@ -76,6 +76,7 @@ struct RunConfig {
   uint64_t seed = 0;
   double timeout_s = 0;
   int max_new_tokens = 0;
+  int stream_interval = 0;
   std::string output;
   std::string metrics_url;
 };

@@ -127,6 +127,7 @@ std::string ReportToJson(const RunReport& report) {
   w.Key("seed").Uint(c.seed);
   w.Key("timeout_s").Double(c.timeout_s);
   w.Key("max_new_tokens").Int(c.max_new_tokens);
+  w.Key("stream_interval").Int(c.stream_interval);
   w.Key("output").String(c.output);
   w.Key("metrics_url").String(c.metrics_url);
   w.EndObject();

@@ -105,6 +105,10 @@ class StreamCall : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamR
         MarkFirstResult();
         ++tokens_out_;
         break;
+      case v1::StreamResponse::kGeneratedTokens:
+        MarkFirstResult();
+        tokens_out_ += response_.generated_tokens().tokens_size();
+        break;
       default:
         break;
     }
@@ -161,6 +165,7 @@ class StreamCall : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamR
       append->mutable_output()->set_kind(end == n ? plan.output : v1::OUTPUT_KIND_NONE);
       if (plan.mode == Mode::kGenerate) {
         append->mutable_generate()->set_max_new_tokens(plan.max_new_tokens);
+        append->mutable_generate()->set_stream_interval(plan.stream_interval);
       }
       chunk_sizes_.push_back(end - begin);
       writes_.push_back(std::move(req));

@@ -38,7 +38,8 @@ struct RequestPlan {
   int64_t chunk = 64;
   attnserve::v1::OutputKind output = attnserve::v1::OUTPUT_KIND_LAST_LOGITS;
   int max_new_tokens = 16;
-  double timeout_s = 60;  // deadline of the whole call, from its actual start
+  int stream_interval = 0;  // generated tokens per streamed message (0 or 1: one each)
+  double timeout_s = 60;    // deadline of the whole call, from its actual start
   Protocol protocol = Protocol::kAttnServe;
   std::shared_ptr<OipStubs> oip;  // with Protocol::kOip: the stubs it goes through
 };

@@ -259,6 +259,16 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(len(p.stdout.split()), 4)
         self.assertTrue(all(t.isdigit() for t in p.stdout.split()), p.stdout)
+        # In groups of 3: the same ids on stdout; two GeneratedTokens messages in --json.
+        p = cli("generate", "--model=linear", "--tokens=1,2,3", "--max_new_tokens=4",
+                "--stream_interval=3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout.split()), 4)
+        p = cli("generate", "--json", "--model=linear", "--tokens=1,2,3", "--max_new_tokens=4",
+                "--stream_interval=3")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        groups = [l for l in json_lines(p.stdout) if "generated_tokens" in l]
+        self.assertEqual([len(g["generated_tokens"]["tokens"]) for g in groups], [3, 1])
 
     def test_cli_sessions(self):
         p = cli("stream", "--json", "--model=linear", "--keep_session", "--tokens=1,2,3,4,5",
@@ -494,6 +504,17 @@ class ClientTest(unittest.TestCase):
                     self.assertEqual(r["tokens_in"], 3 * 70, r)
                     self.assertEqual(r["tokens_out"], 3 * 3 if mode == "generate" else 0, r)
                     self.assertEqual(r["served_by"], {"mamba": 3}, r)
+            # Generated tokens in groups of 2 (the last one alone): every one counted.
+            p = load("--protocol=attnserve,oip", "--variants=mamba", "--lengths=20",
+                     "--mode=generate", "--max_new_tokens=5", "--stream_interval=2",
+                     "--requests=3", "--duration=10", "--warmup=0", "--timeout=20",
+                     "--json=" + js)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            report = self.check_report(js)
+            self.assertEqual(report["config"]["stream_interval"], 2)
+            for name in ("generate", "oip:generate"):
+                [r] = self.result(report, name, "mamba")
+                self.assertEqual((r["succeeded"], r["tokens_out"]), (3, 15), r)
 
     def test_load_usage_errors(self):
         p = load("--duration=0", "--requests=0")
