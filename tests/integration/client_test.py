@@ -491,12 +491,15 @@ class ClientTest(unittest.TestCase):
         # The same phases through AttnServe and the Open Inference Protocol, in one run.
         with tempfile.TemporaryDirectory() as tmp:
             js = os.path.join(tmp, "p.json")
-            p = load("--protocol=attnserve,oip", "--variants=mamba", "--lengths=70",
-                     "--mode=unary,stream,generate", "--chunk=32", "--max_new_tokens=3",
-                     "--requests=3", "--duration=10", "--warmup=0", "--timeout=20",
-                     "--json=" + js)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            report = self.check_report(js)
+
+            def run(*args):
+                p = load("--protocol=attnserve,oip", "--variants=mamba", "--requests=3",
+                         "--duration=10", "--warmup=0", "--timeout=20", "--json=" + js, *args)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                return self.check_report(js)
+
+            report = run("--lengths=70", "--mode=unary,stream,generate", "--chunk=32",
+                         "--max_new_tokens=3")
             for mode in ("unary", "stream", "generate"):
                 for name in (mode, "oip:" + mode):
                     [r] = self.result(report, name, "mamba")
@@ -505,12 +508,8 @@ class ClientTest(unittest.TestCase):
                     self.assertEqual(r["tokens_out"], 3 * 3 if mode == "generate" else 0, r)
                     self.assertEqual(r["served_by"], {"mamba": 3}, r)
             # Generated tokens in groups of 2 (the last one alone): every one counted.
-            p = load("--protocol=attnserve,oip", "--variants=mamba", "--lengths=20",
-                     "--mode=generate", "--max_new_tokens=5", "--stream_interval=2",
-                     "--requests=3", "--duration=10", "--warmup=0", "--timeout=20",
-                     "--json=" + js)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            report = self.check_report(js)
+            report = run("--lengths=20", "--mode=generate", "--max_new_tokens=5",
+                         "--stream_interval=2")
             self.assertEqual(report["config"]["stream_interval"], 2)
             for name in ("generate", "oip:generate"):
                 [r] = self.result(report, name, "mamba")
