@@ -21,10 +21,10 @@ bool GeneratedTokenGroups::Add(int64_t token, float logprob, int index) {
   return static_cast<int>(group_.tokens.size()) >= interval_;
 }
 
-GeneratedTokenGroups::Group GeneratedTokenGroups::Take() {
-  Group out = std::move(group_);
-  group_ = Group();
-  return out;
+void GeneratedTokenGroups::Clear() {
+  group_.tokens.clear();
+  group_.logprobs.clear();
+  group_.text.clear();
 }
 
 }  // namespace attnserve::server

@@ -4,8 +4,7 @@
 // (GenerateSpec.stream_interval, OIP's parameter stream_interval; 0 or 1: one a group).
 //
 // Not thread-safe: used by one scheduler step at a time (Add in the job's on_token, after each
-// decode step on a kernel thread; Take of a last, shorter group in on_done), which orders the
-// calls.
+// decode step on a kernel thread; a last, shorter group in on_done), which orders the calls.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +29,14 @@ class GeneratedTokenGroups {
   GeneratedTokenGroups(std::shared_ptr<text::GenerationText> text, int interval,
                        int max_new_tokens);
 
-  // Generated token number `index` (0-based); true when its group is complete (Take it).
+  // Generated token number `index` (0-based); true when its group is complete (read it, then
+  // Clear).
   bool Add(int64_t token, float logprob, int index);
 
-  // The tokens gathered since the last Take (none: empty), starting a new group.
-  Group Take();
+  // The tokens added since the last Clear (no tokens: none).
+  const Group& group() const { return group_; }
+  // Starts a new group (keeping the buffers: no allocation a token).
+  void Clear();
 
   int interval() const { return interval_; }
 

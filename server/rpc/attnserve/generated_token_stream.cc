@@ -16,7 +16,7 @@ std::optional<v1::StreamResponse> GeneratedTokenStream::Add(int64_t token, float
 }
 
 std::optional<v1::StreamResponse> GeneratedTokenStream::Flush() {
-  GeneratedTokenGroups::Group group = groups_.Take();
+  const GeneratedTokenGroups::Group& group = groups_.group();
   if (group.tokens.empty()) return std::nullopt;
   v1::StreamResponse response;
   if (groups_.interval() == 1) {  // one token: the message clients had before groups
@@ -25,7 +25,8 @@ std::optional<v1::StreamResponse> GeneratedTokenStream::Flush() {
     g->set_token(group.tokens[0]);
     g->set_logprob(group.logprobs[0]);
     g->set_index(group.first_index);
-    g->set_text(std::move(group.text));
+    g->set_text(group.text);
+    groups_.Clear();
     return response;
   }
   v1::GeneratedTokens* g = response.mutable_generated_tokens();
@@ -33,7 +34,8 @@ std::optional<v1::StreamResponse> GeneratedTokenStream::Flush() {
   g->set_first_index(group.first_index);
   g->mutable_tokens()->Add(group.tokens.begin(), group.tokens.end());
   g->mutable_logprobs()->Add(group.logprobs.begin(), group.logprobs.end());
-  g->set_text(std::move(group.text));
+  g->set_text(group.text);
+  groups_.Clear();
   return response;
 }
 

@@ -145,8 +145,9 @@ absl::Status OipService::Submit(Call call) {
     job->on_token = [groups, wants_text, on_token = call.on_token](int64_t token, float logprob,
                                                                    int index) {
       if (!groups->Add(token, logprob, index)) return;
-      GeneratedTokenGroups::Group group = groups->Take();
+      const GeneratedTokenGroups::Group& group = groups->group();
       if (on_token) on_token(group.tokens, group.first_index, wants_text ? &group.text : nullptr);
+      groups->Clear();
     };
   }
   const std::string model_name = job->model->name();
@@ -157,11 +158,10 @@ absl::Status OipService::Submit(Call call) {
                   done = std::move(call.done)](const absl::Status& finished,
                                                scheduler::JobResult result) {
     // A last, shorter group goes before the final response.
-    if (groups != nullptr && on_token) {
-      GeneratedTokenGroups::Group group = groups->Take();
-      if (!group.tokens.empty()) {
-        on_token(group.tokens, group.first_index, wants_text ? &group.text : nullptr);
-      }
+    if (groups != nullptr && on_token && !groups->group().tokens.empty()) {
+      const GeneratedTokenGroups::Group& group = groups->group();
+      on_token(group.tokens, group.first_index, wants_text ? &group.text : nullptr);
+      groups->Clear();
     }
     absl::Status status = finished;
     inference::ModelInferResponse response;
