@@ -221,7 +221,8 @@ def main():
                 med = {k: statistics.median(r[(m, n)][k] for r in runs[b]) for k in keys}
                 report.setdefault(b, {}).setdefault(m, {})[n] = med
                 one = med["aggregate_tok_s"] if n == sessions[0] else one
-                print(f"{b.rstrip('/').split('/')[-1][-14:]:>14} {m:>9} {n:>3} {med['aggregate_tok_s']:>8.0f} "
+                label = b if len(b) <= 14 else "…" + b[-13:]  # two builds named build stay apart
+                print(f"{label:>14} {m:>9} {n:>3} {med['aggregate_tok_s']:>8.0f} "
                       f"{med['aggregate_tok_s'] / one:>8.2f} {med['model_step_ms']:>9.3f} "
                       f"{med['served_step_ms']:>9.3f} {med['overhead_us_per_token']:>10.1f} "
                       f"{med['server_cpu_us_per_token']:>10.1f} "
