@@ -17,7 +17,8 @@ tokens in groups of 1 and of 16 per message (GenerateSpec.stream_interval).
 With --perf, one more run per model at the largest session count under `perf record` (DWARF
 call stacks) splits the server's CPU time per token into the model's computation, the kernels'
 team waiting (libgomp barriers and spinning), sampling and writing tokens, the scheduler's
-other work and gRPC's own threads.
+other work, gRPC's own threads and the server's other threads (the prefix cache's prefault
+thread, which runs only in idle time, the memory trimmer, the session reaper).
 
   /usr/bin/python3 bench/serving_cost.py --build-dir build [--models mamba,hybrid] [--reps 3]
   /usr/bin/python3 bench/serving_cost.py --builds /tmp/before,build --reps 5
@@ -108,7 +109,10 @@ def measure(build, flags, models, sessions, generate, interval):
 
 PERF_HZ = 1000
 CATEGORIES = ["model compute", "kernel team waits", "sample + write", "scheduler other",
-              "gRPC threads"]
+              "gRPC threads", "other threads"]
+# gRPC's own threads by the names it gives them (truncated to 15 characters by the kernel).
+GRPC_THREADS = ("nexting_thread", "default-executo", "grpc_global_tim", "event_engine",
+                "resolver-execut", "grpcpp_sync_ser", "timer_manager")
 
 
 def classify(comm, frames):
@@ -124,8 +128,10 @@ def classify(comm, frames):
             break
     if any(k in symbols for k in ("Model::StepBatch", "Model::Forward", "attnserve::kernels")):
         return "model compute"
-    if comm != "scheduler":
+    if comm in GRPC_THREADS:
         return "gRPC threads"
+    if comm != "scheduler":  # the prefix cache's prefault (SCHED_IDLE), the memory trimmer, ...
+        return "other threads"
     return "scheduler other"
 
 
