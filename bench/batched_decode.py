@@ -67,6 +67,9 @@ def parse_args():
                    help="per precision, run attnserve and llama.cpp this many times, alternated, "
                         "and report each figure's median (this machine's speed moves 30%% "
                         "between minutes; a ratio of two figures taken minutes apart moves with it)")
+    p.add_argument("--stream-interval", type=int, default=0,
+                   help="attnserve's clients ask for generated tokens this many to a message "
+                   "(GenerateSpec.stream_interval; 0: one message a token)")
     p.add_argument("--json", metavar="FILE")
     return p.parse_args()
 
@@ -111,10 +114,14 @@ class Server:
         self.proc.wait(timeout=60)
 
 
+STREAM_INTERVAL = 0  # --stream-interval: generated tokens per streamed message
+
+
 def decode_bench(build, target, model, sessions, prompt, generate, vocab):
     out = run([build / "bench" / "attnserve_decode_bench", f"--target={target}",
                f"--model={model}", f"--sessions={sessions}", f"--prompt={prompt}",
-               f"--generate={generate}", f"--vocab={vocab}", "--json"]).stdout
+               f"--generate={generate}", f"--vocab={vocab}", "--json",
+               f"--stream_interval={STREAM_INTERVAL}"]).stdout
     return {r["sessions"]: r for r in (json.loads(l) for l in out.splitlines()
                                        if l.startswith("{"))}
 
@@ -248,8 +255,11 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     repo = mamba_130m_repository(build, work)
     ns = [int(n) for n in args.sessions.split(",")]
+    global STREAM_INTERVAL
+    STREAM_INTERVAL = args.stream_interval
     report = {"model": MODEL, "config": MAMBA_130M_CONFIG, "prompt": args.prompt,
-              "generate": args.generate, "sessions": ns, "precisions": {}}
+              "generate": args.generate, "sessions": ns, "stream_interval": args.stream_interval,
+              "precisions": {}}
     cpu = cpu_description()
     print("this CPU's peaks (attnserve_cpu_peaks):")
     peaks = report["cpu_peaks"] = cpu_peaks(build)
@@ -257,7 +267,9 @@ def main():
     bandwidth = peaks["read"]["gbs_all"] if peaks else read_bandwidth_gbs()
     report["cpu"], report["read_bandwidth_gbs"] = cpu, bandwidth
     print(f"{MODEL} (random weights), prompt {args.prompt}, generate {args.generate}, 2 threads; "
-          f"attnserve through gRPC on loopback, llama.cpp {'in the same run' if have_llama else 'not found'}")
+          f"attnserve through gRPC on loopback (generated tokens "
+          f"{args.stream_interval if args.stream_interval > 1 else 1} a message), "
+          f"llama.cpp {'in the same run' if have_llama else 'not found'}")
     print(f"CPU: {cpu['model']}, {cpu['cores']} cores; has {' '.join(cpu['flags'])}; "
           f"lacks {' '.join(cpu['missing']) or '-'}; read bandwidth "
           f"{bandwidth if bandwidth else float('nan'):.1f} GB/s")
