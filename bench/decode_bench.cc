@@ -43,7 +43,8 @@ ABSL_FLAG(int, prompt, 8, "Prompt tokens per session before generation.");
 ABSL_FLAG(int, generate, 64, "Tokens each session generates.");
 ABSL_FLAG(int64_t, vocab, 50280, "Random prompt ids are below this.");
 ABSL_FLAG(int, stream_interval, 0,
-          "Tokens per streamed message (GenerateSpec.stream_interval; 0 or 1: one each).");
+          "Tokens per streamed message (GenerateSpec.stream_interval; 0 or 1: one each). The "
+          "window counts whole messages: generate at least ~16 of them a session.");
 ABSL_FLAG(bool, json, false, "Also print one JSON line per session count.");
 
 namespace {
