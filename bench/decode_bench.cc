@@ -54,7 +54,6 @@ namespace v1 = attnserve::v1;
 
 struct SessionTrace {
   std::vector<Clock::time_point> tokens;  // one per generated token: its message's arrival
-  int64_t messages = 0;
   grpc::Status status;
 };
 
@@ -87,11 +86,9 @@ void RunSession(v1::AttnServe::Stub* stub, int index, absl::Barrier* ready, Sess
   while (stream->Read(&response)) {
     if (response.has_generated()) {
       trace->tokens.push_back(Clock::now());
-      trace->messages += 1;
     } else if (response.has_generated_tokens()) {
       trace->tokens.insert(trace->tokens.end(), response.generated_tokens().tokens_size(),
                            Clock::now());
-      trace->messages += 1;
     }
     if (response.has_result()) break;
   }

@@ -26,15 +26,14 @@ std::optional<v1::StreamResponse> GeneratedTokenStream::Flush() {
     g->set_logprob(group.logprobs[0]);
     g->set_index(group.first_index);
     g->set_text(group.text);
-    groups_.Clear();
-    return response;
+  } else {
+    v1::GeneratedTokens* g = response.mutable_generated_tokens();
+    g->set_sequence_number(sequence_number_);
+    g->set_first_index(group.first_index);
+    g->mutable_tokens()->Add(group.tokens.begin(), group.tokens.end());
+    g->mutable_logprobs()->Add(group.logprobs.begin(), group.logprobs.end());
+    g->set_text(group.text);
   }
-  v1::GeneratedTokens* g = response.mutable_generated_tokens();
-  g->set_sequence_number(sequence_number_);
-  g->set_first_index(group.first_index);
-  g->mutable_tokens()->Add(group.tokens.begin(), group.tokens.end());
-  g->mutable_logprobs()->Add(group.logprobs.begin(), group.logprobs.end());
-  g->set_text(group.text);
   groups_.Clear();
   return response;
 }
