@@ -123,5 +123,19 @@ TEST(StreamIntervalTest, AStopTokenEndsTheLastGroupWhereGenerationEnds) {
   EXPECT_EQ(grouped.groups.size(), (stop_at + 1 + 3) / 4);
 }
 
+// A client that asks for its whole generation in one group and never reads does not hold up
+// another client's generation: the group is bounded by max_new_tokens and waits in that
+// stream's own queue.
+TEST(StreamIntervalTest, AClientThatNeverReadsItsGroupDoesNotSlowAnother) {
+  TestServer server;
+  StreamClient stalled(server.client().stub(), absl::Seconds(60));
+  stalled.Open(OpenRequest("mamba"));
+  ASSERT_TRUE(stalled.Send(TextGenerate(256, 256)));  // sent, never read
+  const absl::Time start = absl::Now();
+  const Streamed normal = Generate(server, "mamba", TextGenerate(32, 0));
+  EXPECT_EQ(normal.tokens.size(), 32u);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
 }  // namespace
 }  // namespace attnserve::server::testing
