@@ -152,6 +152,16 @@ inline v1::StreamRequest GenerateRequest(int64_t sequence_number,
   return request;
 }
 
+// `request` (an append) with a generation of `max_new_tokens` at this temperature and top-k.
+inline v1::StreamRequest WithGenerate(v1::StreamRequest request, int32_t max_new_tokens,
+                                      float temperature, int32_t top_k) {
+  v1::GenerateSpec* g = request.mutable_append()->mutable_generate();
+  g->set_max_new_tokens(max_new_tokens);
+  g->set_temperature(temperature);
+  g->set_top_k(top_k);
+  return request;
+}
+
 inline v1::StreamRequest CloseRequest() {
   v1::StreamRequest request;
   request.mutable_close();
