@@ -29,7 +29,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-
 // ---------------------------------------------------------------------------------------
 // Every RPC, with its content.
 

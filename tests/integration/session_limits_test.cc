@@ -27,7 +27,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-
 // ---------------------------------------------------------------------------------------
 // Session limits.
 

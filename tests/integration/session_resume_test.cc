@@ -27,7 +27,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-
 // ---------------------------------------------------------------------------------------
 // Dropped streams resume by id; retries replay; gaps abort.
 

@@ -27,7 +27,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-
 // ---------------------------------------------------------------------------------------
 // Soak: 32 concurrent streams for 30 seconds. Run on its own (CTest label "soak").
 
