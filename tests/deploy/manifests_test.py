@@ -158,13 +158,7 @@ class RedisOverlayTest(OverlayTest, unittest.TestCase):
         self.assertGreaterEqual(window(probes["livenessProbe"]), 60)
         self.assertGreater(window(probes["livenessProbe"]), window(probes["readinessProbe"]))
         # Locked down like the server's pod; nothing writable (no persistence).
-        pod_sc, sc = self.redis_pod["securityContext"], self.redis["securityContext"]
-        self.assertTrue(pod_sc["runAsNonRoot"])
-        self.assertGreater(pod_sc["runAsUser"], 0)
-        self.assertEqual(pod_sc["seccompProfile"]["type"], "RuntimeDefault")
-        self.assertTrue(sc["readOnlyRootFilesystem"])
-        self.assertFalse(sc["allowPrivilegeEscalation"])
-        self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+        self.assert_locked_down(self.redis_pod, self.redis)
         self.assertFalse(self.redis_pod.get("automountServiceAccountToken", True))
         self.assertNotIn("volumeMounts", self.redis)
 

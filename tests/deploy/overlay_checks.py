@@ -185,6 +185,17 @@ class OverlayTest:
         # Where the probes go: the plaintext health port when there is one, else the gRPC port.
         cls.health_port = int(cls.config.value("health_port", "-1"))
 
+    def assert_locked_down(self, pod, container):
+        """A pod and its container run non-root, seccomp'd, with a read-only root and no
+        capabilities."""
+        pod_sc, sc = pod["securityContext"], container["securityContext"]
+        self.assertTrue(pod_sc["runAsNonRoot"])
+        self.assertGreater(pod_sc["runAsUser"], 0)
+        self.assertEqual(pod_sc["seccompProfile"]["type"], "RuntimeDefault")
+        self.assertTrue(sc["readOnlyRootFilesystem"])
+        self.assertFalse(sc["allowPrivilegeEscalation"])
+        self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+
     def test_every_flag_exists_in_the_server(self):
         known = dc.server_flag_names(ARGS.build_dir)
         unknown = sorted({name for name, _ in self.config.flags} - known)
@@ -276,13 +287,7 @@ class OverlayTest:
                            prestop_seconds(self.container) + self.drain_seconds())
 
     def test_security_context(self):
-        pod_sc, sc = self.pod["securityContext"], self.container["securityContext"]
-        self.assertTrue(pod_sc["runAsNonRoot"])
-        self.assertGreater(pod_sc["runAsUser"], 0)
-        self.assertEqual(pod_sc["seccompProfile"]["type"], "RuntimeDefault")
-        self.assertTrue(sc["readOnlyRootFilesystem"])
-        self.assertFalse(sc["allowPrivilegeEscalation"])
-        self.assertEqual(sc["capabilities"]["drop"], ["ALL"])
+        self.assert_locked_down(self.pod, self.container)
         # The writable places are emptyDirs: /tmp, and the session store's folder if any.
         volumes = {v["name"]: v for v in self.pod["volumes"]}
         tmp = [m for m in self.container["volumeMounts"] if m["mountPath"] == "/tmp"]
@@ -296,7 +301,7 @@ class OverlayTest:
         # The image's user is the pod's.
         with open(os.path.join(ARGS.source_dir, "Dockerfile")) as f:
             users = re.findall(r"^USER\s+(\d+)(?::(\d+))?\s*$", f.read(), re.MULTILINE)
-        self.assertEqual(int(users[-1][0]), pod_sc["runAsUser"])
+        self.assertEqual(int(users[-1][0]), self.pod["securityContext"]["runAsUser"])
 
     def test_resources(self):
         resources = self.container["resources"]
