@@ -5,10 +5,12 @@
 //
 //   attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20] [--threads=2]
 //                        [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8] [--parts=1,2]
+//                        [--kv-bf16]
 // (--parts: Model::StepBatch's data-parallel parts, each figure measured at each; auto: what the
 // server's scheduler picks, server/scheduler/decode_parts.h; default auto.)
 // (--models: only these models of the repository; default: every streaming one.)
 // (--bf16-dot: bfloat16 weights and activations, --activation_precision=bf16.)
+// (--kv-bf16: bfloat16 KV caches, --kv_cache_precision=bf16.)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -40,7 +42,7 @@ int main(int argc, char** argv) {
       std::printf(
           "usage: attnserve_step_bench [--repository=DIR] [--batches=1,4,16,64] [--steps=20]\n"
           "         [--threads=2] [--models=mamba,rwkv] [--bf16 | --bf16-dot | --int8]\n"
-          "         [--parts=auto|1,2]\n"
+          "         [--parts=auto|1,2] [--kv-bf16]\n"
           "  Model::StepBatch of B sessions in process (no gRPC, no scheduler): ms a step and\n"
           "  tokens/s for each batch size and part count.\n");
       return 0;
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
     if (arg == "--bf16") options.precision = model::WeightPrecision::kBfloat16;
     if (arg == "--bf16-dot") options.precision = model::WeightPrecision::kBfloat16Dot;
     if (arg == "--int8") options.precision = model::WeightPrecision::kInt8;
+    if (arg == "--kv-bf16") options.kv_cache_dtype = at::kBFloat16;
   }
   at::set_num_threads(threads);
   auto repo = repository.empty() ? model::ModelRepository::BuildDefault(options)

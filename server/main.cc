@@ -189,6 +189,13 @@ int main(int argc, char** argv) {
   } else if (activations != "fp32") {
     return Fail("--activation_precision=" + activations + ": expected fp32 or bf16");
   }
+  const std::string kv_cache = absl::GetFlag(FLAGS_kv_cache_precision);
+  if (kv_cache == "bf16") {
+    if (device->is_cuda()) return Fail("--kv_cache_precision=bf16 runs on the CPU only");
+    model_options.kv_cache_dtype = at::kBFloat16;
+  } else if (kv_cache != "fp32") {
+    return Fail("--kv_cache_precision=" + kv_cache + ": expected fp32 or bf16");
+  }
 
   const std::string repo_dir = absl::GetFlag(FLAGS_model_repository);
   absl::StatusOr<std::unique_ptr<model::ModelRepository>> repository =

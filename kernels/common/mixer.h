@@ -86,6 +86,10 @@ struct MixerConfig {
   // kBfloat16 when the weights are bfloat16-exact (rounded at load): kept as bfloat16 panels;
   // kInt8, int8 with a scale per block of 32 (linear.h). A serving option, not part of the model.
   WeightFormat weight_format = WeightFormat::kFloat32;
+  // standard: the KV cache's element type, at::kFloat or at::kBFloat16 (keys and values rounded
+  // to bfloat16 as they are written, half the bytes a token; CPU only). A serving option, not
+  // part of the model; the other KV-cache mixers keep float32.
+  at::ScalarType kv_cache_dtype = at::kFloat;
 
   int64_t head_dim() const { return d_model / num_heads; }
   int64_t d_inner() const { return expand * d_model; }

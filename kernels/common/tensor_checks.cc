@@ -31,7 +31,12 @@ std::string DTypeName(at::ScalarType dtype) {
 
 absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
                               std::initializer_list<int64_t> shape, const at::Device& device) {
-  bool ok = t.defined() && t.scalar_type() == at::kFloat && t.device() == device &&
+  return CheckTensor(t, what, at::kFloat, shape, device);
+}
+
+absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType dtype,
+                         std::initializer_list<int64_t> shape, const at::Device& device) {
+  bool ok = t.defined() && t.scalar_type() == dtype && t.device() == device &&
             t.dim() == static_cast<int64_t>(shape.size());
   if (ok) {
     int64_t i = 0;
@@ -51,11 +56,13 @@ absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
                     }),
       ")");
   if (!t.defined()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": expected float32 ", device.str(),
-                                                   " tensor of shape ", expected, ", got none"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", DTypeName(dtype), " ",
+                                                   device.str(), " tensor of shape ", expected,
+                                                   ", got none"));
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      what, ": expected float32 ", device.str(), " tensor of shape ", expected, ", got ",
+      what, ": expected ", DTypeName(dtype), " ", device.str(), " tensor of shape ", expected,
+      ", got ",
       DTypeName(t.scalar_type()), " ", t.device().str(), " ", ShapeString(t.sizes())));
 }
 

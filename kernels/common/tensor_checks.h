@@ -28,6 +28,10 @@ std::string DTypeName(at::ScalarType dtype);
 absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
                               std::initializer_list<int64_t> shape,
                               const at::Device& device = at::Device(at::kCPU));
+// The same for a tensor of element type `dtype` ("expected bfloat16 cpu tensor ...").
+absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType dtype,
+                         std::initializer_list<int64_t> shape,
+                         const at::Device& device = at::Device(at::kCPU));
 
 // Runs `fn`, turning any exception thrown by torch into an Internal status, so that no
 // exception escapes a kernel.

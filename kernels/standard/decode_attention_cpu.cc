@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/common/vector_math.h"
@@ -15,15 +16,35 @@ namespace {
 using vec::Float16;
 using vec::kLanes;
 
+// A cache's elements as float32 lanes: float32 as they are, bfloat16 (its bits, uint16_t)
+// widened exactly (the high half of a float32's bits).
+ATTNSERVE_VEC_INLINE Float16 LoadKv(const float* p) { return vec::Load(p); }
+ATTNSERVE_VEC_INLINE Float16 LoadKvPartial(const float* p, int n) {
+  return vec::LoadPartial(p, n);
+}
+ATTNSERVE_VEC_INLINE Float16 WidenBf16(const uint16_t* p, int n) {
+  typedef uint16_t Half16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+  typedef uint32_t Word16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+  Half16 h = Half16{};
+  std::memcpy(&h, p, n * sizeof(uint16_t));
+  const Word16 w = __builtin_convertvector(h, Word16) << 16;
+  Float16 f;
+  std::memcpy(&f, &w, sizeof f);
+  return f;
+}
+ATTNSERVE_VEC_INLINE Float16 LoadKv(const uint16_t* p) { return WidenBf16(p, kLanes); }
+ATTNSERVE_VEC_INLINE Float16 LoadKvPartial(const uint16_t* p, int n) { return WidenBf16(p, n); }
+
 // q · k as a vector of partial sums over d (lane i holds the terms i, i + 16, ...): Sum of it
 // is the dot product, and Sum16 of 16 of them gives the same bits for 16 keys at once.
-ATTNSERVE_VEC_INLINE Float16 DotLanes(const float* q, const float* k, int64_t d) {
+template <typename T>
+ATTNSERVE_VEC_INLINE Float16 DotLanes(const float* q, const T* k, int64_t d) {
   Float16 acc = {};
   int64_t i = 0;
-  for (; i + kLanes <= d; i += kLanes) acc += vec::Load(q + i) * vec::Load(k + i);
+  for (; i + kLanes <= d; i += kLanes) acc += vec::Load(q + i) * LoadKv(k + i);
   if (i < d) {
     const int n = static_cast<int>(d - i);
-    acc += vec::LoadPartial(q + i, n) * vec::LoadPartial(k + i, n);
+    acc += vec::LoadPartial(q + i, n) * LoadKvPartial(k + i, n);
   }
   return acc;
 }
@@ -31,7 +52,8 @@ ATTNSERVE_VEC_INLINE Float16 DotLanes(const float* q, const float* k, int64_t d)
 // scores[t] = (q · k_t) · scale for the `length` keys at k (one every d floats); returns the
 // largest. Keys go 16 at a time: 16 independent chains of products, then one transposing
 // reduction (Sum16) instead of a chain of scalar additions per key.
-ATTNSERVE_VEC_INLINE float ScoreKeys(const float* q, const float* k, int64_t length, int64_t d,
+template <typename T>
+ATTNSERVE_VEC_INLINE float ScoreKeys(const float* q, const T* k, int64_t length, int64_t d,
                                      float scale, float* scores) {
   Float16 best = vec::Broadcast(-INFINITY);
   int64_t t = 0;
@@ -81,17 +103,40 @@ ATTNSERVE_VEC_INLINE float ExpScores(float* scores, int64_t n, float max_score) 
 constexpr int kValueVectors = 4;
 
 // o[0 .. full + (rest > 0)) += w · v_t[0 .. 16 · full + rest).
-ATTNSERVE_VEC_INLINE void AddWeightedValue(Float16* o, float w, const float* vt, int full,
-                                           int rest) {
+template <typename T>
+ATTNSERVE_VEC_INLINE void AddWeightedValue(Float16* o, float w, const T* vt, int full, int rest) {
   const Float16 wv = vec::Broadcast(w);
-  for (int u = 0; u < full; ++u) o[u] += wv * vec::Load(vt + u * kLanes);
-  if (rest > 0) o[full] += wv * vec::LoadPartial(vt + full * kLanes, rest);
+  for (int u = 0; u < full; ++u) o[u] += wv * LoadKv(vt + u * kLanes);
+  if (rest > 0) o[full] += wv * LoadKvPartial(vt + full * kLanes, rest);
+}
+
+// A span's keys and values as elements of type T (its float32 or its bfloat16 pointers).
+template <typename T>
+const T* Keys(const DecodeAttentionRow& span);
+template <>
+ATTNSERVE_VEC_INLINE const float* Keys<float>(const DecodeAttentionRow& span) {
+  return span.k;
+}
+template <>
+ATTNSERVE_VEC_INLINE const uint16_t* Keys<uint16_t>(const DecodeAttentionRow& span) {
+  return span.k_bf16;
+}
+template <typename T>
+const T* Values(const DecodeAttentionRow& span);
+template <>
+ATTNSERVE_VEC_INLINE const float* Values<float>(const DecodeAttentionRow& span) {
+  return span.v;
+}
+template <>
+ATTNSERVE_VEC_INLINE const uint16_t* Values<uint16_t>(const DecodeAttentionRow& span) {
+  return span.v_bf16;
 }
 
 // One (row, head): scores over the row's keys (its shared spans', then its own), a stable
 // softmax, the weighted sum of values; head h of each span is at h · capacity · d. Inlined with
 // d a constant where it is a common one, so that the loops over d unroll and the value
 // accumulators stay in registers.
+template <typename T>
 ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow& row, int64_t h,
                                        int64_t d, float* scores, float* out) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -99,8 +144,8 @@ ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow&
   int64_t total = 0;
   for (int64_t s = 0; s <= row.shared_count; ++s) {
     const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-    max_score = std::max(max_score, ScoreKeys(q, span.k + h * span.capacity * d, span.length, d,
-                                              scale, scores + total));
+    max_score = std::max(max_score, ScoreKeys(q, Keys<T>(span) + h * span.capacity * d,
+                                              span.length, d, scale, scores + total));
     total += span.length;
   }
   const float inv = 1.0f / ExpScores(scores, total, max_score);
@@ -111,7 +156,7 @@ ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow&
     int64_t position = 0;  // over all spans: a position's accumulator does not depend on them
     for (int64_t s = 0; s <= row.shared_count; ++s) {
       const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-      const float* v = span.v + h * span.capacity * d + c;
+      const T* v = Values<T>(span) + h * span.capacity * d + c;
       const float* p = scores + position;
       int64_t t = 0;
       if (position % 2 == 1 && t < span.length) {
@@ -130,15 +175,26 @@ ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow&
   }
 }
 
+template <typename T>
+ATTNSERVE_VEC_INLINE void AttendHeadOfWidth(const float* q, const DecodeAttentionRow& row,
+                                            int64_t h, int64_t d, float* scores, float* out) {
+  if (d == 64) {
+    AttendHeadOf<T>(q, row, h, 64, scores, out);
+  } else if (d == 128) {
+    AttendHeadOf<T>(q, row, h, 128, scores, out);
+  } else {
+    AttendHeadOf<T>(q, row, h, d, scores, out);
+  }
+}
+
+// A row's spans are all float32 or all bfloat16 (CheckKvCache).
 ATTNSERVE_MULTIVERSION
 void AttendHead(const float* q, const DecodeAttentionRow& row, int64_t h, int64_t d, float* scores,
                 float* out) {
-  if (d == 64) {
-    AttendHeadOf(q, row, h, 64, scores, out);
-  } else if (d == 128) {
-    AttendHeadOf(q, row, h, 128, scores, out);
+  if (row.k_bf16 != nullptr) {
+    AttendHeadOfWidth<uint16_t>(q, row, h, d, scores, out);
   } else {
-    AttendHeadOf(q, row, h, d, scores, out);
+    AttendHeadOfWidth<float>(q, row, h, d, scores, out);
   }
 }
 

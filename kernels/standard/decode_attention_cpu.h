@@ -2,9 +2,10 @@
 // own, in one call (no padding of every row to the longest): for row b and head h,
 //   out[b,h] = Σ_{t < length_b} softmax_t(q[b,h] · k_b[h,t] / √d) v_b[h,t].
 // Each row's caches are where its own state keeps them: (H, capacity_b, d) contiguous, the
-// first length_b positions valid, after the positions of its shared spans, if any. Float32 on the
-// CPU; parallel over (row, head) with ATen's intra-op threads. A (row, head) is computed the same
-// way whatever the other rows.
+// first length_b positions valid, after the positions of its shared spans, if any. Queries and
+// outputs float32, caches float32 or bfloat16 (widened exactly as they are read, the sums in
+// float32), on the CPU; parallel over (row, head) with ATen's intra-op threads. A (row, head) is
+// computed the same way whatever the other rows.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,8 +16,10 @@
 namespace attnserve::kernels {
 
 struct DecodeAttentionRow {
-  const float* k = nullptr;  // (H, capacity, d)
-  const float* v = nullptr;  // (H, capacity, d)
+  // (H, capacity, d) each: k and v for a float32 cache, or k_bf16 and v_bf16 (below) for a
+  // bfloat16 one, the other pair null. A row and its shared spans are of one type.
+  const float* k = nullptr;
+  const float* v = nullptr;
   int64_t length = 0;        // valid positions (>= 1 with the shared ones)
   int64_t capacity = 0;      // positions allocated, >= length
   // The positions before these, in order, held elsewhere (a KV cache's shared segments,
@@ -24,6 +27,9 @@ struct DecodeAttentionRow {
   // unused), owned by the caller. Null: none.
   const DecodeAttentionRow* shared = nullptr;
   int64_t shared_count = 0;
+  // A bfloat16 cache's keys and values (their bits), (H, capacity, d) each.
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
 };
 
 // q (B, H, d) contiguous, rows[B], out (B, H, d) contiguous.

@@ -20,22 +20,23 @@ constexpr int64_t kMinCacheCapacity = 64;
 
 }  // namespace
 
-MixerState EmptyKvCache(int64_t batch, int64_t heads, int64_t head_dim, at::Device device) {
+MixerState EmptyKvCache(int64_t batch, int64_t heads, int64_t head_dim, at::Device device,
+                        at::ScalarType dtype) {
   MixerState state;
   const at::Tensor empty =
-      at::zeros({batch, heads, 0, head_dim}, at::TensorOptions(at::kFloat).device(device));
+      at::zeros({batch, heads, 0, head_dim}, at::TensorOptions(dtype).device(device));
   state.tensors = {empty, empty.clone()};
   return state;
 }
 
 absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t h, int64_t d,
-                          at::Device device, const char* mixer) {
+                          at::Device device, const char* mixer, at::ScalarType dtype) {
   for (size_t i = 0; i < state.shared.size(); ++i) {
     const KvSegment& s = state.shared[i];
     const std::string name = absl::StrCat(mixer, " state shared segment ", i);
-    RETURN_IF_ERROR(CheckFloatTensor(s.k, (name + " k").c_str(), {batch, h, -1, d}, device));
+    RETURN_IF_ERROR(CheckTensor(s.k, (name + " k").c_str(), dtype, {batch, h, -1, d}, device));
     RETURN_IF_ERROR(
-        CheckFloatTensor(s.v, (name + " v").c_str(), {batch, h, s.k.size(2), d}, device));
+        CheckTensor(s.v, (name + " v").c_str(), dtype, {batch, h, s.k.size(2), d}, device));
     if (s.length < 1 || s.length > s.k.size(2) || s.k.stride(3) != 1 || s.v.stride(3) != 1 ||
         s.k.stride(1) != s.k.size(2) * d || s.v.stride(1) != s.v.size(2) * d) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": length ", s.length, " outside [1, ",
@@ -46,15 +47,15 @@ absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t h, int
     return absl::InvalidArgumentError(absl::StrCat(
         mixer, " state: expected 2 tensors (k_cache, v_cache), got ", state.tensors.size()));
   }
-  RETURN_IF_ERROR(CheckFloatTensor(state.tensors[0], absl::StrCat(mixer, " state k_cache").c_str(),
-                                   {-1, h, -1, d}, device));
+  RETURN_IF_ERROR(CheckTensor(state.tensors[0], absl::StrCat(mixer, " state k_cache").c_str(),
+                              dtype, {-1, h, -1, d}, device));
   const at::Tensor& k_cache = state.tensors[0];
   if (k_cache.size(0) != batch) {
     return absl::InvalidArgumentError(absl::StrCat(
         mixer, " state holds a batch of ", k_cache.size(0), " sequences, but x has ", batch));
   }
-  RETURN_IF_ERROR(CheckFloatTensor(state.tensors[1], absl::StrCat(mixer, " state v_cache").c_str(),
-                                   {batch, h, k_cache.size(2), d}, device));
+  RETURN_IF_ERROR(CheckTensor(state.tensors[1], absl::StrCat(mixer, " state v_cache").c_str(),
+                              dtype, {batch, h, k_cache.size(2), d}, device));
   const int64_t shared = state.SharedLength();
   if (state.position < shared || state.position - shared > k_cache.size(2)) {
     return absl::InvalidArgumentError(absl::StrCat(mixer, " state: position ", state.position,
@@ -72,9 +73,10 @@ std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const
   if (needed > k_cache.size(2) || !k_cache.is_contiguous() || !v_cache.is_contiguous()) {
     const int64_t capacity = std::max({needed, 2 * k_cache.size(2), kMinCacheCapacity});
     // Fresh memory, written at once: huge pages where large (kernels/common/huge_page_buffer.h).
+    // The cache's element type, whatever k's.
     at::Tensor new_k =
-        EmptyHugePageBuffer({k.size(0), k.size(1), capacity, k.size(3)}, k.options());
-    at::Tensor new_v = EmptyHugePageBuffer(new_k.sizes(), k.options());
+        EmptyHugePageBuffer({k.size(0), k.size(1), capacity, k.size(3)}, k_cache.options());
+    at::Tensor new_v = EmptyHugePageBuffer(new_k.sizes(), k_cache.options());
     new_k.narrow(2, 0, position).copy_(k_cache.narrow(2, 0, position));
     new_v.narrow(2, 0, position).copy_(v_cache.narrow(2, 0, position));
     k_cache = std::move(new_k);
@@ -137,6 +139,14 @@ at::Tensor KvCachePrefix(const MixerState& state, int index, int64_t length) {
 DecodeAttentionRow DecodeRowOf(const KvCacheRow& r, std::vector<DecodeAttentionRow>* spans) {
   const auto pointers = [&r](const at::Tensor& k, const at::Tensor& v, int64_t length) {
     const int64_t stride = k.size(1) * k.size(2) * k.size(3);
+    if (k.scalar_type() == at::kBFloat16) {
+      DecodeAttentionRow row;
+      row.k_bf16 = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>()) + r.row * stride;
+      row.v_bf16 = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>()) + r.row * stride;
+      row.length = length;
+      row.capacity = k.size(2);
+      return row;
+    }
     return DecodeAttentionRow{k.data_ptr<float>() + r.row * stride,
                               v.data_ptr<float>() + r.row * stride, length, k.size(2)};
   };

@@ -1,5 +1,6 @@
 // The KV cache that the standard and sparse mixers stream with: MixerState.tensors =
-// {k_cache, v_cache}, each (B, H, capacity, d) float32, of which the first `position` entries
+// {k_cache, v_cache}, each (B, H, capacity, d) float32 (or bfloat16: the standard mixer with
+// MixerConfig::kv_cache_dtype, keys and values rounded to it as they are written), of which the first `position` entries
 // along dim 2 are valid (capacity >= position). The capacity grows by doubling so that a Step
 // copies O(1) tokens amortised. New tokens are written in place beyond `position`, so a
 // shallow copy of an earlier state still reads its own prefix; branching needs Clone().
@@ -28,18 +29,19 @@
 namespace attnserve::kernels {
 
 // A fresh cache of capacity 0 for `batch` sequences: it holds no memory until the first write.
-MixerState EmptyKvCache(int64_t batch, int64_t heads, int64_t head_dim, at::Device device);
+MixerState EmptyKvCache(int64_t batch, int64_t heads, int64_t head_dim, at::Device device,
+                        at::ScalarType dtype = at::kFloat);
 
-// Whether `state` is such a cache for a batch of `batch` with these heads; messages start
-// with `mixer` ("standard state: ...").
+// Whether `state` is such a cache for a batch of `batch` with these heads, its caches and shared
+// segments of element type `dtype`; messages start with `mixer` ("standard state: ...").
 absl::Status CheckKvCache(const MixerState& state, int64_t batch, int64_t heads, int64_t head_dim,
-                          at::Device device, const char* mixer);
+                          at::Device device, const char* mixer, at::ScalarType dtype = at::kFloat);
 
-// Writes k, v (B, H, L, d) at positions [position, position + L) of the state's caches (own
-// indices from position - SharedLength()) and returns the caches to use from now on: the same
-// tensors when they have room (and are plain contiguous tensors we may write into), otherwise
-// new ones with at least double the capacity holding the valid own entries. The state itself
-// is not modified.
+// Writes k, v (B, H, L, d) float32 at positions [position, position + L) of the state's caches
+// (own indices from position - SharedLength(); rounded to the caches' element type) and returns
+// the caches to use from now on: the same tensors when they have room (and are plain contiguous
+// tensors we may write into), otherwise new ones of the same element type with at least double
+// the capacity holding the valid own entries. The state itself is not modified.
 std::pair<at::Tensor, at::Tensor> AppendToKvCache(const MixerState& state, const at::Tensor& k,
                                                   const at::Tensor& v);
 

@@ -11,9 +11,26 @@
 
 namespace attnserve::kernels {
 
+namespace {
+
+// A cache's valid part as float32 for the attention kernels (a view of a float32 cache).
+at::Tensor AsFloat(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat);
+}
+
+}  // namespace
+
 KvCacheAttentionMixer::KvCacheAttentionMixer(const MixerConfig& config,
-                                             AttentionProjections projections, const char* name)
-    : config_(config), projections_(std::move(projections)), name_(name) {}
+                                             AttentionProjections projections, const char* name,
+                                             at::ScalarType cache_dtype)
+    : config_(config),
+      projections_(std::move(projections)),
+      name_(name),
+      cache_dtype_(cache_dtype) {}
+
+at::Tensor KvCacheAttentionMixer::AsCached(const at::Tensor& k) const {
+  return cache_dtype_ == at::kFloat ? k : k.to(cache_dtype_).to(at::kFloat);
+}
 
 absl::StatusOr<MixerState> KvCacheAttentionMixer::InitialState(int64_t batch) const {
   RETURN_IF_ERROR(CheckCanStream("InitialState"));
@@ -22,7 +39,7 @@ absl::StatusOr<MixerState> KvCacheAttentionMixer::InitialState(int64_t batch) co
   }
   return GuardTorch("InitialState", [&]() -> absl::StatusOr<MixerState> {
     // Capacity 0: a fresh state holds no memory; the first Prefill or Step allocates.
-    return EmptyKvCache(batch, config_.num_heads, config_.head_dim(), device());
+    return EmptyKvCache(batch, config_.num_heads, config_.head_dim(), device(), cache_dtype_);
   });
 }
 
@@ -35,7 +52,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Prefill(const at::Tensor& x,
     auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
     at::Tensor heads;
     if (state == nullptr) {
-      ASSIGN_OR_RETURN(heads, Attend(q, k, v, config_.causal));
+      ASSIGN_OR_RETURN(heads, Attend(q, AsCached(k), AsCached(v), config_.causal));
     } else {
       if (!state->shared.empty() &&
           !(ReadsSharedSegments() &&
@@ -47,8 +64,8 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Prefill(const at::Tensor& x,
       const int64_t own = length - state->SharedLength();
       // The chunk's queries are the last x.size(1) of `length` positions.
       if (state->shared.empty()) {
-        ASSIGN_OR_RETURN(heads, Attend(q, k_cache.narrow(2, 0, length),
-                                       v_cache.narrow(2, 0, length), /*causal=*/true));
+        ASSIGN_OR_RETURN(heads, Attend(q, AsFloat(k_cache.narrow(2, 0, length)),
+                                       AsFloat(v_cache.narrow(2, 0, length)), /*causal=*/true));
       } else {
         ASSIGN_OR_RETURN(heads, FusedAttentionCpu(q, state->shared, k_cache.narrow(2, 0, own),
                                                   v_cache.narrow(2, 0, own), /*causal=*/true));
@@ -113,7 +130,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::StepBatch(
 int64_t KvCacheAttentionMixer::StateBytesPerSequence(int64_t position) const {
   if (!config_.causal) return 0;
   return 2 * config_.num_heads * position * config_.head_dim() *
-         static_cast<int64_t>(sizeof(float));
+         static_cast<int64_t>(c10::elementSize(cache_dtype_));
 }
 
 absl::Status KvCacheAttentionMixer::CheckCanStream(const char* operation) const {
@@ -125,7 +142,8 @@ absl::Status KvCacheAttentionMixer::CheckCanStream(const char* operation) const 
 }
 
 absl::Status KvCacheAttentionMixer::CheckState(const MixerState& state, int64_t batch) const {
-  return CheckKvCache(state, batch, config_.num_heads, config_.head_dim(), device(), name_);
+  return CheckKvCache(state, batch, config_.num_heads, config_.head_dim(), device(), name_,
+                      cache_dtype_);
 }
 
 }  // namespace attnserve::kernels

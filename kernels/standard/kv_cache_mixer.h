@@ -5,7 +5,9 @@
 //
 // config.causal = true: Prefill continues a state (the chunk's keys appended to the cache, its
 //   queries the last of the cache's positions), Step and StepBatch append one token per row;
-//   StateBytesPerSequence(position) = 2·H·position·d·4 bytes, the cache's valid part.
+//   StateBytesPerSequence(position) = 2·H·position·d·(4 or 2) bytes, the cache's valid part.
+//   A bfloat16 cache holds keys and values rounded to bfloat16; every path attends over the
+//   rounded ones (Prefill without a state too), so that a whole pass, chunks and steps agree.
 // config.causal = false: bidirectional; only Prefill with a null state works, InitialState,
 //   Step and Prefill with a state return FailedPrecondition.
 // StepBatch on the CPU: the projections once over B rows, each row appending to its own cache
@@ -29,8 +31,9 @@ namespace attnserve::kernels {
 class KvCacheAttentionMixer : public Mixer {
  public:
   // `name` starts messages ("standard": "standard state: ...", "standard attention is ...").
+  // `cache_dtype`: the caches' element type, at::kFloat or at::kBFloat16 (CPU only).
   KvCacheAttentionMixer(const MixerConfig& config, AttentionProjections projections,
-                        const char* name);
+                        const char* name, at::ScalarType cache_dtype = at::kFloat);
 
   const MixerConfig& config() const final { return config_; }
   bool can_stream() const final { return config_.causal; }
@@ -62,9 +65,14 @@ class KvCacheAttentionMixer : public Mixer {
   absl::Status CheckCanStream(const char* operation) const;
   absl::Status CheckState(const MixerState& state, int64_t batch) const;
 
+  // Keys and values as the cache holds them, as float32 for the attention kernels: k itself for
+  // a float32 cache, rounded to bfloat16 and widened back for a bfloat16 one.
+  at::Tensor AsCached(const at::Tensor& k) const;
+
   const MixerConfig config_;
   const AttentionProjections projections_;
   const char* const name_;
+  const at::ScalarType cache_dtype_;
 };
 
 }  // namespace attnserve::kernels

@@ -31,3 +31,8 @@ ABSL_FLAG(std::string, activation_precision, "fp32",
           "vdpbf16ps where the CPU has it, else the same arithmetic in portable code), as "
           "llama.cpp's BF16 models do: fewer instructions per weight, outputs a little further "
           "from fp32's.");
+ABSL_FLAG(std::string, kv_cache_precision, "fp32",
+          "fp32, or bf16 (CPU only): standard attention layers keep their KV caches in "
+          "bfloat16, keys and values rounded as they are written (half a session's cache bytes "
+          "and half of what a decode step's attention reads; outputs differ from fp32's by that "
+          "rounding). Sessions and snapshots of one setting do not load into the other.");

@@ -49,6 +49,7 @@ ABSL_DECLARE_FLAG(std::string, policy);
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, weight_precision);
 ABSL_DECLARE_FLAG(std::string, activation_precision);
+ABSL_DECLARE_FLAG(std::string, kv_cache_precision);
 
 // server/flags/sessions_flags.cc
 ABSL_DECLARE_FLAG(int64_t, max_sessions);

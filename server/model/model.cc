@@ -222,6 +222,14 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   if (format == kernels::WeightFormat::kBfloat16Dot && !device.is_cpu()) {
     return absl::InvalidArgumentError("bfloat16 activations are served on the CPU only");
   }
+  if (options.kv_cache_dtype != at::kFloat && options.kv_cache_dtype != at::kBFloat16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a KV cache of ", kernels::DTypeName(options.kv_cache_dtype),
+                     ": expected float32 or bfloat16"));
+  }
+  if (options.kv_cache_dtype != at::kFloat && !device.is_cpu()) {
+    return absl::InvalidArgumentError("a bfloat16 KV cache is served on the CPU only");
+  }
   RETURN_IF_ERROR(ValidateModelConfig(config));
   const std::vector<WeightSpec> specs = ExpectedTensors(config);
   std::set<std::string> expected;
@@ -260,6 +268,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   // activations change every product: a state of the float32 (or bf16) model is not one of these.
   if (kernels::IsInt8(format) || format == kernels::WeightFormat::kBfloat16Dot) {
     const int tag = static_cast<int>(format);
+    fingerprint = Fnv(fingerprint, &tag, sizeof(tag));
+  }
+  // Nor is a state of rounded keys and values one of a float32 cache (when a layer has one).
+  bool standard_layers = false;
+  for (int i = 0; i < config.layers_size(); ++i) {
+    standard_layers |= LayerMixerConfig(config, i).kind == kernels::MixerKind::kStandard;
+  }
+  if (options.kv_cache_dtype != at::kFloat && standard_layers) {
+    const int tag = 0x4b56 + static_cast<int>(options.kv_cache_dtype);  // "KV"
     fingerprint = Fnv(fingerprint, &tag, sizeof(tag));
   }
   if (!device.is_cpu()) {
@@ -305,6 +322,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
       }
     }
     mixer_config.weight_format = format;
+    mixer_config.kv_cache_dtype = options.kv_cache_dtype;
     absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
         kernels::CreateMixer(mixer_config, std::move(mixer_weights));
     if (!mixer.ok()) {

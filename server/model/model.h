@@ -61,6 +61,11 @@ struct ModelOptions {
   // by activations quantized the same way, in integers (kernels/common/int8_gemm.h; a quarter of
   // the bytes). Embedding lookups, norms and the mixers' other tensors stay float32. CPU only.
   WeightPrecision precision = WeightPrecision::kFloat32;
+  // The standard attention layers' KV caches: at::kFloat, or at::kBFloat16 (keys and values
+  // rounded to bfloat16 as they are written, half a session's cache bytes; CPU only;
+  // kernels/standard/kv_cache_mixer.h). Its states are not the float32 cache's (the fingerprint
+  // says so, and a snapshot of one does not load into the other).
+  at::ScalarType kv_cache_dtype = at::kFloat;
   // Whether a float32 model keeps its tensors as loaded, for NamedWeights (WriteModelFolder):
   // on the CPU its weight matrices are otherwise kept only as the products' panels. The server
   // never writes a model folder and sets it false, so it holds each matrix once.

@@ -16,6 +16,11 @@
 namespace attnserve::server {
 namespace {
 
+// A state tensor's element type in a snapshot: float32, or a bfloat16 KV cache's.
+v1::DataType SnapshotDataType(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? v1::DATA_TYPE_BFLOAT16 : v1::DATA_TYPE_FLOAT32;
+}
+
 constexpr char kMagic[4] = {'A', 'T', 'S', 'N'};
 constexpr size_t kPrefixBytes = sizeof(kMagic) + 4 + 4;  // magic, version, header length
 constexpr size_t kChecksumBytes = 8;
@@ -69,9 +74,9 @@ std::string EncodeSessionSnapshot(const Session& session) {
       at::Tensor view =
           growing ? kernels::KvCachePrefix(layer, static_cast<int>(k), layer.position) : t;
       v1::StateTensor* desc = out->add_tensors();
-      desc->set_dtype(v1::DATA_TYPE_FLOAT32);
+      desc->set_dtype(SnapshotDataType(view.scalar_type()));
       for (int64_t s : view.sizes()) desc->add_shape(s);
-      payload += view.numel() * static_cast<int64_t>(sizeof(float));
+      payload += view.numel() * static_cast<int64_t>(view.element_size());
       tensors.push_back(std::move(view));
     }
   }
@@ -99,20 +104,22 @@ std::string EncodeSessionSnapshot(const Session& session) {
   append(&header_size, 4);
   append(header_bytes.data(), header_bytes.size());
   for (const at::Tensor& t : tensors) {
+    const size_t element = t.element_size();
     if (t.is_cpu() && t.is_contiguous()) {
-      append(t.data_ptr<float>(), t.numel() * sizeof(float));
+      append(t.data_ptr(), t.numel() * element);
     } else if (t.is_cpu() && t.dim() == 4 && t.stride(3) == 1 && t.stride(2) == t.size(3)) {
       // A KV cache's valid part, (B, H, position, d) of (B, H, capacity, d): a run of
-      // position * d floats per (b, h).
-      const float* base = t.data_ptr<float>();
+      // position * d elements per (b, h).
+      const char* base = static_cast<const char*>(t.data_ptr());
       for (int64_t b = 0; b < t.size(0); ++b) {
         for (int64_t h = 0; h < t.size(1); ++h) {
-          append(base + b * t.stride(0) + h * t.stride(1), t.size(2) * t.size(3) * sizeof(float));
+          append(base + (b * t.stride(0) + h * t.stride(1)) * element,
+                 t.size(2) * t.size(3) * element);
         }
       }
     } else {  // on a GPU, or another layout: one copy to the host first
       const at::Tensor c = t.cpu().contiguous();
-      append(c.data_ptr<float>(), c.numel() * sizeof(float));
+      append(c.data_ptr(), c.numel() * element);
     }
   }
   const uint64_t checksum = XXH3_64bits_digest(hash);
@@ -200,14 +207,16 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
       std::vector<int64_t> expected(like[k].sizes().begin(), like[k].sizes().end());
       if (m->growing_caches()[i][k]) expected[2] = layer.position();  // its valid part
       const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-      if (t.dtype() != v1::DATA_TYPE_FLOAT32 || shape != expected) {
+      if (t.dtype() != SnapshotDataType(like[k].scalar_type()) || shape != expected) {
         return Corrupt(absl::StrCat("layer ", i, " tensor ", k, " has shape ",
-                                    kernels::ShapeString(shape), ", expected ",
-                                    kernels::ShapeString(expected), " float32"));
+                                    kernels::ShapeString(shape), " ",
+                                    v1::DataType_Name(t.dtype()), ", expected ",
+                                    kernels::ShapeString(expected), " ",
+                                    kernels::DTypeName(like[k].scalar_type())));
       }
       int64_t numel = 1;
       for (int64_t s : shape) numel *= s;
-      payload += numel * static_cast<int64_t>(sizeof(float));
+      payload += numel * static_cast<int64_t>(like[k].element_size());
     }
   }
   if (payload != header.payload_bytes()) {
@@ -235,9 +244,10 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
     const std::vector<at::Tensor>& like = fresh->layers[i].tensors;
     for (int k = 0; k < header.layers(i).tensors_size(); ++k) {
       const auto& shape = header.layers(i).tensors(k).shape();
-      at::Tensor t = at::empty(std::vector<int64_t>(shape.begin(), shape.end()), at::kFloat);
-      const size_t n = t.numel() * sizeof(float);
-      std::memcpy(t.data_ptr<float>(), p, n);
+      at::Tensor t =
+          at::empty(std::vector<int64_t>(shape.begin(), shape.end()), like[k].scalar_type());
+      const size_t n = t.numel() * t.element_size();
+      std::memcpy(t.data_ptr(), p, n);
       p += n;
       layer.tensors.push_back(t.to(like[k].device()));
     }

@@ -436,6 +436,56 @@ class DrainDeadlineTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class KvCachePrecisionTest(unittest.TestCase):
+    """--kv_cache_precision=bf16: the standard model's sessions hold half the cache bytes of a
+    default server's for the same tokens, generate as a default server's do, and a value other
+    than fp32 or bf16 stops the server with a message."""
+
+    def session_after(self, server, prompt):
+        import grpc
+        from attnserve.v1 import inference_pb2 as pb, inference_pb2_grpc
+        with grpc.insecure_channel(server.target) as channel:
+            stub = inference_pb2_grpc.AttnServeStub(channel)
+            requests = [
+                pb.StreamRequest(open=pb.StreamOpen(model="standard")),
+                pb.StreamRequest(append=pb.StreamAppend(
+                    sequence_number=1, tokens=prompt,
+                    generate=pb.GenerateSpec(max_new_tokens=8))),
+            ]
+            responses = list(stub.Stream(iter(requests), timeout=60))
+            session_id = responses[0].opened.session_id
+            result = [r.result for r in responses if r.HasField("result")][0]
+            info = stub.GetSession(pb.GetSessionRequest(session_id=session_id), timeout=30)
+            return list(result.generated_tokens), info
+
+    def test_bf16_caches_hold_half_the_bytes(self):
+        tmp = tempfile.mkdtemp(prefix="attnserve_py_kv_")
+        servers = []
+        try:
+            generate_stubs(ARGS.source_dir, tmp)
+            binary = os.path.join(os.path.abspath(ARGS.build_dir), "server", "attnserve-server")
+            servers.append(Server(binary))
+            servers.append(Server(binary, "--kv_cache_precision=bf16"))
+            prompt = [(7 * i + 3) % 4096 for i in range(40)]
+            tokens32, info32 = self.session_after(servers[0], prompt)
+            tokens16, info16 = self.session_after(servers[1], prompt)
+            self.assertEqual(info32.position, 48)
+            self.assertEqual(info16.position, 48)
+            self.assertEqual(len(tokens16), 8)
+            self.assertEqual(2 * info16.state_bytes, info32.state_bytes)
+            print("\nstate bytes after 48 tokens: fp32 cache %d, bf16 cache %d; greedy tokens "
+                  "%s against %s" % (info32.state_bytes, info16.state_bytes, tokens16, tokens32),
+                  file=sys.stderr)
+            with self.assertRaises(RuntimeError) as refused:
+                servers.append(Server(binary, "--kv_cache_precision=fp16"))
+            self.assertIn("--kv_cache_precision=fp16: expected fp32 or bf16",
+                          str(refused.exception))
+        finally:
+            for server in servers:
+                server.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()

@@ -81,6 +81,62 @@ TEST(DecodeAttentionTest, SharedSpansGiveTheSameBitsAsOneCache) {
   }
 }
 
+// bfloat16 caches (--kv_cache_precision=bf16): the kernel widens each element exactly, so it
+// matches float64 attention over the bfloat16 values; with shared spans (d 16-aligned and not,
+// head dims the kernel inlines and others) too. And a float32 cache holding the same
+// (bfloat16-exact) values gives the same results up to how the compiler contracts the products
+// of each loop (the loads differ).
+TEST(DecodeAttentionTest, Bfloat16CachesMatchFloat64OverTheirValues) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 8; ++trial) {
+    const int64_t heads = 1 + rng() % 4, d = std::vector<int64_t>{8, 17, 40, 64, 128}[rng() % 5];
+    const int64_t length = 3 + rng() % 400, capacity = length + rng() % 20;
+    const at::Tensor q = RandomTensor({1, heads, d}, 80 + trial);
+    const at::Tensor k16 = RandomTensor({heads, capacity, d}, 90 + trial).to(at::kBFloat16);
+    const at::Tensor v16 = RandomTensor({heads, capacity, d}, 95 + trial).to(at::kBFloat16);
+    const int64_t cut = 1 + rng() % (length - 1);
+    // The first `cut` positions in a span of their own (a shared prefix), the rest after it.
+    const at::Tensor k_span = k16.narrow(1, 0, cut).contiguous();
+    const at::Tensor v_span = v16.narrow(1, 0, cut).contiguous();
+    const at::Tensor k_own = k16.narrow(1, cut, capacity - cut).contiguous();
+    const at::Tensor v_own = v16.narrow(1, cut, capacity - cut).contiguous();
+    auto bits = [](const at::Tensor& t) {
+      return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>());
+    };
+    DecodeAttentionRow span;
+    span.k_bf16 = bits(k_span);
+    span.v_bf16 = bits(v_span);
+    span.length = span.capacity = cut;
+    DecodeAttentionRow row;
+    row.k_bf16 = bits(k_own);
+    row.v_bf16 = bits(v_own);
+    row.length = length - cut;
+    row.capacity = capacity - cut;
+    row.shared = &span;
+    row.shared_count = 1;
+    at::Tensor out = at::full({1, heads, d}, std::nanf(""));
+    DecodeAttentionCpu(q.data_ptr<float>(), &row, 1, heads, d, out.data_ptr<float>());
+    const at::Tensor k = k16.narrow(1, 0, length).to(at::kDouble);
+    const at::Tensor v = v16.narrow(1, 0, length).to(at::kDouble);
+    const at::Tensor scores =
+        at::matmul(q[0].to(at::kDouble).unsqueeze(1), k.transpose(1, 2)) / std::sqrt(d * 1.0);
+    const at::Tensor want = at::matmul(at::softmax(scores, -1), v).squeeze(1);
+    EXPECT_LE(MaxRelativeError(out[0], want), 1e-5) << "trial " << trial << " d " << d;
+
+    const at::Tensor k32 = k16.to(at::kFloat), v32 = v16.to(at::kFloat);
+    DecodeAttentionRow span32{k32.data_ptr<float>(), v32.data_ptr<float>(), cut, capacity};
+    const at::Tensor k32_own = k32.narrow(1, cut, capacity - cut).contiguous();
+    const at::Tensor v32_own = v32.narrow(1, cut, capacity - cut).contiguous();
+    DecodeAttentionRow row32{k32_own.data_ptr<float>(), v32_own.data_ptr<float>(), length - cut,
+                             capacity - cut};
+    row32.shared = &span32;
+    row32.shared_count = 1;
+    at::Tensor out32 = at::empty({1, heads, d});
+    DecodeAttentionCpu(q.data_ptr<float>(), &row32, 1, heads, d, out32.data_ptr<float>());
+    EXPECT_LE(MaxRelativeError(out, out32), 1e-6) << "trial " << trial << " d " << d;
+  }
+}
+
 TEST(LinearDecodeTest, RowsUpdatedInPlaceMatchFloat64) {
   std::mt19937 rng(4);
   for (int trial = 0; trial < 6; ++trial) {
