@@ -62,8 +62,7 @@ absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType d
   }
   return absl::InvalidArgumentError(absl::StrCat(
       what, ": expected ", DTypeName(dtype), " ", device.str(), " tensor of shape ", expected,
-      ", got ",
-      DTypeName(t.scalar_type()), " ", t.device().str(), " ", ShapeString(t.sizes())));
+      ", got ", DTypeName(t.scalar_type()), " ", t.device().str(), " ", ShapeString(t.sizes())));
 }
 
 }  // namespace attnserve::kernels

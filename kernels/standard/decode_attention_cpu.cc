@@ -19,9 +19,7 @@ using vec::kLanes;
 // A cache's elements as float32 lanes: float32 as they are, bfloat16 (its bits, uint16_t)
 // widened exactly (the high half of a float32's bits).
 ATTNSERVE_VEC_INLINE Float16 LoadKv(const float* p) { return vec::Load(p); }
-ATTNSERVE_VEC_INLINE Float16 LoadKvPartial(const float* p, int n) {
-  return vec::LoadPartial(p, n);
-}
+ATTNSERVE_VEC_INLINE Float16 LoadKvPartial(const float* p, int n) { return vec::LoadPartial(p, n); }
 ATTNSERVE_VEC_INLINE Float16 WidenBf16(const uint16_t* p, int n) {
   typedef uint16_t Half16 __attribute__((vector_size(kLanes * sizeof(uint16_t))));
   typedef uint32_t Word16 __attribute__((vector_size(kLanes * sizeof(uint32_t))));
@@ -144,8 +142,8 @@ ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow&
   int64_t total = 0;
   for (int64_t s = 0; s <= row.shared_count; ++s) {
     const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-    max_score = std::max(max_score, ScoreKeys(q, Keys<T>(span) + h * span.capacity * d,
-                                              span.length, d, scale, scores + total));
+    max_score = std::max(max_score, ScoreKeys(q, Keys<T>(span) + h * span.capacity * d, span.length,
+                                              d, scale, scores + total));
     total += span.length;
   }
   const float inv = 1.0f / ExpScores(scores, total, max_score);

@@ -20,8 +20,8 @@ struct DecodeAttentionRow {
   // bfloat16 one, the other pair null. A row and its shared spans are of one type.
   const float* k = nullptr;
   const float* v = nullptr;
-  int64_t length = 0;        // valid positions (>= 1 with the shared ones)
-  int64_t capacity = 0;      // positions allocated, >= length
+  int64_t length = 0;    // valid positions (>= 1 with the shared ones)
+  int64_t capacity = 0;  // positions allocated, >= length
   // The positions before these, in order, held elsewhere (a KV cache's shared segments,
   // kv_cache.h): `shared_count` rows of their own k, v, length and capacity (their `shared`
   // unused), owned by the caller. Null: none.

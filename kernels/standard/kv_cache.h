@@ -1,9 +1,10 @@
 // The KV cache that the standard and sparse mixers stream with: MixerState.tensors =
 // {k_cache, v_cache}, each (B, H, capacity, d) float32 (or bfloat16: the standard mixer with
-// MixerConfig::kv_cache_dtype, keys and values rounded to it as they are written), of which the first `position` entries
-// along dim 2 are valid (capacity >= position). The capacity grows by doubling so that a Step
-// copies O(1) tokens amortised. New tokens are written in place beyond `position`, so a
-// shallow copy of an earlier state still reads its own prefix; branching needs Clone().
+// MixerConfig::kv_cache_dtype, keys and values rounded to it as they are written), of which the
+// first `position` entries along dim 2 are valid (capacity >= position). The capacity grows by
+// doubling so that a Step copies O(1) tokens amortised. New tokens are written in place beyond
+// `position`, so a shallow copy of an earlier state still reads its own prefix; branching needs
+// Clone().
 //
 // Shared prefixes (MixerState.shared, kernels/common/mixer.h): a state may hold its first
 // SharedLength() positions in read-only segments that other states hold too (SharePrefix: a

@@ -19,8 +19,7 @@ namespace {
 class StandardAttentionMixer final : public KvCacheAttentionMixer {
  public:
   StandardAttentionMixer(const MixerConfig& config, AttentionProjections projections)
-      : KvCacheAttentionMixer(config, std::move(projections), "standard",
-                              config.kv_cache_dtype) {}
+      : KvCacheAttentionMixer(config, std::move(projections), "standard", config.kv_cache_dtype) {}
 
  private:
   absl::StatusOr<at::Tensor> Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

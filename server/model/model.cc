@@ -223,9 +223,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     return absl::InvalidArgumentError("bfloat16 activations are served on the CPU only");
   }
   if (options.kv_cache_dtype != at::kFloat && options.kv_cache_dtype != at::kBFloat16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a KV cache of ", kernels::DTypeName(options.kv_cache_dtype),
-                     ": expected float32 or bfloat16"));
+    return absl::InvalidArgumentError(absl::StrCat("a KV cache of ",
+                                                   kernels::DTypeName(options.kv_cache_dtype),
+                                                   ": expected float32 or bfloat16"));
   }
   if (options.kv_cache_dtype != at::kFloat && !device.is_cpu()) {
     return absl::InvalidArgumentError("a bfloat16 KV cache is served on the CPU only");

@@ -209,9 +209,8 @@ absl::StatusOr<SessionSnapshot> DecodeSessionSnapshot(std::string_view bytes,
       const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
       if (t.dtype() != SnapshotDataType(like[k].scalar_type()) || shape != expected) {
         return Corrupt(absl::StrCat("layer ", i, " tensor ", k, " has shape ",
-                                    kernels::ShapeString(shape), " ",
-                                    v1::DataType_Name(t.dtype()), ", expected ",
-                                    kernels::ShapeString(expected), " ",
+                                    kernels::ShapeString(shape), " ", v1::DataType_Name(t.dtype()),
+                                    ", expected ", kernels::ShapeString(expected), " ",
                                     kernels::DTypeName(like[k].scalar_type())));
       }
       int64_t numel = 1;

@@ -111,8 +111,7 @@ TEST_P(Bf16KvCacheTest, SnapshotsRoundTripAndStayWithTheirPrecision) {
   auto fp32 = ModelRepository::BuildDefault();
   ASSERT_TRUE(bf16.ok() && fp32.ok());
   const Model& m = *(*bf16)->Find(GetParam());
-  server::Session session("0123456789abcdef0123456789abcdef", &m, absl::Minutes(5),
-                          *m.NewState());
+  server::Session session("0123456789abcdef0123456789abcdef", &m, absl::Minutes(5), *m.NewState());
   ASSERT_TRUE(m.Forward(Tokens(41, 2), &session.state, OutputKind::kLastLogits).ok());
   const std::string bytes = server::EncodeSessionSnapshot(session);
   EXPECT_LE(static_cast<int64_t>(bytes.size()), m.StateBytesPerSequence(41) + 4096);
@@ -132,7 +131,8 @@ TEST_P(Bf16KvCacheTest, SnapshotsRoundTripAndStayWithTheirPrecision) {
   server::Session session32("0123456789abcdef0123456789abcdef", &m32, absl::Minutes(5),
                             *m32.NewState());
   ASSERT_TRUE(m32.Forward(Tokens(41, 2), &session32.state, OutputKind::kLastLogits).ok());
-  EXPECT_FALSE(server::DecodeSessionSnapshot(server::EncodeSessionSnapshot(session32), **bf16).ok());
+  EXPECT_FALSE(
+      server::DecodeSessionSnapshot(server::EncodeSessionSnapshot(session32), **bf16).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(KvCacheModels, Bf16KvCacheTest, ::testing::Values("standard", "hybrid"));
