@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/vector_math.h"
@@ -108,26 +110,14 @@ ATTNSERVE_VEC_INLINE void AddWeightedValue(Float16* o, float w, const T* vt, int
   if (rest > 0) o[full] += wv * LoadKvPartial(vt + full * kLanes, rest);
 }
 
-// A span's keys and values as elements of type T (its float32 or its bfloat16 pointers).
+// A span's keys and values as elements of type T: its float32 or its bfloat16 pointers.
 template <typename T>
-const T* Keys(const DecodeAttentionRow& span);
-template <>
-ATTNSERVE_VEC_INLINE const float* Keys<float>(const DecodeAttentionRow& span) {
-  return span.k;
-}
-template <>
-ATTNSERVE_VEC_INLINE const uint16_t* Keys<uint16_t>(const DecodeAttentionRow& span) {
-  return span.k_bf16;
-}
-template <typename T>
-const T* Values(const DecodeAttentionRow& span);
-template <>
-ATTNSERVE_VEC_INLINE const float* Values<float>(const DecodeAttentionRow& span) {
-  return span.v;
-}
-template <>
-ATTNSERVE_VEC_INLINE const uint16_t* Values<uint16_t>(const DecodeAttentionRow& span) {
-  return span.v_bf16;
+ATTNSERVE_VEC_INLINE std::pair<const T*, const T*> KeysAndValues(const DecodeAttentionRow& span) {
+  if constexpr (std::is_same_v<T, float>) {
+    return {span.k, span.v};
+  } else {
+    return {span.k_bf16, span.v_bf16};
+  }
 }
 
 // One (row, head): scores over the row's keys (its shared spans', then its own), a stable
@@ -142,8 +132,9 @@ ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow&
   int64_t total = 0;
   for (int64_t s = 0; s <= row.shared_count; ++s) {
     const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-    max_score = std::max(max_score, ScoreKeys(q, Keys<T>(span) + h * span.capacity * d, span.length,
-                                              d, scale, scores + total));
+    max_score =
+        std::max(max_score, ScoreKeys(q, KeysAndValues<T>(span).first + h * span.capacity * d,
+                                      span.length, d, scale, scores + total));
     total += span.length;
   }
   const float inv = 1.0f / ExpScores(scores, total, max_score);
@@ -154,7 +145,7 @@ ATTNSERVE_VEC_INLINE void AttendHeadOf(const float* q, const DecodeAttentionRow&
     int64_t position = 0;  // over all spans: a position's accumulator does not depend on them
     for (int64_t s = 0; s <= row.shared_count; ++s) {
       const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
-      const T* v = Values<T>(span) + h * span.capacity * d + c;
+      const T* v = KeysAndValues<T>(span).second + h * span.capacity * d + c;
       const float* p = scores + position;
       int64_t t = 0;
       if (position % 2 == 1 && t < span.length) {
