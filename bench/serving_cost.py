@@ -57,12 +57,21 @@ def children_cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
+# Server flags that change the model's step, and attnserve_step_bench's same setting.
+STEP_BENCH_FLAGS = {"--weight_precision=bf16": "--bf16", "--weight_precision=int8": "--int8",
+                    "--kv_cache_precision=bf16": "--kv-bf16"}
+
+
 def model_step_ms(build, models, batches, flags):
-    # The step as the server runs it: the scheduler's data-parallel parts, unless turned off.
+    # The step as the server runs it: the scheduler's data-parallel parts, unless turned off,
+    # and the weights and KV caches in the server's precision.
     parts = "1" if "--decode_split_max_bytes_per_row=0" in flags else "auto"
+    precision = [STEP_BENCH_FLAGS[f] for f in flags if f in STEP_BENCH_FLAGS]
+    if "--weight_precision=bf16" in flags and "--activation_precision=bf16" in flags:
+        precision = ["--bf16-dot" if p == "--bf16" else p for p in precision]
     out = subprocess.run([str(Path(build) / "bench" / "attnserve_step_bench"),
                           f"--models={','.join(models)}", f"--batches={','.join(map(str, batches))}",
-                          "--steps=400", f"--parts={parts}"],
+                          "--steps=400", f"--parts={parts}", *precision],
                          check=True, capture_output=True, text=True).stdout
     steps = {}
     for line in out.splitlines():
