@@ -84,7 +84,7 @@ class Server:
     # load the kernels' team should yield to (llama-batched-bench has no client at all): with
     # 64 sessions they kept the team at one thread for about half of a run (the second
     # thread's CPU time 372-491 ticks against the first's 943-976; 731-866 against 828-924
-    # with the flag false; docs/benchmarks.md, session 14).
+    # with the flag false; docs/benchmarks.md).
     def __init__(self, build, *flags):
         self.int8_isa = self.bf16_isa = None
         self.proc = subprocess.Popen(

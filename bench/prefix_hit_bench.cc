@@ -6,7 +6,7 @@
 // For each model: the prefix is prefilled once in chunks of 256, as the scheduler does; then,
 // --rounds times, alternating: (off) a fresh state prefills the whole prompt (prefix and
 // suffix) in chunks of 256; (copy) Model::CompactClone copies the cached state with room for
-// the suffix (what a hit was until session 15); (hit) Model::CloneSharingPrefix, what
+// the suffix (what a hit was before prefixes were shared); (hit) Model::CloneSharingPrefix, what
 // PrefixCache::Lookup hands a hit now (KV entries shared, recurrent tensors copied), then the
 // suffix is prefilled in one chunk on it. The copies and hits are kept alive, as the cache's
 // entries keep theirs, so each copy is written into fresh memory (no buffer comes back to the

@@ -3,11 +3,13 @@
 # leases), behind the HAProxy gateway of deploy/k8s/overlays/gateway/haproxy.cfg, for a demo and
 # for the tests (tests/integration/gateway_test.py, bench/gateway_failover.py).
 #
-#   scripts/cluster.sh start [--replicas N] [--port P] [--dir DIR] [--build-dir B] [-- FLAGS...]
-#       starts redis-server, N attnserve-server replicas and haproxy, waits until every one
-#       answers, prints the gateway's address and returns (the processes run on, detached).
-#       Ports: the gateway on P (default 50050), replica i (1..N) on P+i with its metrics on
-#       P+100+i, Redis on P+99, HAProxy's stats on P+98 (/stats, /metrics). FLAGS go to every
+#   scripts/cluster.sh start [--replicas N] [--gateways G] [--port P] [--dir DIR] [--build-dir B]
+#                            [-- FLAGS...]
+#       starts redis-server, N attnserve-server replicas and G haproxy gateways (default 1),
+#       waits until every one answers, prints the gateways' addresses and returns (the processes
+#       run on, detached). Ports: the gateway on P (default 50050), gateway j (2..G) on P+90+j,
+#       replica i (1..N) on P+i with its metrics on P+100+i, Redis on P+99, HAProxy's stats on
+#       P+98 (/stats, /metrics; gateway j's on P+80+j). FLAGS go to every
 #       replica after the cluster's own (--session_store, --session_lease_ms=2000,
 #       --checkpoint_every_appends=1, --advertise_address, ports), so they can override them.
 #   scripts/cluster.sh kill I [SIGNAL]      sends SIGNAL (default KILL) to replica I
@@ -25,6 +27,7 @@ ROOT=$(pwd)
 command=${1:-}
 [[ -n "$command" ]] && shift
 replicas=3
+gateways=1
 port=50050
 dir=${TMPDIR:-/tmp}/attnserve-cluster
 build_dir=${BUILD_DIR:-build}
@@ -34,11 +37,12 @@ server_flags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --replicas) replicas=$2; shift 2 ;;
+    --gateways) gateways=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --build-dir) build_dir=$2; shift 2 ;;
     --) shift; server_flags=("$@"); break ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *)
       if [[ -z "$index" ]]; then index=$1; else signal=$1; fi
       shift ;;
@@ -96,7 +100,8 @@ case "$command" in
     echo "$replicas" > "$dir/replicas"
     printf '%s\n' ${server_flags[@]+"${server_flags[@]}"} > "$dir/server.flags"
     redis_port=$(( port + 99 ))
-    for p in $(seq "$port" $(( port + replicas ))) $(seq $(( port + 98 )) $(( port + 100 + replicas ))); do
+    for p in $(seq "$port" $(( port + replicas ))) $(seq $(( port + 98 )) $(( port + 100 + replicas ))) \
+             $(seq $(( port + 92 )) $(( port + 90 + gateways ))) $(seq $(( port + 82 )) $(( port + 80 + gateways ))); do
       if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then die "port $p is in use: choose another --port"; fi
     done
     setsid redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
@@ -104,22 +109,31 @@ case "$command" in
     echo $! > "$dir/redis.pid"
     wait_port "$redis_port" 20 "$dir/redis.pid" || die "redis-server did not start: see $dir/redis.log"
     for i in $(seq 1 "$replicas"); do start_replica "$i"; done
-    # The gateway's config with this cluster's ports and servers in place of Kubernetes'.
+    # The gateways' config with this cluster's ports and servers in place of Kubernetes', and
+    # its maps (empty: learnt from the replicas' answers) beside it.
     servers=""
     for i in $(seq 1 "$replicas"); do
       servers+="    server replica-$i 127.0.0.1:$(( port + i )) port $(( port + 100 + i )) proto h2 check-proto h1"$'\n'
     done
-    awk -v servers="$servers" '
-      /# SERVERS BEGIN/ { skip = 1; if (!done++) printf "%s", servers; next }
-      /# SERVERS END/ { skip = 0; next }
-      !skip' deploy/k8s/overlays/gateway/haproxy.cfg |
-      sed -e "s/^\( *bind \):8080/\1127.0.0.1:$port/" -e "s/^\( *bind \):8404/\1127.0.0.1:$(( port + 98 ))/" \
-      > "$dir/haproxy.cfg"
-    "$haproxy" -c -q -f "$dir/haproxy.cfg" || die "haproxy refuses $dir/haproxy.cfg"
-    setsid "$haproxy" -f "$dir/haproxy.cfg" -db > "$dir/haproxy.log" 2>&1 < /dev/null &
-    echo $! > "$dir/haproxy.pid"
-    wait_port "$port" 20 "$dir/haproxy.pid" || die "haproxy did not start: see $dir/haproxy.log"
-    echo "cluster: gateway on 127.0.0.1:$port; $replicas replicas on $(( port + 1 ))..$(( port + replicas ));" \
+    : > "$dir/holders.map"
+    : > "$dir/replicas.map"
+    addresses=""
+    for j in $(seq 1 "$gateways"); do
+      if [[ $j -eq 1 ]]; then gw_port=$port stats_port=$(( port + 98 )) name=haproxy
+      else gw_port=$(( port + 90 + j )) stats_port=$(( port + 80 + j )) name=haproxy-$j; fi
+      awk -v servers="$servers" '
+        /# SERVERS BEGIN/ { skip = 1; if (!done++) printf "%s", servers; next }
+        /# SERVERS END/ { skip = 0; next }
+        !skip' deploy/k8s/overlays/gateway/haproxy.cfg |
+        sed -e "s/^\( *bind \):8080/\1127.0.0.1:$gw_port/" -e "s/^\( *bind \):8404/\1127.0.0.1:$stats_port/" \
+        > "$dir/$name.cfg"
+      "$haproxy" -c -q -f "$dir/$name.cfg" || die "haproxy refuses $dir/$name.cfg"
+      setsid "$haproxy" -f "$dir/$name.cfg" -db > "$dir/$name.log" 2>&1 < /dev/null &
+      echo $! > "$dir/$name.pid"
+      wait_port "$gw_port" 20 "$dir/$name.pid" || die "haproxy did not start: see $dir/$name.log"
+      addresses+=" 127.0.0.1:$gw_port"
+    done
+    echo "cluster: gateway on$addresses; $replicas replicas on $(( port + 1 ))..$(( port + replicas ));" \
          "redis on $redis_port; haproxy stats on http://127.0.0.1:$(( port + 98 ))/stats; logs in $dir"
     ;;
   kill)
@@ -134,10 +148,10 @@ case "$command" in
     ;;
   stop)
     [[ -d "$dir" ]] || exit 0
-    for pid in "$dir"/replica-*.pid "$dir/haproxy.pid"; do
+    for pid in "$dir"/replica-*.pid "$dir"/haproxy*.pid; do
       alive "$pid" && kill -TERM "$(cat "$pid")" || true
     done
-    for pid in "$dir"/replica-*.pid "$dir/haproxy.pid"; do
+    for pid in "$dir"/replica-*.pid "$dir"/haproxy*.pid; do
       for _ in $(seq 1 400); do alive "$pid" || break; sleep 0.1; done
       alive "$pid" && kill -KILL "$(cat "$pid")" || true
     done

@@ -339,6 +339,24 @@ int main(int argc, char** argv) {
     return Fail(
         "--max_text_bytes and --max_stop_string_bytes must be >= 1, --max_stop_strings >= 0");
   }
+  server::RequestWorkOptions work_options;
+  work_options.threads = absl::GetFlag(FLAGS_request_work_threads);
+  if (work_options.threads < 0) {
+    work_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+  work_options.inline_bytes = absl::GetFlag(FLAGS_request_work_inline_bytes);
+  work_options.max_queued_per_client = absl::GetFlag(FLAGS_max_request_work_per_client);
+  work_options.max_queued = absl::GetFlag(FLAGS_max_request_work_queued);
+  work_options.nice = absl::GetFlag(FLAGS_request_work_nice);
+  if (work_options.inline_bytes < 0 || work_options.max_queued_per_client < 1 ||
+      work_options.max_queued < 1 || work_options.nice < 0 || work_options.nice > 19) {
+    return Fail(
+        "--request_work_inline_bytes must be >= 0, --max_request_work_per_client and "
+        "--max_request_work_queued >= 1, --request_work_nice 0 to 19");
+  }
+  // Outlives the gRPC server (declared before it): its queued work finishes calls.
+  server::RequestWorkPool work_pool(work_options);
+  options.work_pool = &work_pool;
   options.metrics = &metrics;
   options.prefix_cache_global = cache_scope == "global";
   options.prefix_cache = &prefix_cache;
@@ -360,6 +378,7 @@ int main(int argc, char** argv) {
   oip_options.server_version = ATTNSERVE_VERSION;
   oip_options.metrics = &metrics;
   oip_options.authenticator = options.authenticator;
+  oip_options.work_pool = &work_pool;
   server::oip::OipService oip_service(**repository, *policy, sessions, scheduler, oip_options);
   auto inflight = [&service, &oip_service] { return service.inflight() + oip_service.inflight(); };
   server::MemoryTrimOptions trim_options;

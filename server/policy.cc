@@ -18,10 +18,16 @@
 namespace attnserve::server {
 namespace {
 
-std::string RuleText(const PolicyRule& rule) {
+// Rule `i` of `rules` in words ("standard up to 4095 tokens", "mamba beyond", "rwkv at any
+// length" when no bounded rule comes before it).
+std::string RuleText(const std::vector<PolicyRule>& rules, size_t i) {
+  const PolicyRule& rule = rules[i];
   if (rule.unbounded) return absl::StrCat(rule.variant, " for streams of unknown length");
-  return rule.max_tokens > 0 ? absl::StrCat(rule.variant, " up to ", rule.max_tokens, " tokens")
-                             : absl::StrCat(rule.variant, " beyond");
+  if (rule.max_tokens > 0) return absl::StrCat(rule.variant, " up to ", rule.max_tokens, " tokens");
+  const bool after_a_bound = std::any_of(rules.begin(), rules.begin() + i, [](const PolicyRule& r) {
+    return !r.unbounded && r.max_tokens > 0;
+  });
+  return absl::StrCat(rule.variant, after_a_bound ? " beyond" : " at any length");
 }
 
 absl::StatusOr<std::vector<PolicyRule>> ParseJsonRules(const std::string& path) {
@@ -117,22 +123,49 @@ absl::StatusOr<Policy> Policy::Parse(const std::string& spec,
 
 absl::StatusOr<Policy> Policy::ParseDefault(const model::ModelRepository& repository,
                                             std::vector<std::string>* dropped) {
-  std::vector<std::string> kept;
+  if (repository.models().empty()) {
+    return absl::InvalidArgumentError("the model repository has no models");
+  }
+  std::vector<PolicyRule> kept;
   for (absl::string_view part : absl::StrSplit(kDefaultSpec, ',')) {
-    const std::string rule(part);
-    const std::string variant = rule.substr(0, rule.find(':'));
-    if (repository.Find(variant) != nullptr) {
+    std::vector<std::string> fields = absl::StrSplit(part, ':');
+    PolicyRule rule;
+    rule.variant = fields[0];
+    rule.unbounded = fields.size() == 2 && fields[1] == "unbounded";
+    if (fields.size() == 2 && !rule.unbounded) absl::SimpleAtoi(fields[1], &rule.max_tokens);
+    if (repository.Find(rule.variant) != nullptr) {
       kept.push_back(rule);
     } else if (dropped != nullptr) {
-      dropped->push_back(variant);
+      dropped->push_back(rule.variant);
     }
   }
-  if (kept.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the default policy's variants (", kDefaultSpec,
-                     ") are not in the repository: give --policy rules for its models"));
+  // Every length some model takes has a rule: past the last bound, the model that takes the
+  // longest requests (the first such in the repository's order).
+  const bool open_ended = std::any_of(kept.begin(), kept.end(), [](const PolicyRule& r) {
+    return !r.unbounded && r.max_tokens == 0;
+  });
+  if (!open_ended) {
+    const model::Model* longest = nullptr;
+    for (const model::Model* m : repository.models()) {
+      if (longest == nullptr || m->max_sequence_length() > longest->max_sequence_length()) {
+        longest = m;
+      }
+    }
+    auto last_bounded = std::find_if(kept.rbegin(), kept.rend(),
+                                     [](const PolicyRule& r) { return !r.unbounded; });
+    if (last_bounded != kept.rend() && last_bounded->variant == longest->name()) {
+      last_bounded->max_tokens = 0;  // its bound lifted rather than a second rule
+    } else {
+      kept.push_back(PolicyRule{longest->name(), 0, false});
+    }
   }
-  return Parse(absl::StrJoin(kept, ","), repository);
+  std::vector<std::string> spec;
+  for (const PolicyRule& r : kept) {
+    spec.push_back(r.unbounded        ? absl::StrCat(r.variant, ":unbounded")
+                   : r.max_tokens > 0 ? absl::StrCat(r.variant, ":", r.max_tokens)
+                                      : r.variant);
+  }
+  return Parse(absl::StrJoin(spec, ","), repository);
 }
 
 absl::StatusOr<PolicyDecision> Policy::Choose(int64_t length, bool stream) const {
@@ -141,7 +174,7 @@ absl::StatusOr<PolicyDecision> Policy::Choose(int64_t length, bool stream) const
     d.model = repository_->Find(rules_[i].variant);
     d.rule = static_cast<int>(i + 1);
     d.reason =
-        absl::StrCat("rule ", i + 1, ": ", RuleText(rules_[i]),
+        absl::StrCat("rule ", i + 1, ": ", RuleText(rules_, i),
                      " (request: ", length > 0 ? absl::StrCat(length, " tokens") : "unknown length",
                      stream ? ", streaming" : "", ")");
     return d;
@@ -194,7 +227,7 @@ absl::StatusOr<PolicyDecision> Policy::Resolve(const std::string& name, int64_t 
 
 std::string Policy::Describe() const {
   std::vector<std::string> parts;
-  for (const PolicyRule& rule : rules_) parts.push_back(RuleText(rule));
+  for (size_t i = 0; i < rules_.size(); ++i) parts.push_back(RuleText(rules_, i));
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
 }
 

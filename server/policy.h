@@ -45,8 +45,10 @@ class Policy {
                                       const model::ModelRepository& repository);
 
   // kDefaultSpec without the rules whose variant `repository` does not serve (a repository of
-  // one's own need not hold the default models); their variants go to `dropped`. An error when
-  // no rule for requests of a known length remains.
+  // one's own need not hold the default models; their variants go to `dropped`), and with a
+  // rule for every length some model takes: when no kept rule is open-ended, the lengths past
+  // the last bound go to the model with the longest max_sequence_length. So a repository of
+  // one model serves every request of `auto` with it. An error only for an empty repository.
   static absl::StatusOr<Policy> ParseDefault(const model::ModelRepository& repository,
                                              std::vector<std::string>* dropped);
 

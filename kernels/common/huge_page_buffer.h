@@ -19,8 +19,7 @@
 // Cost: with THP `defrag=madvise` the kernel may compact memory synchronously at an advised
 // fault. Measured here: a prefix-cache hit's 8 MB copy took 6-7 ms through this buffer against
 // 8-9 ms as a heap clone (one run, loaded machine), but 15 ms once when every hit's copy was
-// forced through it with its size rounded up to whole huge pages (docs/benchmarks.md, issue
-// #24's session-13 section). The rounding is not done for that reason.
+// forced through it with its size rounded up to whole huge pages (issue #24). The rounding is not done for that reason.
 //
 // Mappings: one per buffer. The kernel's limit (vm.max_map_count, 65530 by default) is far above
 // what the state budget and the prefix cache's bound allow in buffers of 2 MiB or more (8 GiB
@@ -33,7 +32,7 @@
 // takes it instead of a fresh mapping. Why: sessions and prefix-cache hits come and go with
 // KV caches of the same few sizes, and a fresh 8 MB mapping cost 1.2 ms of faults at best and
 // 12-56 ms when the kernel compacted memory for its huge pages (bench/hit_probe.cc's copy,
-// docs/benchmarks.md, issue #24's session-15 section); a reused one is a memcpy. The server's
+// docs/benchmarks.md, issue #24); a reused one is a memcpy. The server's
 // idle trim (server/idle_memory_trimmer.h) empties the pool with the heap's free memory.
 //
 // Contract: the result is a contiguous, uninitialised tensor of `sizes` with `options`, which

@@ -8,7 +8,7 @@
 //
 // WeightFormat::kFloat32: W in float32 panels of 32 output rows (panel_gemm.h), one FMA kernel
 // with X's values broadcast: 80-88% of the FMA peak from 24 rows on, against OpenBLAS sgemm's
-// 110-200 GFLOP/s on these shapes (docs/benchmarks.md, session 21). A weight on a device, or not
+// 110-200 GFLOP/s on these shapes (docs/benchmarks.md). A weight on a device, or not
 // float32, stays as it is (at::linear).
 //
 // WeightFormat::kBfloat16 (--weight_precision=bf16, whose values the server rounds to bfloat16
@@ -25,8 +25,7 @@
 // Int8Gemm, which quantizes each row of x per block of 32 too and multiplies in integers
 // (AVX512-VNNI, else AVX-VNNI, else AVX2, else scalar: the same bits), batch-invariant like the
 // float kernels; prefill chunks 64 rows at a time (DotRowTiles: vpdpbusd does four times the
-// FMA's multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md, session
-// 18), so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in`
+// FMA's multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md), so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in`
 // is not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
 //
 // Memory: a LinearWeight keeps one matrix, in its format: float32 or bfloat16 panels (the last

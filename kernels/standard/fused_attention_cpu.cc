@@ -309,7 +309,7 @@ at::Tensor FusedAttentionImpl(const at::Tensor& q, const Keys& keys, bool causal
 // Chunks of at most this many queries, without a window, over keys laid out as a KV cache's,
 // go to the decode kernel one query at a time: a block of 16 lanes would be mostly padding
 // (1-4 queries over 4096 keys took 1.0-1.3 ms in blocks, 0.4-1.9 ms tiled; docs/benchmarks.md,
-// issue #24's session-15 section).
+// issue #24).
 constexpr int64_t kDecodeMaxQueries = 4;
 
 // Whether t (B, H, n, d) is laid out as a KV cache: (H, capacity, d) contiguous per batch row.

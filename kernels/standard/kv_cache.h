@@ -12,7 +12,7 @@
 // from index 0. Because a cache's first `position` entries never change, a segment can be the
 // valid part of another state's own cache, which that state goes on appending to past it.
 // Nothing is copied; a hit on a 4000-token prefix held 8 MB of copied keys and values before
-// (docs/benchmarks.md, issue #24's session-15 section). Mixers that read the keys in place (the
+// (docs/benchmarks.md, issue #24). Mixers that read the keys in place (the
 // standard mixer's CPU kernels) take the segments as they are; the others get a flat copy
 // (FlattenKvCache).
 #pragma once

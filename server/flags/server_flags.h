@@ -24,6 +24,11 @@ ABSL_DECLARE_FLAG(int, drain_deadline_s);
 ABSL_DECLARE_FLAG(int64_t, max_text_bytes);
 ABSL_DECLARE_FLAG(int, max_stop_strings);
 ABSL_DECLARE_FLAG(int, max_stop_string_bytes);
+ABSL_DECLARE_FLAG(int, request_work_threads);
+ABSL_DECLARE_FLAG(int64_t, request_work_inline_bytes);
+ABSL_DECLARE_FLAG(int64_t, max_request_work_per_client);
+ABSL_DECLARE_FLAG(int64_t, max_request_work_queued);
+ABSL_DECLARE_FLAG(int, request_work_nice);
 
 // server/flags/security_flags.cc
 ABSL_DECLARE_FLAG(std::string, tls_cert);

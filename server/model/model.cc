@@ -97,7 +97,7 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
 std::string Model::LengthNote(int64_t length) const {
   if (interpolates_past_ == 0 || length <= interpolates_past_) return "";
   return absl::StrCat("linformer E and F interpolated from ", interpolates_past_, " to ", length,
-                      " rows (linformer_extend)");
+                      " rows");
 }
 
 int64_t ModelState::Bytes() const {

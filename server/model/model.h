@@ -144,8 +144,8 @@ class Model {
   // SharePrefix, as shared segments), each with own room for `reserve` tokens; the other tensors
   // are cloned. `state` is not modified and may go on appending. For a prefix-cache hit and a
   // fork: no 8 MB copy into fresh memory before the first computation (3-14 ms a hit on a
-  // 4000-token prefix measured in the server; docs/benchmarks.md, issue #24's session-15
-  // section). Bytes() of the result counts the shared entries as its own. An allocation that
+  // 4000-token prefix measured in the server; docs/benchmarks.md, issue
+  // #24). Bytes() of the result counts the shared entries as its own. An allocation that
   // fails is an Internal status.
   absl::StatusOr<ModelState> CloneSharingPrefix(const ModelState& state, int64_t reserve) const;
   // A copy of `state` that shares its growing caches instead of copying them: their first

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/model/python_json.h"
 
 namespace attnserve::model {
 namespace {
@@ -145,7 +146,9 @@ void FillModelConfigDefaults(v1::ModelConfig* c) {
   }
 }
 
-absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json) {
+absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& python_json) {
+  // NaN and Infinity as Python's json writes them (python_json.h).
+  const std::string json = PythonJsonToJson(python_json);
   Struct root;
   auto status = google::protobuf::util::JsonStringToMessage(json, &root);
   if (!status.ok()) {

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/model/python_json.h"
 #include "server/text/byte_level.h"
 #include "server/text/tokenizer_json.h"
 
@@ -32,7 +33,9 @@ std::optional<Struct> ReadJsonObject(const fs::path& path) {
   const std::optional<std::string> text = ReadIfExists(path);
   if (!text) return std::nullopt;
   Struct s;
-  if (!google::protobuf::util::JsonStringToMessage(*text, &s).ok()) return std::nullopt;
+  if (!google::protobuf::util::JsonStringToMessage(PythonJsonToJson(*text), &s).ok()) {
+    return std::nullopt;
+  }
   return s;
 }
 

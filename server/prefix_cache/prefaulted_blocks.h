@@ -7,7 +7,7 @@
 // mamba caches 16 states of ~160 KB: ~2.6 MB, ~14 ms of faults on the scheduler's thread, while
 // both cores' kernels wait for it. Every prompt distinct, that made a prompt 8-11% slower with the
 // cache than without it, and 0-2% once the cache was full and its evictions' memory was reused
-// (docs/benchmarks.md, issue #24's session-17 section). Here the faults are taken by a
+// (docs/benchmarks.md, issue #24). Here the faults are taken by a
 // SCHED_IDLE thread, in time no other thread wants, and an entry's copy is a memcpy.
 //
 // How: blocks are heap allocations (64-byte aligned) of a size rounded up to 4 KiB. The filler

@@ -17,7 +17,7 @@ inline constexpr int64_t kDefaultDecodeSplitMaxBytesPerRow = int64_t{4} << 20;
 // does enough rows' arithmetic on each weight byte, and the barriers it saves matter most for
 // small models (at width 256 a step is ~75 parallel regions of a few µs each, and the threads'
 // waiting at them was a third of the server's CPU a token). Measured in docs/benchmarks.md
-// (issue #25, session 17), step time with two parts against one: the 10-15 MB default models
+// (issue #25), step time with two parts against one: the 10-15 MB default models
 // 10-66% less from 8 rows; mamba-130m int8 (129 MB) 9% less at 64 rows (4 MB a row of a part),
 // 4% less at 16; bf16 (258 MB) even; float32 (516 MB) 13-29% more at 16 and 64 rows.
 inline int DecodeParts(int64_t rows, int threads, int64_t weight_bytes, int64_t max_bytes_per_row) {

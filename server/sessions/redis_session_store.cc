@@ -384,4 +384,17 @@ absl::Status RedisSessionStore::Release(const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> RedisSessionStore::Holder(const std::string& id) {
+  if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  if (leases() == nullptr) return absl::FailedPreconditionError("this store has no leases");
+  absl::MutexLock lock(&mu_);
+  if (absl::Status connected = ConnectLocked(); !connected.ok()) return connected;
+  const std::string key = LeaseKeyOf(id);
+  Reply reply(static_cast<redisReply*>(redisCommand(context_, "GET %b", key.data(), key.size())));
+  if (reply == nullptr) return FailLocked("lease holder");
+  if (reply->type == REDIS_REPLY_NIL) return std::string();
+  if (reply->type != REDIS_REPLY_STRING) return UnexpectedReply("lease holder", id, *reply);
+  return std::string(reply->str, reply->len);
+}
+
 }  // namespace attnserve::server

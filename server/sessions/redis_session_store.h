@@ -56,6 +56,7 @@ class RedisSessionStore final : public SessionStore, public SessionLeases {
 
   // SessionLeases (only when leases are on).
   absl::StatusOr<Acquired> Acquire(const std::string& id) override;
+  absl::StatusOr<std::string> Holder(const std::string& id) override;
   absl::StatusOr<std::vector<bool>> Renew(const std::vector<std::string>& ids) override;
   absl::Status Release(const std::string& id) override;
   const std::string& token() const override { return lease_token_; }

@@ -66,6 +66,9 @@ class SessionLeases {
   virtual absl::StatusOr<std::vector<bool>> Renew(const std::vector<std::string>& ids) = 0;
   // Gives the lease of `id` up if this token holds it (the last-holder key stays).
   virtual absl::Status Release(const std::string& id) = 0;
+  // The token holding the lease of `id` now (empty: none), without taking or renewing it.
+  // UNAVAILABLE when the store cannot be reached.
+  virtual absl::StatusOr<std::string> Holder(const std::string& id) = 0;
 
   virtual const std::string& token() const = 0;
   virtual absl::Duration duration() const = 0;

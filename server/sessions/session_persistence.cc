@@ -306,6 +306,16 @@ absl::Status SessionPersistence::AcquireLease(const std::string& id, bool fresh)
   return absl::OkStatus();
 }
 
+absl::Status SessionPersistence::CheckNotLeasedElsewhere(const std::string& id) {
+  if (leases_ == nullptr) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> holder = leases_->Holder(id);
+  Count("lease", holder.status(), start);
+  if (!holder.ok()) return holder.status();
+  if (holder->empty() || *holder == leases_->token()) return absl::OkStatus();
+  return LeaseHeldElsewhere(id, LeaseTokenAddress(*holder));
+}
+
 void SessionPersistence::ReleaseLease(const std::string& id) {
   if (leases_ == nullptr) return;
   absl::MutexLock call_lock(&lease_call_mu_);

@@ -114,6 +114,10 @@ class SessionPersistence {
   // admitted and leased at the next renewal. A lease taken from another holder drops the queued
   // operations of `id` (older than the store's copy).
   absl::Status AcquireLease(const std::string& id, bool fresh);
+  // Without taking it: LeaseHeldElsewhere when another replica holds the lease of `id` now,
+  // OK when this one or none does (or the store has no leases); UNAVAILABLE when the store
+  // cannot be reached.
+  absl::Status CheckNotLeasedElsewhere(const std::string& id);
   // Session `id` left memory without a queued write to release its lease (a restore that failed,
   // a drop): releases it now. A spill instead marks it (SpilledLease) and its write releases it.
   void ReleaseLease(const std::string& id);

@@ -203,15 +203,23 @@ absl::StatusOr<SessionUse> SessionTable::Get(const std::string& id, const Caller
 }
 
 absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::string& id,
-                                                                  const Caller& caller) {
+                                                                  const Caller& caller,
+                                                                  bool* in_memory) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
+  if (in_memory != nullptr) *in_memory = false;
   {
     const Shard& shard = ShardFor(id);
     absl::MutexLock lock(&shard.mu);
     auto it = shard.sessions.find(id);
     if (it != shard.sessions.end()) {
       if (!caller.CanAccess(it->second->owner())) return NoSession(id);
+      if (in_memory != nullptr) *in_memory = true;
       return std::shared_ptr<const Session>(it->second);
+    }
+  }
+  if (persistence_ != nullptr) {
+    if (absl::Status elsewhere = persistence_->CheckNotLeasedElsewhere(id); !elsewhere.ok()) {
+      return elsewhere;
     }
   }
   absl::StatusOr<SessionSnapshot> snapshot = LoadFor(id, caller);

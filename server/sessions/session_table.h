@@ -213,9 +213,12 @@ class SessionTable {
 
   // The session for reading its info only: no use is recorded, so its idle time goes on. A
   // session only in the store is read from it but not restored (a client asking every
-  // replica where a session is must not pull a copy into each).
+  // replica where a session is must not pull a copy into each); `*in_memory` (may be null)
+  // says which. One whose lease another replica holds is LeaseHeldElsewhere, naming it, as
+  // Get answers (that replica holds the newest state).
   absl::StatusOr<std::shared_ptr<const Session>> Peek(const std::string& id,
-                                                      const Caller& caller = {});
+                                                      const Caller& caller = {},
+                                                      bool* in_memory = nullptr);
 
   // Removes the session, and its stored copy; NOT_FOUND when neither is there.
   absl::Status Close(const std::string& id, const Caller& caller = {});

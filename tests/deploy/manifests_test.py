@@ -220,6 +220,7 @@ class GatewayOverlayTest(OverlayTest, unittest.TestCase):
         config_map = dc.one(cls.resources, "ConfigMap",
                             lambda r: r["metadata"]["name"] == volume["configMap"]["name"])
         cls.haproxy_cfg = config_map["data"]["haproxy.cfg"]
+        cls.haproxy_files = config_map["data"]
 
     def test_the_redis_overlay_with_a_gateway(self):
         redis = dc.render(dc.overlays(ARGS.source_dir)["redis"])
@@ -258,11 +259,18 @@ class GatewayOverlayTest(OverlayTest, unittest.TestCase):
                                               if os.path.exists("/usr/sbin/haproxy") else None)
         if haproxy is None:
             self.skipTest("haproxy is not installed (Debian: haproxy)")
-        with tempfile.NamedTemporaryFile("w", suffix=".cfg") as f:
-            f.write(cfg)
-            f.flush()
-            checked = subprocess.run([haproxy, "-c", "-f", f.name], capture_output=True,
-                                     text=True, timeout=30)
+        # A session's holder named by a replica is learnt too (the maps the ConfigMap mounts
+        # beside the config, empty).
+        self.assertIn("use-server %[var(txn.holder)]", cfg)
+        for name in ("holders.map", "replicas.map"):
+            self.assertEqual(self.haproxy_files.get(name), "", name)
+        # The whole ConfigMap as the pod mounts it, checked by HAProxy itself.
+        with tempfile.TemporaryDirectory() as mounted:
+            for name, text in self.haproxy_files.items():
+                with open(os.path.join(mounted, name), "w") as f:
+                    f.write(text)
+            checked = subprocess.run([haproxy, "-c", "-f", os.path.join(mounted, "haproxy.cfg")],
+                                     capture_output=True, text=True, timeout=30)
         self.assertEqual(checked.returncode, 0, checked.stdout + checked.stderr)
 
     def test_gateway_service_and_pod(self):

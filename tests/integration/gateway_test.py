@@ -11,7 +11,10 @@ the gateway's one address, with client/python/attnserve_session.py's documented 
   (each resume starts at or after the last append acknowledged), and every append's outputs
   equal those of an unbroken run of the same appends;
 - SIGTERM (a rolling update): the draining replica is taken out of the gateway by its /ready
-  check, its sessions move with no error at the client beyond the retry, outputs unchanged.
+  check, its sessions move with no error at the client beyond the retry, outputs unchanged;
+- two gateways: a session taken over through the second gateway (its holder paused past its
+  lease) is reached through the first with at most one refused call, once the old holder runs
+  again and names the new one.
 
 Usage: gateway_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
@@ -40,10 +43,11 @@ APPENDS = 6
 
 
 def free_base_port():
-    """A base port P with P..P+3 and P+98..P+103 free (scripts/cluster.sh's layout)."""
+    """A base port P with P..P+3, P+98..P+103 and the second gateway's P+92 and P+82 free
+    (scripts/cluster.sh's layout)."""
     for base in range(20000 + os.getpid() % 20000, 60000, 211):
         ports = list(range(base, base + REPLICAS + 1)) + \
-            list(range(base + 98, base + 101 + REPLICAS))
+            list(range(base + 98, base + 101 + REPLICAS)) + [base + 92, base + 82]
         free = True
         for p in ports:
             with socket.socket() as s:
@@ -66,12 +70,15 @@ class Cluster:
         self.port = free_base_port()
         self.build_dir = os.path.abspath(build_dir)
         try:
-            self.run("start", "--replicas", str(REPLICAS), "--port", str(self.port),
-                     "--build-dir", self.build_dir, "--", "--intra_op_threads=1", *flags)
+            self.run("start", "--replicas", str(REPLICAS), "--gateways", "2", "--port",
+                     str(self.port), "--build-dir", self.build_dir, "--",
+                     "--intra_op_threads=1", *flags)
         except Exception:
             self.stop()
             raise
         self.gateway = "127.0.0.1:%d" % self.port
+        # A second HAProxy in front of the same replicas (as a gateway Deployment of two).
+        self.second_gateway = "127.0.0.1:%d" % (self.port + 92)
 
     def run(self, *args):
         env = dict(os.environ, BUILD_DIR=self.build_dir)
@@ -216,6 +223,69 @@ class GatewayTest(unittest.TestCase):
             info = stub.GetSession(self.pb.GetSessionRequest(session_id=sid), timeout=30,
                                    metadata=meta)
             self.assertEqual(info.session_id, sid)
+
+    def test_a_session_moved_behind_another_gateway_is_reached_through_this_one(self):
+        # Opened through gateway 1 on replica H; H paused past its lease; taken over through
+        # gateway 2 by replica X (gateway 1 never sees that); H runs again. Gateway 1's table
+        # still says H, which answers UNAVAILABLE naming X: gateway 1 learns X from that answer,
+        # and the retry reaches X. Before, every retry went back to H.
+        pb, C = self.pb, self.grpc.StatusCode
+        stub = self.pb_grpc.AttnServeStub(self.channel)
+        # Gateway 1 learns which server each replica's address is from the answers it relays:
+        # sessionless calls go to each replica in turn (leastconn, all idle).
+        for _ in range(3 * REPLICAS):
+            stub.ListModels(pb.ListModelsRequest(), timeout=30)
+        opened = list(stub.Stream(iter([
+            pb.StreamRequest(open=pb.StreamOpen(model="mamba")),
+            pb.StreamRequest(append=pb.StreamAppend(sequence_number=1, tokens=[1, 2, 3])),
+            pb.StreamRequest(close=pb.StreamClose())]), timeout=60))
+        sid = opened[0].opened.session_id
+        holder = opened[0].opened.server.instance_name
+        meta = [(self.client.SESSION_HEADER, sid)]
+        self.assertEqual(stub.Infer(pb.InferRequest(session_id=sid, tokens=[4]), timeout=30,
+                                    metadata=meta).server.instance_name, holder)
+
+        h = self.cluster.replica_of(holder)
+        self.cluster.run("kill", str(h), "STOP")
+        time.sleep(1)  # both gateways' checks (every 250 ms) mark H down
+        try:
+            other = self.grpc.insecure_channel(self.cluster.second_gateway)
+            self.addCleanup(other.close)
+            second = self.pb_grpc.AttnServeStub(other)
+            deadline, taker = time.monotonic() + 30, None
+            while taker is None and time.monotonic() < deadline:
+                try:
+                    reply = second.Infer(pb.InferRequest(session_id=sid, tokens=[5]), timeout=10,
+                                         metadata=meta)
+                    taker = reply.server.instance_name
+                except self.grpc.RpcError as e:
+                    self.assertIn(e.code(), (C.UNAVAILABLE, C.CANCELLED, C.DEADLINE_EXCEEDED),
+                                  e.details())
+                    time.sleep(0.2)  # until H's lease expires
+            self.assertIsNotNone(taker, "no replica took the session over through gateway 2")
+            self.assertNotEqual(taker, holder)
+        finally:
+            self.cluster.run("kill", str(h), "CONT")
+        time.sleep(2)  # gateway 1 checks H up again (rise 2, every 250 ms)
+
+        # Through gateway 1: at most one refused call (H's answer), then X answers.
+        refused, reply = 0, None
+        for _ in range(5):
+            try:
+                reply = stub.Infer(pb.InferRequest(session_id=sid, tokens=[6]), timeout=10,
+                                   metadata=meta)
+                break
+            except self.grpc.RpcError as e:
+                self.assertEqual(e.code(), C.UNAVAILABLE, e.details())
+                refused += 1
+        self.assertIsNotNone(reply, "gateway 1 never reached the holder")
+        self.assertEqual(reply.server.instance_name, taker)
+        self.assertLessEqual(refused, 1)
+        self.assertEqual(reply.session_position, 6)  # 3 + 1 + 1 + 1: nothing lost or doubled
+        # Every later call goes there at once, closing included.
+        info = stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=10, metadata=meta)
+        self.assertEqual(info.server.instance_name, taker)
+        stub.CloseSession(pb.CloseSessionRequest(session_id=sid), timeout=10, metadata=meta)
 
     def test_sigkill_of_a_replica_mid_run_loses_no_acknowledged_append(self):
         unbroken = self.unbroken(SESSIONS)

@@ -80,6 +80,19 @@ class HelpTest(unittest.TestCase):
             self.assertIn(name, known)
             self.assertIn("--" + name, readme)
 
+    def test_flags_reference_is_generated_from_help(self):
+        # docs/flags.md is scripts/flags_doc.py's rendering of this binary's --help: a flag
+        # added, removed or reworded without regenerating it fails here.
+        sys.path.insert(0, os.path.join(ARGS.source_dir, "scripts"))
+        import flags_doc
+        generated = flags_doc.generate(self.binary("server", "attnserve-server"))
+        with open(os.path.join(ARGS.source_dir, "docs", "flags.md"), encoding="utf-8") as f:
+            self.assertEqual(f.read(), generated,
+                             "docs/flags.md is stale: run scripts/flags_doc.py --binary "
+                             "build/server/attnserve-server")
+        for name in ("request_work_threads", "max_text_bytes", "admin_principals"):
+            self.assertIn("`--%s`" % name, generated)
+
     def test_server_refuses_precisions_it_cannot_serve(self):
         server = self.binary("server", "attnserve-server")
         for flags, words in ((["--activation_precision=bf16"], "needs --weight_precision=bf16"),

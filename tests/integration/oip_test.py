@@ -295,8 +295,14 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         # the server-side statistics before and after measuring, and in sequence mode sends
         # requests flagged sequence_id (uint64) / sequence_start / sequence_end, on a stream
         # for a decoupled model.
+        # Its client (binary_tensor_data, as ServerMetadata's extensions allow) asks for every
+        # output ModelMetadata lists, with raw contents.
         pb, np, md = self.pb, self.np, self.md()
-        self.oip.ModelMetadata(pb.ModelMetadataRequest(name="rwkv"), metadata=md)
+        server = self.oip.ServerMetadata(pb.ServerMetadataRequest(), metadata=md)
+        self.assertIn("statistics", server.extensions)
+        meta = self.oip.ModelMetadata(pb.ModelMetadataRequest(name="rwkv"), metadata=md)
+        outputs = [o.name for o in meta.outputs]
+        self.assertIn("output_ids", outputs)
         config = self.oip.ModelConfig(pb.ModelConfigRequest(name="rwkv"), metadata=md).config
         self.assertTrue(config.HasField("sequence_batching"))
         before = self.oip.ModelStatistics(pb.ModelStatisticsRequest(name="rwkv"),
@@ -304,13 +310,20 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         requests = []
         for seq in (9001, 9002):
             for step in range(3):
-                r = self.request("rwkv", list(range(1 + step, 17 + step)))
+                r = self.request("rwkv", list(range(1 + step, 17 + step)), raw=True)
+                for name in outputs:
+                    r.outputs.add(name=name).parameters["binary_data"].bool_param = True
                 r.parameters["sequence_id"].uint64_param = seq
                 r.parameters["sequence_start"].bool_param = step == 0
                 r.parameters["sequence_end"].bool_param = step == 2
                 requests.append(r)
         responses = list(self.oip.ModelStreamInfer(iter(requests), metadata=md, timeout=60))
         self.assertEqual([r.error_message for r in responses], [""] * 6)
+        for r in responses:
+            got = r.infer_response
+            self.assertEqual([o.name for o in got.outputs], outputs)
+            self.assertEqual(self.output(got, "logits").shape[0], 1)
+            self.assertEqual(self.output(got, "output_ids").shape, (1, 0))
         after = self.oip.ModelStatistics(pb.ModelStatisticsRequest(name="rwkv"),
                                          metadata=md).model_stats[0]
         s0, s1 = before.inference_stats, after.inference_stats
@@ -318,12 +331,17 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
         self.assertEqual(after.execution_count - before.execution_count, 6)
         self.assertEqual(s1.success.count - s0.success.count, 6)
         self.assertEqual(s1.queue.count - s0.queue.count, 6)
-        self.assertEqual(s1.compute_infer.count - s0.compute_infer.count, 6)
+        # perf_analyzer's check (inference_profiler.cc): "Server side statistics compute counts
+        # must be the same".
+        for part in ("compute_input", "compute_infer", "compute_output"):
+            self.assertEqual(getattr(s1, part).count - getattr(s0, part).count, 6, part)
         self.assertEqual(s1.fail.count, s0.fail.count)
-        self.assertLessEqual((s1.queue.ns - s0.queue.ns) + (s1.compute_infer.ns -
-                                                           s0.compute_infer.ns),
-                             s1.success.ns - s0.success.ns)
+        parts_ns = sum(getattr(s1, p).ns - getattr(s0, p).ns
+                       for p in ("compute_input", "queue", "compute_infer", "compute_output"))
+        self.assertLessEqual(parts_ns, s1.success.ns - s0.success.ns)
         self.assertGreater(s1.compute_infer.ns - s0.compute_infer.ns, 0)
+        self.assertGreater(s1.compute_input.ns - s0.compute_input.ns, 0)
+        self.assertGreater(s1.compute_output.ns - s0.compute_output.ns, 0)
         self.assertGreater(after.last_inference, 0)
         # Both sequences ended: nothing of theirs is left in the session table.
         listed = self.attn.ListSessions(self.apb.ListSessionsRequest(model="rwkv"), metadata=md)
@@ -385,9 +403,11 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
                           self.request("mamba", ids, sequence_start=True))
         self.expect_error(C.FAILED_PRECONDITION, "",
                           self.request("linformer", ids, sequence_id=5, sequence_start=True))
+        # output_ids without max_tokens: nothing generated, an empty [1, 0] (not an error).
         r = self.request("mamba", ids)
         r.outputs.add(name="output_ids")
-        self.expect_error(C.INVALID_ARGUMENT, "'output_ids' holds generated tokens", r)
+        got = self.oip.ModelInfer(r, metadata=self.md(), timeout=30)
+        self.assertEqual(self.output(got, "output_ids").shape, (1, 0))
         # The server is still up and answers.
         got = self.oip.ModelInfer(self.request("mamba", ids), metadata=self.md(), timeout=30)
         self.assertEqual(self.output(got, "logits").shape, (1, 4096))

@@ -3,7 +3,7 @@
 redis-server (--session_store=redis://, --session_lease_ms), driven by a Python gRPC client.
 
 - split brain: a session held by replica A is UNAVAILABLE on B with A's address in the trailing
-  metadata x-attnserve-session-owner; A is SIGSTOPped past its lease, B takes the session over
+  metadata x-attnserve-session-owner (resume, Infer, GetSession, ExportSession, CloseSession); A is SIGSTOPped past its lease, B takes the session over
   from its last checkpoint and moves it on; after SIGCONT, A's open stream and a new call to A
   are UNAVAILABLE naming B (never a result from A's stale copy), A drops its copy (counted
   lease_lost or its write fenced), and the store holds B's state: a fresh replica resumes it
@@ -101,6 +101,20 @@ class SessionLeaseTest(pct.ServerProcesses, unittest.TestCase):
                 b.stub.Infer(pb.InferRequest(session_id=sid, tokens=[1]), timeout=30)
             self.assertEqual(error.exception.code(), self.grpc.StatusCode.UNAVAILABLE)
             self.assertEqual(self.owner_of(error.exception), a.address)
+            # Every other call about it alike: GetSession (SessionInfo.server is the holder, so
+            # B does not answer for it), ExportSession, CloseSession.
+            for call in (
+                    lambda: b.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=30),
+                    lambda: list(b.stub.ExportSession(
+                        pb.ExportSessionRequest(session_id=sid), timeout=30)),
+                    lambda: b.stub.CloseSession(pb.CloseSessionRequest(session_id=sid),
+                                                timeout=30)):
+                with self.assertRaises(self.grpc.RpcError) as error:
+                    call()
+                self.assertEqual(error.exception.code(), self.grpc.StatusCode.UNAVAILABLE)
+                self.assertEqual(self.owner_of(error.exception), a.address)
+            info = a.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=30)
+            self.assertEqual(info.server.advertise_address, a.address)
 
             # A stream stays open on A across the pause.
             requests = queue.Queue()

@@ -177,7 +177,9 @@ class SessionStoreTest(pct.ServerProcesses, unittest.TestCase):
             info = b.stub.GetSession(pb.GetSessionRequest(session_id=ids[model]), timeout=30)
             self.assertEqual(info.model, model)
             self.assertEqual(info.position, len(p[0]) + len(p[1]))
-            # GetSession reads the store but does not pull the session into memory.
+            # GetSession reads the store but does not pull the session into memory: no
+            # instance holds it (SessionInfo.server unset).
+            self.assertFalse(info.HasField("server"))
             self.assertEqual(b.stub.ListSessions(pb.ListSessionsRequest(), timeout=30).total, i)
             opened, resumed = self.stream(b, pb.StreamOpen(session_id=ids[model]), [
                 self.append(3, p[2]), self.append(4, p[3], generate=6)])

@@ -119,6 +119,46 @@ TEST(PolicyTest, TheDefaultKeepsToTheRepositorysVariantsAndOnlyUnboundedRulesAre
             std::string::npos);
 }
 
+TEST(PolicyTest, TheDefaultServesEveryLengthOfARepositoryOfOneModelOrWithAGap) {
+  const fs::path dir = fs::temp_directory_path() / "attnserve_policy_one_model_test";
+  auto repository_of = [&](std::vector<const char*> names) {
+    fs::remove_all(dir);
+    for (const char* name : names) {
+      auto model = model::BuildDefaultModel(name);
+      EXPECT_TRUE(model.ok());
+      EXPECT_TRUE(model::WriteModelFolder(**model, (dir / name).string()).ok());
+    }
+    return model::ModelRepository::LoadFolder(dir.string());
+  };
+  // One RWKV folder: auto and every length go to it, with no --policy.
+  auto one = repository_of({"rwkv"});
+  ASSERT_TRUE(one.ok()) << one.status();
+  auto policy = Policy::ParseDefault(**one, nullptr);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->Describe(), "[rwkv for streams of unknown length, rwkv at any length]");
+  for (auto [length, stream] : {std::pair<int64_t, bool>{1, false}, {100000, false}, {0, true},
+                                {5000, true}}) {
+    auto d = policy->Choose(length, stream);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->model->name(), "rwkv");
+  }
+  // standard and linformer only: past standard's 4095 tokens, the model that takes the
+  // longest requests (not a RESOURCE_EXHAUSTED gap).
+  auto gap = repository_of({"standard", "linformer"});
+  ASSERT_TRUE(gap.ok()) << gap.status();
+  policy = Policy::ParseDefault(**gap, nullptr);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  const model::Model* longest = (*gap)->models()[0];
+  for (const model::Model* m : (*gap)->models()) {
+    if (m->max_sequence_length() > longest->max_sequence_length()) longest = m;
+  }
+  EXPECT_EQ(policy->rules().back().variant, longest->name());
+  auto d = policy->Choose(5000, false);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->model->name(), longest->name());
+  fs::remove_all(dir);
+}
+
 TEST(PolicyTest, TheDefaultFollowsTheSeedsGuide) {
   auto repository = model::ModelRepository::BuildDefault();
   ASSERT_TRUE(repository.ok());

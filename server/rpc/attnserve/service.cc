@@ -235,13 +235,20 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   inflight_.fetch_add(1);
-  absl::Status submitted = SubmitInfer(context, reactor, request, response, arrival, *caller);
-  if (!submitted.ok()) {
+  auto refuse = [this, context, reactor, request, response, arrival](const absl::Status& status) {
     inflight_.fetch_sub(1);
-    Record("Infer", response->model().empty() ? request->model() : response->model(), submitted,
+    Record("Infer", response->model().empty() ? request->model() : response->model(), status,
            SecondsSince(arrival));
-    reactor->Finish(ToGrpcStatus(submitted, context));
-  }
+    reactor->Finish(ToGrpcStatus(status, context));
+  };
+  // A text prompt is tokenized where the request work pool says (inline when small).
+  absl::Status queued = RunRequestWork(
+      options_.work_pool, caller->client, static_cast<int64_t>(request->text().size()),
+      [this, context, reactor, request, response, arrival, caller = *caller, refuse] {
+        absl::Status submitted = SubmitInfer(context, reactor, request, response, arrival, caller);
+        if (!submitted.ok()) refuse(submitted);
+      });
+  if (!queued.ok()) refuse(queued);
   return reactor;
 }
 
@@ -254,11 +261,15 @@ grpc::ServerUnaryReactor* AttnServeService::GetSession(grpc::CallbackServerConte
     Record("GetSession", "", caller.status(), SecondsSince(arrival));
     return FinishNow(context, caller.status());
   }
+  bool in_memory = false;
   absl::StatusOr<std::shared_ptr<const Session>> session =
-      sessions_.Peek(request->session_id(), *caller);
+      sessions_.Peek(request->session_id(), *caller, &in_memory);
   if (session.ok()) {
     *response = (*session)->Info();
-    *response->mutable_server() = options_.identity;
+    // `server` is the instance holding the session: this one, or none for a session only in
+    // the session store (any replica resumes it). One another replica holds is UNAVAILABLE
+    // naming it (x-attnserve-session-owner), as every other call about it answers.
+    if (in_memory) *response->mutable_server() = options_.identity;
   }
   Record("GetSession", "", session.status(), SecondsSince(arrival));
   return FinishNow(context, OnThisInstance(session.status()));

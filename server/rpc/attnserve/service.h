@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "attnserve/v1/inference.grpc.pb.h"
@@ -16,6 +17,7 @@
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/prefix_cache/prefix_cache.h"
+#include "server/rpc/request_work_pool.h"
 #include "server/rpc/text_requests.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
@@ -52,6 +54,8 @@ struct ServiceOptions {
   // Who is calling (server/security/authenticator.h); borrowed; null: no authentication, every
   // call is the anonymous principal.
   Authenticator* authenticator = nullptr;
+  // Where large requests' text work runs (request_work_pool.h); borrowed; null: inline.
+  RequestWorkPool* work_pool = nullptr;
   // Returned with every session (StreamOpened, SessionInfo) and Infer response, and named in
   // NOT_FOUND for a session this instance does not hold, so that clients route a session's
   // calls to the instance holding it and a misrouted call says where it went.
@@ -121,7 +125,7 @@ class AttnServeService final : public AttnServeBase {
       grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) override;
   grpc::ServerReadReactor<v1::SessionSnapshotChunk>* ImportSession(
       grpc::CallbackServerContext* context, v1::SessionInfo* response) override;
-  // text_rpcs.cc: answered inline (tokenizing is bounded by --max_text_bytes).
+  // text_rpcs.cc: a large text or many ids on the request work pool, a small one inline.
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
@@ -135,6 +139,12 @@ class AttnServeService final : public AttnServeBase {
   class ImportReactor;
 
   absl::Status CheckServing() const;
+  // A unary text RPC (Tokenize, Detokenize; text_rpcs.cc): serving and caller checks inline,
+  // then `work` on the request work pool when `work_bytes` is large, else inline; its status
+  // finishes the call, recorded as `rpc` of `model`.
+  grpc::ServerUnaryReactor* RunTextRpc(grpc::CallbackServerContext* context, const char* rpc,
+                                       const std::string& model, int64_t work_bytes,
+                                       std::function<absl::Status(const Caller&)> work);
   // The caller of a call, or UNAUTHENTICATED (every RPC of the service asks first; health
   // checking is another service and stays open).
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context) const;

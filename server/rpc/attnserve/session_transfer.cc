@@ -35,7 +35,7 @@ class AttnServeService::ExportReactor final
  public:
   ExportReactor(AttnServeService* service, grpc::CallbackServerContext* context,
                 const v1::ExportSessionRequest& request)
-      : service_(service), arrival_(std::chrono::steady_clock::now()) {
+      : service_(service), context_(context), arrival_(std::chrono::steady_clock::now()) {
     service_->inflight_.fetch_add(1);
     chunk_bytes_ = kChunkBytes;
     if (service_->options_.max_message_bytes > 0) {
@@ -103,10 +103,12 @@ class AttnServeService::ExportReactor final
 
   void End(const absl::Status& status) {
     service_->Record("ExportSession", variant_, status, SecondsSince(arrival_));
-    Finish(ToGrpcStatus(status));
+    // A session leased by another replica: its address in x-attnserve-session-owner.
+    Finish(ToGrpcStatus(status, context_));
   }
 
   AttnServeService* const service_;
+  grpc::CallbackServerContext* const context_;
   const std::chrono::steady_clock::time_point arrival_;
   std::string variant_;
   int64_t chunk_bytes_;
@@ -120,7 +122,10 @@ class AttnServeService::ImportReactor final
  public:
   ImportReactor(AttnServeService* service, grpc::CallbackServerContext* context,
                 v1::SessionInfo* response)
-      : service_(service), response_(response), arrival_(std::chrono::steady_clock::now()) {
+      : service_(service),
+        context_(context),
+        response_(response),
+        arrival_(std::chrono::steady_clock::now()) {
     service_->inflight_.fetch_add(1);
     if (absl::Status serving = service_->CheckServing(); !serving.ok()) {
       End(serving);
@@ -176,10 +181,12 @@ class AttnServeService::ImportReactor final
 
   void End(const absl::Status& status) {
     service_->Record("ImportSession", variant_, status, SecondsSince(arrival_));
-    Finish(ToGrpcStatus(status));
+    // A session leased by another replica: its address in x-attnserve-session-owner.
+    Finish(ToGrpcStatus(status, context_));
   }
 
   AttnServeService* const service_;
+  grpc::CallbackServerContext* const context_;
   v1::SessionInfo* const response_;
   const std::chrono::steady_clock::time_point arrival_;
   Caller caller_;

@@ -81,8 +81,15 @@ class AttnServeService::StreamReactor final
       return;  // the fork job's completion continues
     }
     if (kind == v1::StreamRequest::kAppend) {
-      absl::Status submitted = SubmitAppend(request_.append(), arrival);
-      if (!submitted.ok()) Done("StreamAppend", submitted, arrival);
+      // A text is tokenized where the request work pool says (inline when small); nothing more
+      // is read from the stream until the append is done, so appends keep their order.
+      absl::Status queued = RunRequestWork(
+          service_->options_.work_pool, caller_.client,
+          static_cast<int64_t>(request_.append().text().size()), [this, arrival] {
+            absl::Status submitted = SubmitAppend(request_.append(), arrival);
+            if (!submitted.ok()) Done("StreamAppend", submitted, arrival);
+          });
+      if (!queued.ok()) Done("StreamAppend", queued, arrival);
       return;  // the job's completion continues
     }
     absl::Status status = kind == v1::StreamRequest::kOpen    ? Open(request_.open())
@@ -302,8 +309,8 @@ class AttnServeService::StreamReactor final
       return absl::InvalidArgumentError(
           absl::StrCat("sequence_number must start at 1 and grow by one, got ", seq));
     }
-    // Text: tokenized here, on the gRPC thread; a template's tokens (a BOS) only at the start
-    // of a session this stream created.
+    // Text: tokenized here (a gRPC thread for a small text, else the request work pool's); a
+    // template's tokens (a BOS) only at the start of a session this stream created.
     std::vector<int64_t> text_ids;
     at::Tensor tokens;
     if (!append.text().empty()) {

@@ -152,11 +152,14 @@ absl::Status OipService::Submit(Call call) {
   }
   const std::string model_name = job->model->name();
   const std::string request_id = request.id();
+  // Set just before the job is queued: arrival to there is the statistics' compute_input.
+  auto input_seconds = std::make_shared<double>(0);
   job->on_done = [this, parsed, session, decision, reason, model_name, request_id, generation,
-                  groups, wants_text, on_token = call.on_token, caller = call.caller,
-                  arrival = call.arrival, streamed = call.tokens_streamed,
+                  groups, wants_text, input_seconds, on_token = call.on_token,
+                  caller = call.caller, arrival = call.arrival, streamed = call.tokens_streamed,
                   done = std::move(call.done)](const absl::Status& finished,
                                                scheduler::JobResult result) {
+    const auto output_start = std::chrono::steady_clock::now();
     // A last, shorter group goes before the final response.
     if (groups != nullptr && on_token && !groups->group().tokens.empty()) {
       const GeneratedTokenGroups::Group& group = groups->group();
@@ -175,7 +178,12 @@ absl::Status OipService::Submit(Call call) {
         status = AddLogits(result.output, parsed->raw, &response);
       } else if (o == OutputName::kOutputIds && !streamed) {
         AddOutputIds(result.generated, parsed->raw, &response);
-      } else if (o == OutputName::kTextOutput && !streamed && generation != nullptr) {
+      } else if (o == OutputName::kTextOutput && !streamed) {
+        // Without max_tokens nothing was generated: one empty text.
+        if (generation == nullptr) {
+          AddTextOutput({std::string()}, parsed->raw, &response);
+          continue;
+        }
         if (generation->stop_reason() == text::StopReason::kNone) generation->Finish();
         AddTextOutput({generation->text()}, parsed->raw, &response);
       }
@@ -199,14 +207,38 @@ absl::Status OipService::Submit(Call call) {
                                                      : "named";
       options_.metrics->RecordPolicyDecision(model_name, rule);
     }
-    statistics_.Record(model_name, status.ok(), SecondsSince(arrival), result.queue_seconds,
-                       result.compute_seconds);
+    statistics_.Record(model_name, status.ok(),
+                       {SecondsSince(arrival), *input_seconds, result.queue_seconds,
+                        result.compute_seconds, SecondsSince(output_start)});
     done(status, std::move(response));
   };
   const std::string session_id = session != nullptr ? session->id() : "";
+  *input_seconds = SecondsSince(call.arrival);
   absl::Status submitted = scheduler_.Submit(std::move(job));
   if (!submitted.ok() && created) sessions_.Close(session_id, call.caller).IgnoreError();
   return submitted;
+}
+
+void OipService::Dispatch(Call call, std::function<void(const absl::Status&)> refused) {
+  // The request's text and raw bytes: what tokenizing and parsing it costs.
+  int64_t bytes = 0;
+  for (const std::string& raw : call.request->raw_input_contents()) {
+    bytes += static_cast<int64_t>(raw.size());
+  }
+  for (const auto& input : call.request->inputs()) {
+    for (const std::string& b : input.contents().bytes_contents()) {
+      bytes += static_cast<int64_t>(b.size());
+    }
+  }
+  const std::string client = call.caller.client;
+  auto pending = std::make_shared<Call>(std::move(call));
+  absl::Status queued =
+      RunRequestWork(options_.work_pool, client, bytes, [this, pending, refused] {
+        if (absl::Status submitted = Submit(std::move(*pending)); !submitted.ok()) {
+          refused(submitted);
+        }
+      });
+  if (!queued.ok()) refused(queued);
 }
 
 }  // namespace attnserve::server::oip

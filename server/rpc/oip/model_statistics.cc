@@ -16,22 +16,27 @@ void Add(inference::StatisticDuration* d, uint64_t ns) {
 
 }  // namespace
 
-void ModelStatisticsTable::Record(const std::string& model, bool ok, double total_seconds,
-                                  double queue_seconds, double compute_seconds) {
+void ModelStatisticsTable::Record(const std::string& model, bool ok, const Durations& d) {
   absl::MutexLock lock(&mu_);
   inference::ModelStatistics& s = stats_[model];
   inference::InferStatistics* infer = s.mutable_inference_stats();
   if (!ok) {
-    Add(infer->mutable_fail(), Nanos(total_seconds));
+    Add(infer->mutable_fail(), Nanos(d.total));
     return;
   }
-  // Parts never exceed the whole: the queue and compute times are measured inside it.
-  const uint64_t total = Nanos(total_seconds);
-  const uint64_t queue = std::min(Nanos(queue_seconds), total);
-  const uint64_t compute = std::min(Nanos(compute_seconds), total - queue);
+  // Parts never exceed the whole: each is measured inside it, and clamped to what is left.
+  const uint64_t total = Nanos(d.total);
+  uint64_t left = total;
+  auto part = [&left](double seconds) {
+    const uint64_t ns = std::min(Nanos(seconds), left);
+    left -= ns;
+    return ns;
+  };
   Add(infer->mutable_success(), total);
-  Add(infer->mutable_queue(), queue);
-  Add(infer->mutable_compute_infer(), compute);
+  Add(infer->mutable_compute_input(), part(d.input));
+  Add(infer->mutable_queue(), part(d.queue));
+  Add(infer->mutable_compute_infer(), part(d.compute));
+  Add(infer->mutable_compute_output(), part(d.output));
   s.set_inference_count(s.inference_count() + 1);
   s.set_execution_count(s.execution_count() + 1);
   s.set_last_inference(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())));

@@ -16,8 +16,9 @@
 // one session of the caller (sequences.h); a continuing request of an unknown sequence is
 // INVALID_ARGUMENT, as Triton answers it.
 //
-// Threads: handlers parse, check and submit on gRPC's threads and return; the job's hooks run
-// on the scheduler's thread and finish the call (as server/rpc/attnserve/ does).
+// Threads: handlers parse, check and submit on gRPC's threads and return (a request with a
+// large text_input or raw contents on the request work pool's, request_work_pool.h); the job's
+// hooks run on the scheduler's thread and finish the call (as server/rpc/attnserve/ does).
 #pragma once
 
 #include <atomic>
@@ -32,6 +33,7 @@
 #include "server/policy.h"
 #include "server/rpc/oip/infer_request.h"
 #include "server/rpc/oip/model_statistics.h"
+#include "server/rpc/request_work_pool.h"
 #include "server/rpc/text_requests.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
@@ -50,6 +52,9 @@ struct OipOptions {
   std::string server_version;              // ServerMetadata.version
   ServerMetrics* metrics = nullptr;        // borrowed; null: no metrics
   Authenticator* authenticator = nullptr;  // borrowed; null: no authentication
+  // Where a large text_input is tokenized (server/rpc/request_work_pool.h); borrowed; null:
+  // on the gRPC thread.
+  RequestWorkPool* work_pool = nullptr;
 };
 
 class OipService final : public inference::GRPCInferenceService::CallbackService {
@@ -121,6 +126,10 @@ class OipService final : public inference::GRPCInferenceService::CallbackService
     std::function<void(const absl::Status&, inference::ModelInferResponse)> done;
   };
   absl::Status Submit(Call call);
+  // Submit where the request work pool says: inline for a small request, else on a pool
+  // thread in the caller's turn (a large text_input is tokenized there, not on gRPC's thread).
+  // `refused` gets Submit's error, or the pool's, exactly once when nothing was submitted.
+  void Dispatch(Call call, std::function<void(const absl::Status&)> refused);
 
   // NOT_FOUND for an unknown model or a version other than "" and "1"; "auto" goes through
   // the policy in Submit, not here.

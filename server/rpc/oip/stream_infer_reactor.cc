@@ -68,12 +68,12 @@ class OipService::StreamReactor final
       absl::MutexLock lock(&mu_);
       busy_ = true;
     }
-    if (absl::Status submitted = service_->Submit(std::move(call)); !submitted.ok()) {
+    service_->Dispatch(std::move(call), [this](const absl::Status& refused) {
       inference::ModelInferResponse response;
       response.set_model_name(request_.model_name());
       response.set_id(request_.id());
-      Answer(submitted, std::move(response));
-    }
+      Answer(refused, std::move(response));
+    });
   }
 
   void OnWriteDone(bool ok) override {
