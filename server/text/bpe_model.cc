@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/text/byte_level.h"
+#include "server/text/merge_queue.h"
 #include "server/text/utf8.h"
 
 namespace attnserve::server::text {
@@ -166,44 +167,60 @@ void BpeModel::MergePiece(absl::string_view piece, std::vector<int32_t>* ids) co
     if (n > 0) symbols[n - 1].next = n;
   }
 
-  // Candidate merges, lowest rank first, then leftmost.
-  struct Candidate {
-    int32_t rank;
-    int32_t pos;
-    int32_t id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
+  // The merge of a pair, through a small per-thread cache in front of the table: a long piece
+  // asks for the same few thousand pairs again and again (random letters: a million lookups
+  // of a table of up to 280K merges, most of them misses in the CPU's caches otherwise).
+  struct PairCache {
+    struct Slot {
+      uint64_t key = ~uint64_t{0};  // PairKey of ids >= 0 is never all ones
+      Merge merge;                  // rank -1: no merge
+    };
+    uint64_t serial = 0;
+    Slot slots[4096];
   };
-  thread_local std::vector<Candidate> heap;
-  heap.clear();
-  const auto later = [](const Candidate& x, const Candidate& y) { return x > y; };
+  thread_local PairCache pairs;
+  if (pairs.serial != serial_) {
+    for (PairCache::Slot& slot : pairs.slots) slot.key = ~uint64_t{0};
+    pairs.serial = serial_;
+  }
+  const auto merge_of = [&](int32_t left_id, int32_t right_id) -> Merge {
+    const uint64_t key = PairKey(left_id, right_id);
+    PairCache::Slot& slot = pairs.slots[(key * 0x9E3779B97F4A7C15ull) >> 52];
+    if (slot.key != key) {
+      const auto it = merges_.find(key);
+      slot.key = key;
+      slot.merge = it == merges_.end() ? Merge{-1, -1} : it->second;
+    }
+    return slot.merge;
+  };
+  // Candidate merges, lowest rank first, then leftmost (merge_queue.h).
+  thread_local MergeQueue queue;
+  queue.Clear();
   const auto consider = [&](int32_t left) {
     if (left < 0) return;
     const int32_t right = symbols[left].next;
     if (right < 0 || symbols[left].id < 0 || symbols[right].id < 0) return;
-    const auto it = merges_.find(PairKey(symbols[left].id, symbols[right].id));
-    if (it == merges_.end()) return;
-    heap.push_back(Candidate{it->second.rank, left, it->second.id});
-    std::push_heap(heap.begin(), heap.end(), later);
+    const Merge m = merge_of(symbols[left].id, symbols[right].id);
+    if (m.rank < 0) return;
+    queue.Push(MergeQueue::Key(m.rank, left), m.id);
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    const Candidate c = heap.back();
-    heap.pop_back();
-    Symbol& left = symbols[c.pos];
+  while (!queue.Empty()) {
+    const MergeQueue::Entry c = queue.Pop();
+    const int32_t pos = MergeQueue::Position(c.key);
+    Symbol& left = symbols[pos];
     if (left.size == 0 || left.next < 0) continue;
     Symbol& right = symbols[left.next];
-    const auto it = merges_.find(PairKey(left.id, right.id));
-    if (it == merges_.end() || it->second.id != c.id) continue;  // stale: a neighbour changed
+    // Stale when a neighbour changed and the pair there now merges into another token (or
+    // none): Hugging Face's check, exactly.
+    if (merge_of(left.id, right.id).id != c.id) continue;
     left.id = c.id;
     left.size += right.size;
     right.size = 0;
     left.next = right.next;
-    if (left.next >= 0) symbols[left.next].prev = c.pos;
+    if (left.next >= 0) symbols[left.next].prev = pos;
     consider(left.prev);
-    consider(c.pos);
+    consider(pos);
   }
 
   bool last_unk = false;

@@ -2,7 +2,8 @@
 // merges. A piece is split into characters (bytes for a byte-level vocabulary, else code
 // points), then the adjacent pair of lowest rank is merged, leftmost first, until no pair has
 // a merge: the same greedy order as Hugging Face's tokenizers (Rust and JavaScript), in
-// O(n log n) for a piece of n characters (a heap of candidate merges, checked when popped).
+// O(n log n) for a piece of n characters (a queue of candidate merges, merge_queue.h, each
+// checked when popped).
 // Immutable after Build: Encode may run on many threads at once.
 #pragma once
 

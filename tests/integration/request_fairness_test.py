@@ -157,7 +157,9 @@ class RequestFairnessTest(common.ServerProcesses, unittest.TestCase):
         idle, loaded, answered = pooled
         self.assertGreater(answered, 0)
         for kind in idle:
-            self.assertLessEqual(loaded[kind][0], 3 * idle[kind][0],
+            # Within 3x of its idle median; a median under 0.3 ms counts as 0.3 ms (loopback
+            # gRPC's own jitter is of that order).
+            self.assertLessEqual(loaded[kind][0], 3 * max(idle[kind][0], 0.3),
                                  "%s: median %.2f ms during the flood, %.2f ms alone" % (
                                      kind, loaded[kind][0], idle[kind][0]))
 

@@ -72,6 +72,11 @@ def hostile(added_tokens, rng):
     pool = list(pool)
     for _ in range(300):
         t.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 60))))
+    # Long pieces (one BPE piece of tens of thousands of characters: the merge queue's deep
+    # buckets): random letters without a space, one letter repeated, two alternating, CJK.
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    t += ["".join(rng.choice(letters) for _ in range(n)) for n in (3000, 40000)]
+    t += ["a" * 30001, "ab" * 15000, "".join(chr(rng.randrange(0x4E00, 0x9FA0)) for _ in range(8000))]
     return t
 
 
