@@ -21,7 +21,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
@@ -70,14 +69,7 @@ def median_ms(fn, n=SAMPLES):
 class RequestFairnessTest(common.ServerProcesses, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="attnserve_fairness_")
-        common.generate_stubs(common.ARGS.source_dir, cls.tmp)
-        import grpc
-        from attnserve.v1 import inference_pb2, inference_pb2_grpc
-        cls.grpc, cls.pb, cls.pb_grpc = grpc, inference_pb2, inference_pb2_grpc
-        build = os.path.abspath(common.ARGS.build_dir)
-        cls.binary = os.path.join(build, "server", "attnserve-server")
-        cls.repo = os.path.join(cls.tmp, "models")
+        text_test.prepare_class(cls, "attnserve_fairness_")
         text_test.write_attention_folder(os.path.join(cls.repo, "neox"), text_test.NEOX_VOCAB, 1,
                                          text_test.neox_tokenizer(common.ARGS.source_dir))
         rng = random.Random(54)

@@ -114,17 +114,25 @@ def complete_prefix(b):
     return len(b)
 
 
+def prepare_class(cls, prefix):
+    """What a text test class starts from: a temporary folder with the gRPC stubs (cls.tmp),
+    the grpc module and stubs (cls.grpc, cls.pb, cls.pb_grpc), the server binary and a model
+    repository folder to fill (cls.repo)."""
+    cls.tmp = tempfile.mkdtemp(prefix=prefix)
+    common.generate_stubs(common.ARGS.source_dir, cls.tmp)
+    import grpc
+    from attnserve.v1 import inference_pb2, inference_pb2_grpc
+    cls.grpc, cls.pb, cls.pb_grpc = grpc, inference_pb2, inference_pb2_grpc
+    build = os.path.abspath(common.ARGS.build_dir)
+    cls.binary = os.path.join(build, "server", "attnserve-server")
+    cls.repo = os.path.join(cls.tmp, "models")
+
+
 class TextTest(common.ServerProcesses, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="attnserve_text_")
-        common.generate_stubs(common.ARGS.source_dir, cls.tmp)
-        import grpc
-        from attnserve.v1 import inference_pb2, inference_pb2_grpc
-        cls.grpc, cls.pb, cls.pb_grpc = grpc, inference_pb2, inference_pb2_grpc
+        prepare_class(cls, "attnserve_text_")
         build = os.path.abspath(common.ARGS.build_dir)
-        cls.binary = os.path.join(build, "server", "attnserve-server")
-        cls.repo = os.path.join(cls.tmp, "models")
         cls.neox_json = neox_tokenizer(common.ARGS.source_dir)
         write_attention_folder(os.path.join(cls.repo, "neox"), NEOX_VOCAB, 1, cls.neox_json, eos=0)
         write_attention_folder(os.path.join(cls.repo, "ids_only"), 300, 2)
@@ -132,9 +140,9 @@ class TextTest(common.ServerProcesses, unittest.TestCase):
                         "--models=mamba", "--out=" + cls.repo], check=True, capture_output=True)
         cls.server = common.Server(cls.binary, "--model_repository=" + cls.repo,
                                    "--policy=neox:2047", "--max_text_bytes=300000")
-        cls.channel = grpc.insecure_channel(cls.server.target)
-        grpc.channel_ready_future(cls.channel).result(timeout=30)
-        cls.stub = inference_pb2_grpc.AttnServeStub(cls.channel)
+        cls.channel = cls.grpc.insecure_channel(cls.server.target)
+        cls.grpc.channel_ready_future(cls.channel).result(timeout=30)
+        cls.stub = cls.pb_grpc.AttnServeStub(cls.channel)
 
     @classmethod
     def tearDownClass(cls):
