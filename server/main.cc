@@ -404,6 +404,8 @@ int main(int argc, char** argv) {
   metrics.InitializeRequestSeries(sources.variants);
   sources.inflight = inflight;
   sources.queue_depth = [&scheduler] { return scheduler.waiting_jobs(); };
+  sources.request_work_queued = [&work_pool] { return work_pool.queued(); };
+  sources.request_work_ran = [&work_pool] { return work_pool.ran_on_pool(); };
   sources.prefix_cache = &prefix_cache;
   metrics.SetSources(std::move(sources));
   // Before the server starts: a SIGTERM from then on drains rather than kills.

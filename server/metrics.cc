@@ -121,6 +121,16 @@ class ServerMetrics::Collector final : public prometheus::Collectable {
                            prometheus::MetricType::Gauge,
                            {GaugeValue(static_cast<double>(sources_.queue_depth()))}));
     }
+    if (sources_.request_work_queued) {
+      out.push_back(OneGauge("attnserve_request_work_queued",
+                             "Large requests waiting for the request work pool (tokenizing).",
+                             static_cast<double>(sources_.request_work_queued())));
+    }
+    if (sources_.request_work_ran) {
+      out.push_back(OneCounter("attnserve_request_work_total",
+                               "Large requests the request work pool ran.",
+                               static_cast<double>(sources_.request_work_ran())));
+    }
     if (const PrefixCache* cache = sources_.prefix_cache; cache != nullptr) {
       out.push_back(OneGauge("attnserve_prefix_cache_bytes",
                              "Bytes of model states the prefix cache holds.",

@@ -36,6 +36,9 @@
 //       (kernels/common/huge_page_buffer.h)
 //   attnserve_inflight_requests, attnserve_queue_depth      gauges (queue: requests submitted to
 //       the scheduler that have not computed yet: waiting for their session or a batch)
+//   attnserve_request_work_queued                      gauge: large requests waiting for the
+//       request work pool (their text to be tokenized; server/rpc/request_work_pool.h)
+//   attnserve_request_work_total                       counter: large requests it ran
 //   attnserve_load_queued_requests, attnserve_load_running_sessions, attnserve_load_state_bytes,
 //   attnserve_load_state_budget_bytes, attnserve_load_state_usage_ratio   gauges, one per
 //       replica: the load signals for routers and endpoint pickers (README: Load signals)
@@ -68,6 +71,8 @@ class ServerMetrics {
     std::vector<std::string> variants;  // reported at 0 when they hold no session
     std::function<int64_t()> inflight;
     std::function<int64_t()> queue_depth;
+    std::function<int64_t()> request_work_queued;  // request_work_pool.h
+    std::function<int64_t()> request_work_ran;
     const PrefixCache* prefix_cache = nullptr;
   };
 

@@ -17,12 +17,14 @@ Usage: request_fairness_test.py --build-dir BUILD --source-dir SOURCE
 """
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import python_client_test as common  # noqa: E402
@@ -129,10 +131,22 @@ class RequestFairnessTest(common.ServerProcesses, unittest.TestCase):
                     proc.wait(timeout=120)
                     with open(count) as f:
                         answered += int(f.read())
+            self.pooled = self.metric(server, "attnserve_request_work_total")
             return idle, loaded, answered
         finally:
             channel.close()
             server.kill()
+
+    @staticmethod
+    def metric(server, name):
+        """A metric's value from the server's /metrics (its port as the server printed it)."""
+        port = re.search(r"metrics on [\d.]+:(\d+)", server.output())
+        with urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port.group(1),
+                                    timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+        return None
 
     def test_four_clients_of_1_mib_texts_do_not_slow_a_small_request(self):
         baseline = self.measure("--request_work_threads=0")
@@ -148,6 +162,8 @@ class RequestFairnessTest(common.ServerProcesses, unittest.TestCase):
                     loaded[kind][0] / idle[kind][0]))
         idle, loaded, answered = pooled
         self.assertGreater(answered, 0)
+        # The flood's texts (all above the inline 4 KiB) ran on the pool, and the metric says so.
+        self.assertGreaterEqual(self.pooled, answered)
         for kind in idle:
             # Within 3x of its idle median; a median under 0.3 ms counts as 0.3 ms (loopback
             # gRPC's own jitter is of that order).
