@@ -245,6 +245,10 @@ grpc::ServerUnaryReactor* AttnServeService::Infer(grpc::CallbackServerContext* c
   absl::Status queued = RunRequestWork(
       options_.work_pool, caller->client, static_cast<int64_t>(request->text().size()),
       [this, context, reactor, request, response, arrival, caller = *caller, refuse] {
+        if (context->IsCancelled()) {  // gone while its text waited: no tokenizing
+          refuse(absl::CancelledError("the call was cancelled"));
+          return;
+        }
         absl::Status submitted = SubmitInfer(context, reactor, request, response, arrival, caller);
         if (!submitted.ok()) refuse(submitted);
       });

@@ -86,7 +86,10 @@ class AttnServeService::StreamReactor final
       absl::Status queued = RunRequestWork(
           service_->options_.work_pool, caller_.client,
           static_cast<int64_t>(request_.append().text().size()), [this, arrival] {
-            absl::Status submitted = SubmitAppend(request_.append(), arrival);
+            absl::Status submitted =
+                cancelled_.load() || context_->IsCancelled()
+                    ? absl::CancelledError("the stream was cancelled")  // no tokenizing then
+                    : SubmitAppend(request_.append(), arrival);
             if (!submitted.ok()) Done("StreamAppend", submitted, arrival);
           });
       if (!queued.ok()) Done("StreamAppend", queued, arrival);

@@ -33,9 +33,13 @@ grpc::ServerUnaryReactor* AttnServeService::RunTextRpc(
     finish(caller.status());
     return reactor;
   }
-  absl::Status queued =
-      RunRequestWork(options_.work_pool, caller->client, work_bytes,
-                     [finish, work = std::move(work), caller = *caller] { finish(work(caller)); });
+  absl::Status queued = RunRequestWork(
+      options_.work_pool, caller->client, work_bytes,
+      [context, finish, work = std::move(work), caller = *caller] {
+        // A client gone while its text waited costs no tokenizing.
+        finish(context->IsCancelled() ? absl::CancelledError("the call was cancelled")
+                                      : work(caller));
+      });
   if (!queued.ok()) finish(queued);
   return reactor;
 }

@@ -234,6 +234,12 @@ void OipService::Dispatch(Call call, std::function<void(const absl::Status&)> re
   auto pending = std::make_shared<Call>(std::move(call));
   absl::Status queued =
       RunRequestWork(options_.work_pool, client, bytes, [this, pending, refused] {
+        const bool gone = pending->context->IsCancelled() ||
+                          (pending->cancelled && pending->cancelled());
+        if (gone) {  // the client left while its request waited: no tokenizing
+          refused(absl::CancelledError("the call was cancelled"));
+          return;
+        }
         if (absl::Status submitted = Submit(std::move(*pending)); !submitted.ok()) {
           refused(submitted);
         }
