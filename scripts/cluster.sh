@@ -50,6 +50,8 @@ while [[ $# -gt 0 ]]; do
 done
 
 die() { echo "cluster: $*" >&2; exit 1; }
+# Gateway j's ports (P+90+j, P+80+j) stay below the stats port and Redis (P+98, P+99).
+[[ "$gateways" =~ ^[1-7]$ ]] || die "--gateways must be 1 to 7"
 [[ "$build_dir" == /* ]] || build_dir="$ROOT/$build_dir"
 # Whether the process of pid file $1 runs (a zombie that no init reaps does not count).
 alive() {

@@ -58,6 +58,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContextBase* c
   if (std::optional<std::string> owner = LeaseOwnerOf(status);
       owner.has_value() && !owner->empty() && context != nullptr) {
     context->AddTrailingMetadata(kSessionOwnerMetadata, *owner);
+    if (std::optional<std::string> id = LeaseSessionOf(status); id.has_value()) {
+      context->AddTrailingMetadata(kHeldSessionMetadata, *id);
+    }
   }
   return ToGrpcStatus(status);
 }

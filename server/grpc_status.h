@@ -15,7 +15,8 @@ namespace attnserve::server {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 // The same, for a call that finishes with it on `context`: a session leased by another replica
 // (sessions/session_lease.h) also puts that replica's address in the trailing metadata
-// x-attnserve-session-owner, for a router or client to retry there.
+// x-attnserve-session-owner, for a router or client to retry there (and, for a session held
+// elsewhere, the session's id in x-attnserve-held-session).
 grpc::Status ToGrpcStatus(const absl::Status& status, grpc::ServerContextBase* context);
 
 // "OK", "INVALID_ARGUMENT", ... as gRPC spells the codes (for metric labels and logs).

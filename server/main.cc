@@ -342,7 +342,7 @@ int main(int argc, char** argv) {
   server::RequestWorkOptions work_options;
   work_options.threads = absl::GetFlag(FLAGS_request_work_threads);
   if (work_options.threads < 0) {
-    work_options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    work_options.threads = cores.cores;  // the cores this process may use (cpu_share.h)
   }
   work_options.inline_bytes = absl::GetFlag(FLAGS_request_work_inline_bytes);
   work_options.max_queued_per_client = absl::GetFlag(FLAGS_max_request_work_per_client);

@@ -11,7 +11,8 @@ ABSL_FLAG(int, max_stop_strings, 16, "Most stop strings one generate may give.")
 ABSL_FLAG(int, max_stop_string_bytes, 256, "Longest stop string, in bytes.");
 ABSL_FLAG(int, request_work_threads, -1,
           "Threads that tokenize large requests (server/rpc/request_work_pool.h), off the "
-          "threads that answer calls, in turn between clients. -1: one a core; 0: no pool, "
+          "threads that answer calls, in turn between clients. -1: one for each core the process "
+          "may use (its affinity and CPU quota); 0: no pool, "
           "every request's text is tokenized on the gRPC thread that received it.");
 ABSL_FLAG(int64_t, request_work_inline_bytes, 4096,
           "A request with at most this many bytes of text (or of ids, 8 an id) is tokenized "

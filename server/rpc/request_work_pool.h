@@ -18,6 +18,12 @@
 // the pool at most `max_queued`. The threads run at a lower CPU priority (`nice`, Linux), so
 // while they are busy the gRPC threads and the scheduler's still get the cores they need.
 //
+// The work goes on past the tokenizing on the same thread (the session's lookup, the
+// scheduler's Submit, a store's read): short critical sections, which a preempted low-priority
+// thread can hold for a few milliseconds at most while the cores are saturated (the waiter
+// sleeps, which frees a core for it). Each thread keeps its tokenizer buffers (thread_local,
+// bpe_model.cc) at their peak size: a few tens of MB after a 1 MiB piece.
+//
 // Threads: Run from any thread; the work runs on the caller's thread or one of the pool's.
 // Work must not block on other queued work. The destructor runs what is still queued, then
 // joins: destroy the pool after the gRPC server has shut down.

@@ -11,6 +11,7 @@ namespace {
 // The payload's type URL: what carries the owner's address inside an absl::Status.
 constexpr char kOwnerPayload[] = "type.attnserve/session_owner";
 constexpr char kLostPayload[] = "type.attnserve/lease_lost";
+constexpr char kSessionPayload[] = "type.attnserve/held_session";
 
 absl::Status WithOwner(absl::Status status, const std::string& owner_address) {
   status.SetPayload(kOwnerPayload, absl::Cord(owner_address));
@@ -20,13 +21,15 @@ absl::Status WithOwner(absl::Status status, const std::string& owner_address) {
 }  // namespace
 
 absl::Status LeaseHeldElsewhere(const std::string& id, const std::string& owner_address) {
-  return WithOwner(absl::UnavailableError(absl::StrCat(
+  absl::Status status = WithOwner(absl::UnavailableError(absl::StrCat(
                        "session '", id, "' is held by another replica",
                        owner_address.empty() ? std::string(" (which advertises no address)")
                                              : absl::StrCat(" at ", owner_address),
                        "; retry there (trailing metadata ", kSessionOwnerMetadata,
                        "), or here once its lease has expired")),
                    owner_address);
+  status.SetPayload(kSessionPayload, absl::Cord(id));
+  return status;
 }
 
 absl::Status LeaseLost(const std::string& id, const std::string& owner_address) {
@@ -44,6 +47,12 @@ std::optional<std::string> LeaseOwnerOf(const absl::Status& status) {
   const auto owner = status.GetPayload(kOwnerPayload);
   if (!owner.has_value()) return std::nullopt;
   return std::string(*owner);
+}
+
+std::optional<std::string> LeaseSessionOf(const absl::Status& status) {
+  const auto id = status.GetPayload(kSessionPayload);
+  if (!id.has_value()) return std::nullopt;
+  return std::string(*id);
 }
 
 bool IsLeaseLost(const absl::Status& status) { return status.GetPayload(kLostPayload).has_value(); }

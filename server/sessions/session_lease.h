@@ -27,6 +27,9 @@ namespace attnserve::server {
 // The trailing metadata key that carries a session's holder's advertised address with
 // UNAVAILABLE (a router or client retries there).
 inline constexpr char kSessionOwnerMetadata[] = "x-attnserve-session-owner";
+// Sent with it: the session the owner holds (the id the answer is about), so that a gateway
+// learns the holder of that session only, whatever header the request carried.
+inline constexpr char kHeldSessionMetadata[] = "x-attnserve-held-session";
 
 // UNAVAILABLE: session `id` is leased by the replica advertised as `owner_address` (empty when
 // it advertises none); the address travels as a payload (LeaseOwnerOf).
@@ -37,6 +40,8 @@ absl::Status LeaseHeldElsewhere(const std::string& id, const std::string& owner_
 absl::Status LeaseLost(const std::string& id, const std::string& owner_address);
 // The owner's address carried by one of the two errors above; nullopt for any other status.
 std::optional<std::string> LeaseOwnerOf(const absl::Status& status);
+// The session id LeaseHeldElsewhere's status is about; nullopt for any other status.
+std::optional<std::string> LeaseSessionOf(const absl::Status& status);
 // Whether `status` is LeaseLost's.
 bool IsLeaseLost(const absl::Status& status);
 

@@ -207,15 +207,26 @@ absl::StatusOr<std::shared_ptr<const Session>> SessionTable::Peek(const std::str
                                                                   bool* in_memory) {
   if (absl::Status valid = ValidateSessionId(id); !valid.ok()) return valid;
   if (in_memory != nullptr) *in_memory = false;
+  std::shared_ptr<Session> found;
   {
     const Shard& shard = ShardFor(id);
     absl::MutexLock lock(&shard.mu);
     auto it = shard.sessions.find(id);
     if (it != shard.sessions.end()) {
       if (!caller.CanAccess(it->second->owner())) return NoSession(id);
-      if (in_memory != nullptr) *in_memory = true;
-      return std::shared_ptr<const Session>(it->second);
+      found = it->second;
     }
+  }
+  if (found != nullptr) {
+    // A copy whose lease is not known fresh (this replica paused past it) may be stale: asked
+    // as Get asks, without taking the lease.
+    if (persistence_ != nullptr && !persistence_->LeaseFresh(id)) {
+      if (absl::Status elsewhere = persistence_->CheckNotLeasedElsewhere(id); !elsewhere.ok()) {
+        return elsewhere;
+      }
+    }
+    if (in_memory != nullptr) *in_memory = true;
+    return std::shared_ptr<const Session>(found);
   }
   if (persistence_ != nullptr) {
     if (absl::Status elsewhere = persistence_->CheckNotLeasedElsewhere(id); !elsewhere.ok()) {

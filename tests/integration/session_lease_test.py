@@ -113,6 +113,9 @@ class SessionLeaseTest(pct.ServerProcesses, unittest.TestCase):
                     call()
                 self.assertEqual(error.exception.code(), self.grpc.StatusCode.UNAVAILABLE)
                 self.assertEqual(self.owner_of(error.exception), a.address)
+                # And which session that holder holds (what a gateway keys its route by).
+                self.assertIn(("x-attnserve-held-session", sid),
+                              list(error.exception.trailing_metadata() or ()))
             info = a.stub.GetSession(pb.GetSessionRequest(session_id=sid), timeout=30)
             self.assertEqual(info.server.advertise_address, a.address)
 

@@ -23,8 +23,11 @@ grpc::ServerUnaryReactor* AttnServeService::RunTextRpc(
     int64_t work_bytes, std::function<absl::Status(const Caller&)> work) {
   const auto arrival = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // Counted in flight until answered, so that a drain waits for a text on the pool.
+  inflight_.fetch_add(1);
   auto finish = [this, reactor, rpc, model, arrival](const absl::Status& status) {
     Record(rpc, model, status, SecondsSince(arrival));
+    inflight_.fetch_sub(1);
     reactor->Finish(ToGrpcStatus(status));
   };
   absl::Status admitted = CheckServing();
