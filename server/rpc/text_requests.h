@@ -2,9 +2,11 @@
 // ids, tensors and GenerationText out): prompts given as text, the policy's choice for a text,
 // and a generation's stop conditions and text pieces (server/text/generation_text.h).
 //
-// Threads: called on gRPC threads (tokenizing never runs on the scheduler's thread). A text is
-// refused above TextLimits::max_text_bytes before any work, and tokenizing stops as soon as it
-// passes the token limit: one request costs at most ~max_text_bytes / (tens of MB/s).
+// Threads: called on a gRPC thread for a small text, on the request work pool's for a large
+// one (request_work_pool.h); never on the scheduler's thread. A text is refused above
+// TextLimits::max_text_bytes before any work, and tokenizing stops as soon as it passes the
+// token limit: one request costs at most ~175 ms of one core per MiB (a 1 MiB word without a
+// space, bench/tokenizer_worst_case.py; prose: ~27 ms).
 #pragma once
 
 #include <ATen/core/Tensor.h>
