@@ -151,8 +151,8 @@ absl::StatusOr<Policy> Policy::ParseDefault(const model::ModelRepository& reposi
         longest = m;
       }
     }
-    auto last_bounded = std::find_if(kept.rbegin(), kept.rend(),
-                                     [](const PolicyRule& r) { return !r.unbounded; });
+    auto last_bounded =
+        std::find_if(kept.rbegin(), kept.rend(), [](const PolicyRule& r) { return !r.unbounded; });
     if (last_bounded != kept.rend() && last_bounded->variant == longest->name()) {
       last_bounded->max_tokens = 0;  // its bound lifted rather than a second rule
     } else {

@@ -19,7 +19,8 @@
 // Cost: with THP `defrag=madvise` the kernel may compact memory synchronously at an advised
 // fault. Measured here: a prefix-cache hit's 8 MB copy took 6-7 ms through this buffer against
 // 8-9 ms as a heap clone (one run, loaded machine), but 15 ms once when every hit's copy was
-// forced through it with its size rounded up to whole huge pages (issue #24). The rounding is not done for that reason.
+// forced through it with its size rounded up to whole huge pages (issue #24). The rounding is not
+// done for that reason.
 //
 // Mappings: one per buffer. The kernel's limit (vm.max_map_count, 65530 by default) is far above
 // what the state budget and the prefix cache's bound allow in buffers of 2 MiB or more (8 GiB

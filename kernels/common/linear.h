@@ -25,8 +25,9 @@
 // Int8Gemm, which quantizes each row of x per block of 32 too and multiplies in integers
 // (AVX512-VNNI, else AVX-VNNI, else AVX2, else scalar: the same bits), batch-invariant like the
 // float kernels; prefill chunks 64 rows at a time (DotRowTiles: vpdpbusd does four times the
-// FMA's multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md), so that every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in`
-// is not a multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
+// FMA's multiply-adds; pp512 on mamba-130m 746 -> 1057-1169 tok/s, docs/benchmarks.md), so that
+// every row, prefilled or stepped, is quantized and multiplied alike. A W whose `in` is not a
+// multiple of 32 (mamba's dt_proj) stays float32, as llama.cpp keeps such tensors wider.
 //
 // Memory: a LinearWeight keeps one matrix, in its format: float32 or bfloat16 panels (the last
 // panel padded to 32 rows) or int8 with its scales (a little over a quarter of float32).

@@ -1,7 +1,5 @@
 #include "server/model/python_json.h"
 
-#include <limits>
-
 namespace attnserve::model {
 
 std::string PythonJsonToJson(absl::string_view json) {
@@ -48,25 +46,6 @@ std::string PythonJsonToJson(absl::string_view json) {
     if (!replaced) out.push_back(c);
   }
   return out;
-}
-
-bool JsonNumber(const google::protobuf::Value& value, double* out) {
-  if (value.kind_case() == google::protobuf::Value::kNumberValue) {
-    *out = value.number_value();
-    return true;
-  }
-  if (value.kind_case() != google::protobuf::Value::kStringValue) return false;
-  const std::string& s = value.string_value();
-  if (s == "NaN") {
-    *out = std::numeric_limits<double>::quiet_NaN();
-  } else if (s == "Infinity") {
-    *out = std::numeric_limits<double>::infinity();
-  } else if (s == "-Infinity") {
-    *out = -std::numeric_limits<double>::infinity();
-  } else {
-    return false;
-  }
-  return true;
 }
 
 }  // namespace attnserve::model

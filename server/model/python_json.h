@@ -8,18 +8,13 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include <google/protobuf/struct.pb.h>
 
 namespace attnserve::model {
 
 // `json` with each bare NaN, Infinity and -Infinity outside strings written as the JSON
 // strings "NaN", "Infinity" and "-Infinity" (protobuf's JSON form of such a double: a double
-// field of a message reads them as the numbers). Everything else is unchanged, byte for byte;
-// a malformed text stays malformed for the parser to report.
+// field of a message reads them as the numbers; a Struct holds them as those strings). Everything
+// else is unchanged, byte for byte; a malformed text stays malformed for the parser to report.
 std::string PythonJsonToJson(absl::string_view json);
-
-// A Struct value read as a number: a number, or one of the strings "NaN", "Infinity",
-// "-Infinity" that PythonJsonToJson made; false for anything else.
-bool JsonNumber(const google::protobuf::Value& value, double* out);
 
 }  // namespace attnserve::model

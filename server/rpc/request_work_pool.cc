@@ -43,10 +43,10 @@ absl::Status RequestWorkPool::Run(const std::string& client, int64_t bytes,
   }
   std::deque<std::function<void()>>& queue = queues_[client];
   if (static_cast<int64_t>(queue.size()) >= options_.max_queued_per_client) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this client has ", queue.size(),
-        " large requests waiting for tokenizing (--max_request_work_per_client=",
-        options_.max_queued_per_client, "); wait for their answers"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this client has ", queue.size(),
+                     " large requests waiting for tokenizing (--max_request_work_per_client=",
+                     options_.max_queued_per_client, "); wait for their answers"));
   }
   if (queue.empty()) turns_.push_back(client);
   queue.push_back(std::move(work));

@@ -44,11 +44,11 @@
 namespace attnserve::server {
 
 struct RequestWorkOptions {
-  int threads = 2;                        // --request_work_threads (0: no pool, all inline)
-  int64_t inline_bytes = 4096;            // --request_work_inline_bytes
-  int64_t max_queued_per_client = 16;     // --max_request_work_per_client
-  int64_t max_queued = 1024;              // --max_request_work_queued
-  int nice = 10;                          // --request_work_nice (0: the server's own priority)
+  int threads = 2;                     // --request_work_threads (0: no pool, all inline)
+  int64_t inline_bytes = 4096;         // --request_work_inline_bytes
+  int64_t max_queued_per_client = 16;  // --max_request_work_per_client
+  int64_t max_queued = 1024;           // --max_request_work_queued
+  int nice = 10;                       // --request_work_nice (0: the server's own priority)
 };
 
 class RequestWorkPool {
@@ -63,9 +63,8 @@ class RequestWorkPool {
   // then not run and the caller answers the call.
   absl::Status Run(const std::string& client, int64_t bytes, std::function<void()> work);
 
-  const RequestWorkOptions& options() const { return options_; }
-  int64_t queued() const;        // items waiting
-  int64_t ran_on_pool() const;   // items a pool thread ran, since the start
+  int64_t queued() const;       // items waiting
+  int64_t ran_on_pool() const;  // items a pool thread ran, since the start
 
  private:
   void Loop();

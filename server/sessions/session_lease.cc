@@ -21,13 +21,14 @@ absl::Status WithOwner(absl::Status status, const std::string& owner_address) {
 }  // namespace
 
 absl::Status LeaseHeldElsewhere(const std::string& id, const std::string& owner_address) {
-  absl::Status status = WithOwner(absl::UnavailableError(absl::StrCat(
-                       "session '", id, "' is held by another replica",
-                       owner_address.empty() ? std::string(" (which advertises no address)")
-                                             : absl::StrCat(" at ", owner_address),
-                       "; retry there (trailing metadata ", kSessionOwnerMetadata,
-                       "), or here once its lease has expired")),
-                   owner_address);
+  absl::Status status =
+      WithOwner(absl::UnavailableError(absl::StrCat(
+                    "session '", id, "' is held by another replica",
+                    owner_address.empty() ? std::string(" (which advertises no address)")
+                                          : absl::StrCat(" at ", owner_address),
+                    "; retry there (trailing metadata ", kSessionOwnerMetadata,
+                    "), or here once its lease has expired")),
+                owner_address);
   status.SetPayload(kSessionPayload, absl::Cord(id));
   return status;
 }

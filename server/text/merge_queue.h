@@ -46,8 +46,8 @@ class MergeQueue {
   }
 
   std::vector<Entry> buckets_[65];
-  uint64_t nonempty_ = 0;  // bit b: bucket b holds entries (b < 64; bucket 64 is checked apart)
-  uint64_t last_ = 0;      // the last key popped from the buckets
+  uint64_t nonempty_ = 0;    // bit b: bucket b holds entries (b < 64; bucket 64 is checked apart)
+  uint64_t last_ = 0;        // the last key popped from the buckets
   std::vector<Entry> late_;  // keys below last_: a binary min-heap, popped first
   size_t size_ = 0;
 };

@@ -136,8 +136,8 @@ TEST(PolicyTest, TheDefaultServesEveryLengthOfARepositoryOfOneModelOrWithAGap) {
   auto policy = Policy::ParseDefault(**one, nullptr);
   ASSERT_TRUE(policy.ok()) << policy.status();
   EXPECT_EQ(policy->Describe(), "[rwkv for streams of unknown length, rwkv at any length]");
-  for (auto [length, stream] : {std::pair<int64_t, bool>{1, false}, {100000, false}, {0, true},
-                                {5000, true}}) {
+  for (auto [length, stream] :
+       {std::pair<int64_t, bool>{1, false}, {100000, false}, {0, true}, {5000, true}}) {
     auto d = policy->Choose(length, stream);
     ASSERT_TRUE(d.ok()) << d.status();
     EXPECT_EQ(d->model->name(), "rwkv");

@@ -144,7 +144,7 @@ class AttnServeService final : public AttnServeBase {
   // finishes the call, recorded as `rpc` of `model`.
   grpc::ServerUnaryReactor* RunTextRpc(grpc::CallbackServerContext* context, const char* rpc,
                                        const std::string& model, int64_t work_bytes,
-                                       std::function<absl::Status(const Caller&)> work);
+                                       std::function<absl::Status()> work);
   // The caller of a call, or UNAUTHENTICATED (every RPC of the service asks first; health
   // checking is another service and stays open).
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context) const;

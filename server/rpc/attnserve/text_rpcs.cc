@@ -18,9 +18,10 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* AttnServeService::RunTextRpc(
-    grpc::CallbackServerContext* context, const char* rpc, const std::string& model,
-    int64_t work_bytes, std::function<absl::Status(const Caller&)> work) {
+grpc::ServerUnaryReactor* AttnServeService::RunTextRpc(grpc::CallbackServerContext* context,
+                                                       const char* rpc, const std::string& model,
+                                                       int64_t work_bytes,
+                                                       std::function<absl::Status()> work) {
   const auto arrival = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   // Counted in flight until answered, so that a drain waits for a text on the pool.
@@ -37,11 +38,9 @@ grpc::ServerUnaryReactor* AttnServeService::RunTextRpc(
     return reactor;
   }
   absl::Status queued = RunRequestWork(
-      options_.work_pool, caller->client, work_bytes,
-      [context, finish, work = std::move(work), caller = *caller] {
+      options_.work_pool, caller->client, work_bytes, [context, finish, work = std::move(work)] {
         // A client gone while its text waited costs no tokenizing.
-        finish(context->IsCancelled() ? absl::CancelledError("the call was cancelled")
-                                      : work(caller));
+        finish(context->IsCancelled() ? absl::CancelledError("the call was cancelled") : work());
       });
   if (!queued.ok()) finish(queued);
   return reactor;
@@ -52,7 +51,7 @@ grpc::ServerUnaryReactor* AttnServeService::Tokenize(grpc::CallbackServerContext
                                                      v1::TokenizeResponse* response) {
   return RunTextRpc(
       context, "Tokenize", request->model(), static_cast<int64_t>(request->text().size()),
-      [this, request, response](const Caller&) -> absl::Status {
+      [this, request, response]() -> absl::Status {
         ASSIGN_OR_RETURN(const model::Model* m, NamedModel(request->model()));
         ASSIGN_OR_RETURN(std::vector<int64_t> ids,
                          TokenizeForModel(*m, request->text(), !request->no_special_tokens(),
@@ -69,7 +68,7 @@ grpc::ServerUnaryReactor* AttnServeService::Detokenize(grpc::CallbackServerConte
   return RunTextRpc(
       context, "Detokenize", request->model(),
       static_cast<int64_t>(request->tokens_size()) * static_cast<int64_t>(sizeof(int64_t)),
-      [this, request, response](const Caller&) -> absl::Status {
+      [this, request, response]() -> absl::Status {
         ASSIGN_OR_RETURN(const model::Model* m, NamedModel(request->model()));
         const model::ModelText* text = m->text();
         if (text == nullptr) {
@@ -84,9 +83,8 @@ grpc::ServerUnaryReactor* AttnServeService::Detokenize(grpc::CallbackServerConte
         for (int i = 0; i < request->tokens_size(); ++i) {
           const int64_t id = request->tokens(i);
           if (id < 0 || id >= m->vocab_size()) {
-            return absl::InvalidArgumentError(absl::StrCat("tokens[", i, "] = ", id,
-                                                           " is outside [0, ", m->vocab_size(),
-                                                           ")"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("tokens[", i, "] = ", id, " is outside [0, ", m->vocab_size(), ")"));
           }
         }
         response->set_text(text->tokenizer->Decode(

@@ -155,8 +155,8 @@ absl::Status OipService::Submit(Call call) {
   // Set just before the job is queued: arrival to there is the statistics' compute_input.
   auto input_seconds = std::make_shared<double>(0);
   job->on_done = [this, parsed, session, decision, reason, model_name, request_id, generation,
-                  groups, wants_text, input_seconds, on_token = call.on_token,
-                  caller = call.caller, arrival = call.arrival, streamed = call.tokens_streamed,
+                  groups, wants_text, input_seconds, on_token = call.on_token, caller = call.caller,
+                  arrival = call.arrival, streamed = call.tokens_streamed,
                   done = std::move(call.done)](const absl::Status& finished,
                                                scheduler::JobResult result) {
     const auto output_start = std::chrono::steady_clock::now();
@@ -232,18 +232,17 @@ void OipService::Dispatch(Call call, std::function<void(const absl::Status&)> re
   }
   const std::string client = call.caller.client;
   auto pending = std::make_shared<Call>(std::move(call));
-  absl::Status queued =
-      RunRequestWork(options_.work_pool, client, bytes, [this, pending, refused] {
-        const bool gone = pending->context->IsCancelled() ||
-                          (pending->cancelled && pending->cancelled());
-        if (gone) {  // the client left while its request waited: no tokenizing
-          refused(absl::CancelledError("the call was cancelled"));
-          return;
-        }
-        if (absl::Status submitted = Submit(std::move(*pending)); !submitted.ok()) {
-          refused(submitted);
-        }
-      });
+  absl::Status queued = RunRequestWork(options_.work_pool, client, bytes, [this, pending, refused] {
+    const bool gone =
+        pending->context->IsCancelled() || (pending->cancelled && pending->cancelled());
+    if (gone) {  // the client left while its request waited: no tokenizing
+      refused(absl::CancelledError("the call was cancelled"));
+      return;
+    }
+    if (absl::Status submitted = Submit(std::move(*pending)); !submitted.ok()) {
+      refused(submitted);
+    }
+  });
   if (!queued.ok()) refused(queued);
 }
 

@@ -1,9 +1,9 @@
 // Triton's ModelStatistics for the requests of the Open Inference Protocol door, per model:
 // successes and failures with their durations (arrival to response), and for each success its
 // parts as Triton splits them: compute_input (arrival to the scheduler's queue: parsing, the
-// wait for the request work pool, tokenizing, the session's lookup), queue (waiting at the scheduler), compute_infer (the
-// model's work) and compute_output (building the response). They add up: success.count ==
-// inference_count == execution_count == compute_input.count == queue.count ==
+// wait for the request work pool, tokenizing, the session's lookup), queue (waiting at the
+// scheduler), compute_infer (the model's work) and compute_output (building the response). They add
+// up: success.count == inference_count == execution_count == compute_input.count == queue.count ==
 // compute_infer.count == compute_output.count (perf_analyzer stops unless the three compute
 // counts agree), and compute_input.ns + queue.ns + compute_infer.ns + compute_output.ns <=
 // success.ns. Thread-safe.

@@ -277,11 +277,12 @@ grpc::ServerUnaryReactor* OipService::ModelInfer(grpc::CallbackServerContext* co
     reactor->Finish(ToGrpcStatus(status));
   };
   inflight_.fetch_add(1);
-  Dispatch(std::move(call), [this, context, reactor, request, arrival](const absl::Status& refused) {
-    inflight_.fetch_sub(1);
-    Record("ModelInfer", request->model_name(), refused, arrival);
-    reactor->Finish(ToGrpcStatus(refused, context));  // a sequence leased elsewhere names it
-  });
+  Dispatch(
+      std::move(call), [this, context, reactor, request, arrival](const absl::Status& refused) {
+        inflight_.fetch_sub(1);
+        Record("ModelInfer", request->model_name(), refused, arrival);
+        reactor->Finish(ToGrpcStatus(refused, context));  // a sequence leased elsewhere names it
+      });
   return reactor;
 }
 
