@@ -7,22 +7,30 @@
 #include "kernels/common/linear.h"
 
 namespace attnserve::kernels {
-namespace {
-constexpr const char* kNames[] = {"q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                  "o_proj.weight"};
-}  // namespace
 
 std::vector<WeightSpec> AttentionProjectionSpecs(const MixerConfig& config) {
-  std::vector<WeightSpec> specs;
-  for (const char* name : kNames) specs.push_back({name, {config.d_model, config.d_model}});
+  const int64_t q_width = config.num_heads * config.head_dim();
+  const int64_t kv_width = config.kv_heads() * config.head_dim();
+  std::vector<WeightSpec> specs = {{"q_proj.weight", {q_width, config.d_model}},
+                                   {"k_proj.weight", {kv_width, config.d_model}},
+                                   {"v_proj.weight", {kv_width, config.d_model}},
+                                   {"o_proj.weight", {config.d_model, q_width}}};
+  if (config.qkv_bias) {
+    specs.push_back({"q_proj.bias", {q_width}});
+    specs.push_back({"k_proj.bias", {kv_width}});
+    specs.push_back({"v_proj.bias", {kv_width}});
+  }
+  if (config.o_bias) specs.push_back({"o_proj.bias", {config.d_model}});
   return specs;
 }
 
 void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen,
                                    WeightMap* weights) {
-  const double std = 1.0 / std::sqrt(static_cast<double>(config.d_model));
-  for (const char* name : kNames) {
-    (*weights)[name] = at::normal(0.0, std, {config.d_model, config.d_model}, gen);
+  for (const WeightSpec& spec : AttentionProjectionSpecs(config)) {
+    // A weight (out, in) ~ Normal(0, 1/sqrt(in)); a bias ~ Normal(0, 0.02).
+    const double std =
+        spec.shape.size() == 2 ? 1.0 / std::sqrt(static_cast<double>(spec.shape[1])) : 0.02;
+    (*weights)[spec.name] = at::normal(0.0, std, spec.shape, gen);
   }
 }
 
@@ -34,22 +42,45 @@ AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
                                0),
                        format);
   p.o = LinearWeight(weights.at("o_proj.weight"), format);
+  if (weights.count("q_proj.bias")) {
+    p.qkv_bias = at::cat(
+        {weights.at("q_proj.bias"), weights.at("k_proj.bias"), weights.at("v_proj.bias")}, 0);
+  }
+  if (weights.count("o_proj.bias")) p.o_bias = weights.at("o_proj.bias").contiguous();
+  return p;
+}
+
+AttentionProjections AttentionProjections::FromConfig(const MixerConfig& config,
+                                                      const WeightMap& weights) {
+  AttentionProjections p = FromWeights(weights, config.weight_format);
+  p.kv_heads = config.kv_heads();
+  p.head_dim = config.head_dim();
   return p;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionProjections::ProjectQkv(
     const at::Tensor& x, int64_t num_heads) const {
   const int64_t b = x.size(0), l = x.size(1), d_model = x.size(2);
-  const int64_t head_dim = d_model / num_heads;
+  const int64_t d = head_dim > 0 ? head_dim : d_model / num_heads;
+  const int64_t groups = kv_heads > 0 ? kv_heads : num_heads;
   // One matmul for the three projections, then split into heads.
-  at::Tensor y = qkv(x);  // (B, L, 3D)
-  y = y.view({b, l, 3, num_heads, head_dim}).permute({2, 0, 3, 1, 4});
-  return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};
+  at::Tensor y = qkv(x);  // (B, L, (H + 2 Hkv) d)
+  if (qkv_bias.defined()) y.add_(qkv_bias);
+  if (groups == num_heads) {
+    y = y.view({b, l, 3, num_heads, d}).permute({2, 0, 3, 1, 4});
+    return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};
+  }
+  const auto heads = [&](int64_t from, int64_t count) {
+    return y.narrow(2, from * d, count * d).view({b, l, count, d}).permute({0, 2, 1, 3}).contiguous();
+  };
+  return {heads(0, num_heads), heads(num_heads, groups), heads(num_heads + groups, groups)};
 }
 
 at::Tensor AttentionProjections::ProjectOutput(const at::Tensor& heads) const {
   const int64_t b = heads.size(0), h = heads.size(1), l = heads.size(2), d = heads.size(3);
-  return o(heads.permute({0, 2, 1, 3}).reshape({b, l, h * d}));
+  at::Tensor y = o(heads.permute({0, 2, 1, 3}).reshape({b, l, h * d}));
+  if (o_bias.defined()) y.add_(o_bias);
+  return y;
 }
 
 }  // namespace attnserve::kernels

@@ -1,6 +1,9 @@
 // The q/k/v/o projections that the attention-style mixers (standard, linformer, linear) share.
-// Weights (no biases, as in Llama-style checkpoints): q_proj.weight, k_proj.weight,
-// v_proj.weight, o_proj.weight, each (d_model, d_model), applied as y = x Wᵀ.
+// Weights, as in Llama-style checkpoints: q_proj.weight (H·d, D), k_proj.weight and
+// v_proj.weight (Hkv·d, D), o_proj.weight (D, H·d), applied as y = x Wᵀ (+ b); with
+// MixerConfig::qkv_bias q_proj.bias, k_proj.bias, v_proj.bias, with o_bias o_proj.bias. Only the
+// standard mixer has Hkv < H, d != D / H or biases (ValidateMixerConfig); for the others every
+// matrix is (D, D).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,16 +23,22 @@ void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen
                                    WeightMap* weights);
 
 struct AttentionProjections {
-  LinearWeight qkv;  // (3 * d_model, d_model): q_proj, k_proj, v_proj stacked
-  LinearWeight o;    // (d_model, d_model)
+  LinearWeight qkv;     // ((H + 2 Hkv) d, D): q_proj, k_proj, v_proj stacked
+  LinearWeight o;       // (D, H d)
+  at::Tensor qkv_bias;  // ((H + 2 Hkv) d) or undefined
+  at::Tensor o_bias;    // (D) or undefined
+  int64_t kv_heads = 0;  // 0: the query heads'
+  int64_t head_dim = 0;  // 0: D / H
 
-  // format: see MixerConfig::weight_format.
+  // format: see MixerConfig::weight_format. Heads of D / H, as many for keys as for queries.
   static AttentionProjections FromWeights(const WeightMap& weights,
                                           WeightFormat format = WeightFormat::kFloat32);
+  // The standard mixer's: the config's key/value heads and head width.
+  static AttentionProjections FromConfig(const MixerConfig& config, const WeightMap& weights);
   // Where the weights live; the mixer runs there.
   at::Device device() const { return o.device(); }
 
-  // x (B, L, D) -> q, k, v as (B, H, L, d), contiguous.
+  // x (B, L, D) -> q (B, H, L, d), k, v (B, Hkv, L, d), contiguous.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ProjectQkv(const at::Tensor& x,
                                                             int64_t num_heads) const;
   // heads (B, H, L, d) -> (B, L, D) through o_proj.

@@ -48,6 +48,36 @@ absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
       "sparse"));
 }
 
+namespace {
+
+// The standard mixer's heads, head width, key/value groups, window and positions.
+absl::Status ValidateStandardAttentionConfig(const MixerConfig& c) {
+  if (c.attention_head_dim < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim must be >= 0 (0: d_model / num_heads), got ", c.attention_head_dim));
+  }
+  if (c.attention_head_dim == 0 && c.d_model % c.num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("d_model (", c.d_model,
+                                                   ") must be a multiple of num_heads (",
+                                                   c.num_heads, ") unless head_dim is given"));
+  }
+  if (c.num_kv_heads < 0 || (c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_heads (", c.num_heads, ") must be a multiple of num_key_value_heads (",
+                     c.num_kv_heads, ")"));
+  }
+  if (c.attention_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the attention window must be >= 0 (0: none), got ", c.attention_window));
+  }
+  if (c.attention_window > 0 && !c.causal) {
+    return absl::InvalidArgumentError("an attention window needs causal attention");
+  }
+  return ValidateRotaryConfig(c.rope, c.head_dim());
+}
+
+}  // namespace
+
 absl::Status ValidateMixerConfig(const MixerConfig& c) {
   auto positive = [](const char* field, int64_t value) -> absl::Status {
     if (value > 0) return absl::OkStatus();
@@ -98,6 +128,19 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
     case MixerKind::kLinear:
     case MixerKind::kPerformer:
       if (auto s = positive("num_heads", c.num_heads); !s.ok()) return s;
+      if (c.kind == MixerKind::kStandard) return ValidateStandardAttentionConfig(c);
+      if (c.num_kv_heads != 0 && c.num_kv_heads != c.num_heads) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            MixerKindName(c.kind), " attention takes no grouped key/value heads (num_kv_heads ",
+            c.num_kv_heads, " != num_heads ", c.num_heads, "): only standard does"));
+      }
+      if (c.attention_head_dim != 0 || c.qkv_bias || c.o_bias || c.rope.enabled() ||
+          c.attention_window != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            MixerKindName(c.kind),
+            " attention takes no head_dim, biases, rotary positions or attention window: only "
+            "standard does"));
+      }
       if (c.d_model % c.num_heads != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "d_model (", c.d_model, ") must be a multiple of num_heads (", c.num_heads, ")"));

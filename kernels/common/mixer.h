@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/common/linear.h"
+#include "kernels/common/rotary_positions.h"
 
 namespace attnserve::kernels {
 
@@ -91,7 +92,24 @@ struct MixerConfig {
   // part of the model; the other KV-cache mixers keep float32.
   at::ScalarType kv_cache_dtype = at::kFloat;
 
-  int64_t head_dim() const { return d_model / num_heads; }
+  // standard only, as trained transformers have them (Hugging Face's names):
+  // key/value heads (num_key_value_heads; grouped-query attention, num_heads a multiple of it;
+  // 1: multi-query; 0: num_heads), a head's width (head_dim; 0: d_model / num_heads, else q_proj
+  // is (num_heads * head_dim, d_model)), biases of q/k/v (Qwen2's; Llama's attention_bias sets
+  // both) and of o_proj, rotary positions (rope, none by default: NoPE) and a window (each query
+  // attends to its `attention_window` latest positions, its own included; 0: all, Mistral's
+  // sliding_window).
+  int64_t num_kv_heads = 0;
+  int64_t attention_head_dim = 0;
+  bool qkv_bias = false;
+  bool o_bias = false;
+  RotaryConfig rope;
+  int64_t attention_window = 0;
+
+  int64_t head_dim() const {
+    return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads;
+  }
+  int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int64_t d_inner() const { return expand * d_model; }
   int64_t resolved_dt_rank() const { return dt_rank > 0 ? dt_rank : (d_model + 15) / 16; }
   int64_t resolved_ffn_dim() const { return ffn_dim > 0 ? ffn_dim : 4 * d_model; }

@@ -197,7 +197,8 @@ int64_t RowLength(const DecodeAttentionRow& row) {
 }  // namespace
 
 void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t batch,
-                        int64_t heads, int64_t head_dim, float* out) {
+                        int64_t heads, int64_t head_dim, float* out, int64_t kv_heads) {
+  const int64_t group = kv_heads > 0 ? heads / kv_heads : 1;
   int64_t total = 0, longest = 1;
   for (int64_t b = 0; b < batch; ++b) {
     total += RowLength(rows[b]);
@@ -210,17 +211,50 @@ void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t 
     std::vector<float> scores(longest);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / heads, h = i % heads;
-      AttendHead(q + i * head_dim, rows[b], h, head_dim, scores.data(), out + i * head_dim);
+      AttendHead(q + i * head_dim, rows[b], h / group, head_dim, scores.data(), out + i * head_dim);
     }
   });
 }
 
-at::Tensor DecodeAttentionHeads(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows) {
+at::Tensor DecodeAttentionHeads(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows,
+                                int64_t kv_heads) {
   const at::Tensor q_c = q.contiguous();
   at::Tensor heads = at::empty_like(q_c);
   DecodeAttentionCpu(q_c.data_ptr<float>(), rows.data(), q_c.size(0), q_c.size(1), q_c.size(3),
-                     heads.data_ptr<float>());
+                     heads.data_ptr<float>(), kv_heads);
   return heads;
+}
+
+DecodeAttentionRow LastPositionsOf(const DecodeAttentionRow& row, int64_t window, int64_t head_dim,
+                                   std::vector<DecodeAttentionRow>* spans) {
+  int64_t skip = RowLength(row) - window;
+  if (window <= 0 || skip <= 0) return row;
+  // Position t of a span is at t * head_dim in each head's (capacity, d) block: moving the
+  // pointers by n positions drops the first n and keeps the heads' stride (capacity * d).
+  const auto drop = [&](DecodeAttentionRow span, int64_t n) {
+    if (span.k != nullptr) span.k += n * head_dim;
+    if (span.v != nullptr) span.v += n * head_dim;
+    if (span.k_bf16 != nullptr) span.k_bf16 += n * head_dim;
+    if (span.v_bf16 != nullptr) span.v_bf16 += n * head_dim;
+    span.length -= n;
+    span.shared = nullptr;
+    span.shared_count = 0;
+    return span;
+  };
+  spans->clear();
+  for (int64_t s = 0; s < row.shared_count; ++s) {
+    const DecodeAttentionRow& span = row.shared[s];
+    if (skip >= span.length) {
+      skip -= span.length;
+    } else {
+      spans->push_back(drop(span, skip));
+      skip = 0;
+    }
+  }
+  DecodeAttentionRow out = drop(row, skip);  // skip is 0 unless the window is in the own part
+  out.shared = spans->empty() ? nullptr : spans->data();
+  out.shared_count = static_cast<int64_t>(spans->size());
+  return out;
 }
 
 }  // namespace attnserve::kernels

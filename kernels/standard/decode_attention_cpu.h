@@ -32,12 +32,24 @@ struct DecodeAttentionRow {
   const uint16_t* v_bf16 = nullptr;
 };
 
-// q (B, H, d) contiguous, rows[B], out (B, H, d) contiguous.
+// q (B, H, d) contiguous, rows[B], out (B, H, d) contiguous. Grouped-query attention: the rows'
+// caches hold kv_heads heads (0: heads; heads a multiple of it), query head h reading cache head
+// h / (heads / kv_heads). The heads of one group are computed one after the other on one thread,
+// so that the second and later ones find the group's keys and values in the core's caches.
 void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t batch,
-                        int64_t heads, int64_t head_dim, float* out);
+                        int64_t heads, int64_t head_dim, float* out, int64_t kv_heads = 0);
 
 // The same for q (B, H, 1, d) float32 on the CPU (any strides): a new (B, H, 1, d) tensor of
 // the heads' outputs, row b from rows[b] (the mixers' Step and StepBatch).
-at::Tensor DecodeAttentionHeads(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows);
+at::Tensor DecodeAttentionHeads(const at::Tensor& q, const std::vector<DecodeAttentionRow>& rows,
+                                int64_t kv_heads = 0);
+
+// The row as a query at its last position sees it through a window of the `window` latest
+// positions (0 or >= the row's length: all): the spans and positions before the window dropped,
+// the pointers of the first one kept moved past its dropped positions. `head_dim` is the caches'.
+// The spans it keeps are copied into `spans` (owned by the caller; it must outlive the result's
+// use), which the result points to.
+DecodeAttentionRow LastPositionsOf(const DecodeAttentionRow& row, int64_t window, int64_t head_dim,
+                                   std::vector<DecodeAttentionRow>* spans);
 
 }  // namespace attnserve::kernels

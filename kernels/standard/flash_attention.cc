@@ -1,5 +1,7 @@
 #include "kernels/standard/flash_attention.h"
 
+#include <ATen/ATen.h>
+
 #include "kernels/standard/flash_attention_cpu.h"
 #include "kernels/standard/fused_attention_cpu.h"
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
@@ -8,9 +10,22 @@
 
 namespace attnserve::kernels {
 
-absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, bool causal, int64_t window,
+at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads) {
+  if (!kv.defined() || kv.dim() != 4 || kv.size(1) == 0 || kv.size(1) == heads ||
+      heads % kv.size(1) != 0) {
+    return kv;
+  }
+  return kv.repeat_interleave(heads / kv.size(1), /*dim=*/1);
+}
+
+absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k_heads,
+                                          const at::Tensor& v_heads, bool causal, int64_t window,
                                           int64_t sinks) {
+  // The fused kernel reads grouped key/value heads in place; the others take them repeated.
+  if (!q.is_cuda() && FusedAttentionSupports(q, k_heads, v_heads)) {
+    return FusedAttentionCpu(q, k_heads, v_heads, causal, window, sinks);
+  }
+  const at::Tensor k = RepeatKvHeads(k_heads, q.size(1)), v = RepeatKvHeads(v_heads, q.size(1));
   if (q.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
     return standard::FlashAttentionCuda(q, k, v, causal, /*softmax_scale=*/0.0, /*out=*/{}, window,
@@ -19,13 +34,6 @@ absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor&
     return absl::FailedPreconditionError(
         "flash attention: CUDA tensors in a build without CUDA kernels");
 #endif
-  }
-  // Every chunk the fused kernel takes goes to it, short ones too (it sends those to the decode
-  // kernel), so that a KV cache whose prefix is shared in segments (kv_cache.h, which only the
-  // fused kernel reads) computes the same bits as one that holds it all: a fork's outputs equal
-  // its source's.
-  if (FusedAttentionSupports(q, k, v)) {
-    return FusedAttentionCpu(q, k, v, causal, window, sinks);
   }
   return FlashAttentionCpu(q, k, v, causal, /*tiles=*/{}, window, sinks);
 }

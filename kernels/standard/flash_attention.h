@@ -15,8 +15,18 @@
 
 namespace attnserve::kernels {
 
+// k, v may have fewer heads than q (grouped-query attention: H a multiple of Hkv, query head h
+// reading key/value head h / (H / Hkv)). Every chunk the fused kernel takes goes to it, short
+// ones too (it sends those to the decode kernel), so that a KV cache whose prefix is shared in
+// segments (kv_cache.h, which only the fused kernel reads) computes the same bits as one that
+// holds it all: a fork's outputs equal its source's. The fused kernel reads grouped heads in
+// place; the CUDA and tiled ATen kernels get them repeated (RepeatKvHeads, a copy).
 absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, bool causal, int64_t window = 0,
                                           int64_t sinks = 0);
+
+// kv (B, Hkv, L, d) with each head repeated heads / Hkv times in place: (B, heads, L, d); kv itself
+// when it has `heads` heads already (or a count that does not divide them).
+at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads);
 
 }  // namespace attnserve::kernels

@@ -266,13 +266,14 @@ at::Tensor FusedAttentionImpl(const at::Tensor& q, const Keys& keys, bool causal
   }
   const float* qp = q.data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const int64_t group = heads / keys.k->size(1);  // query heads per key/value head
   at::parallel_for(0, b * heads * blocks, grain, [&](int64_t begin, int64_t end) {
     // ATen's CPU allocator aligns to 64 bytes, as Float16 needs (std::vector's did not).
     const at::Tensor scratch_buffer = at::empty({(2 * d + kKeyTile) * 2 * kLanes}, q.options());
     Float16* scratch = reinterpret_cast<Float16*>(scratch_buffer.data_ptr<float>());
     for (int64_t t = begin; t < end; ++t) {
       const int64_t bh = t / blocks, block = t % blocks;
-      const int64_t bi = bh / heads, hi = bh % heads;
+      const int64_t bi = bh / heads, hi = bh % heads, kv_head = hi / group;
       Head h;
       h.q = qp + bi * q.stride(0) + hi * q.stride(1);
       h.count = static_cast<int>(tensors.size());
@@ -280,8 +281,8 @@ at::Tensor FusedAttentionImpl(const at::Tensor& q, const Keys& keys, bool causal
       for (int i = 0; i < h.count; ++i) {
         const at::Tensor& k = *tensors[i].first;
         const at::Tensor& v = *tensors[i].second;
-        h.pieces[i] = {k.data_ptr<float>() + bi * k.stride(0) + hi * k.stride(1),
-                       v.data_ptr<float>() + bi * v.stride(0) + hi * v.stride(1),
+        h.pieces[i] = {k.data_ptr<float>() + bi * k.stride(0) + kv_head * k.stride(1),
+                       v.data_ptr<float>() + bi * v.stride(0) + kv_head * v.stride(1),
                        k.stride(2),
                        v.stride(2),
                        start,
@@ -346,7 +347,7 @@ at::Tensor ShortChunkByDecode(const at::Tensor& q, const Keys& keys, bool causal
   const at::Tensor q_rows = q.permute({0, 2, 1, 3}).contiguous();  // (B, Lq, H, d)
   at::Tensor out = at::empty_like(q_rows);
   DecodeAttentionCpu(q_rows.data_ptr<float>(), rows.data(), b * lq, heads, d,
-                     out.data_ptr<float>());
+                     out.data_ptr<float>(), keys.k->size(1));
   return out.permute({0, 2, 1, 3}).contiguous();
 }
 
@@ -375,8 +376,13 @@ absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q,
                                              const at::Tensor& k, const at::Tensor& v, bool causal,
                                              int64_t window, int64_t sinks) {
   RETURN_IF_ERROR(CheckFloatTensor(q, "q", {-1, -1, -1, -1}));
-  const int64_t b = q.size(0), h = q.size(1), d = q.size(3);
-  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, h, -1, d}));
+  const int64_t b = q.size(0), d = q.size(3);
+  RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, -1, -1, d}));
+  const int64_t h = k.size(1);  // key/value heads
+  if (h == 0 || q.size(1) % h != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("q's ", q.size(1),
+                                                   " heads are not a multiple of k's ", h));
+  }
   RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, k.size(2), d}));
   if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");
   if (shared.size() > kMaxKvSegments) {

@@ -42,7 +42,9 @@ namespace attnserve::kernels {
 // multiple of 16, each tensor's last dimension contiguous.
 bool FusedAttentionSupports(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
 
-// FlashAttentionCpu's contract (q (B, H, Lq, d); k, v (B, H, Lk, d), any strides but the last;
+// FlashAttentionCpu's contract (q (B, H, Lq, d); k, v (B, Hkv, Lk, d), any strides but the last,
+// H a multiple of Hkv: grouped-query attention, query head h reading key/value head
+// h / (H / Hkv);
 // causal, window, sinks; the same errors), for shapes FusedAttentionSupports accepts
 // (InvalidArgument otherwise). Returns a new contiguous (B, H, Lq, d) float32 tensor.
 absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q, const at::Tensor& k,

@@ -26,7 +26,8 @@ KvCacheAttentionMixer::KvCacheAttentionMixer(const MixerConfig& config,
     : config_(config),
       projections_(std::move(projections)),
       name_(name),
-      cache_dtype_(cache_dtype) {}
+      cache_dtype_(cache_dtype),
+      rope_(config.rope, config.head_dim()) {}
 
 at::Tensor KvCacheAttentionMixer::AsCached(const at::Tensor& k) const {
   return cache_dtype_ == at::kFloat ? k : k.to(cache_dtype_).to(at::kFloat);
@@ -39,7 +40,7 @@ absl::StatusOr<MixerState> KvCacheAttentionMixer::InitialState(int64_t batch) co
   }
   return GuardTorch("InitialState", [&]() -> absl::StatusOr<MixerState> {
     // Capacity 0: a fresh state holds no memory; the first Prefill or Step allocates.
-    return EmptyKvCache(batch, config_.num_heads, config_.head_dim(), device(), cache_dtype_);
+    return EmptyKvCache(batch, config_.kv_heads(), config_.head_dim(), device(), cache_dtype_);
   });
 }
 
@@ -50,6 +51,10 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Prefill(const at::Tensor& x,
   if (state != nullptr) RETURN_IF_ERROR(CheckState(*state, x.size(0)));
   return GuardTorch("Prefill", [&]() -> absl::StatusOr<at::Tensor> {
     auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
+    // The chunk's tokens are at positions state->position .. (0 .. without a state).
+    const std::vector<int64_t> start = {state != nullptr ? state->position : 0};
+    rope_.Apply(q, start);
+    rope_.Apply(k, start);
     at::Tensor heads;
     if (state == nullptr) {
       ASSIGN_OR_RETURN(heads, Attend(q, AsCached(k), AsCached(v), config_.causal));
@@ -68,7 +73,8 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Prefill(const at::Tensor& x,
                                        AsFloat(v_cache.narrow(2, 0, length)), /*causal=*/true));
       } else {
         ASSIGN_OR_RETURN(heads, FusedAttentionCpu(q, state->shared, k_cache.narrow(2, 0, own),
-                                                  v_cache.narrow(2, 0, own), /*causal=*/true));
+                                                  v_cache.narrow(2, 0, own), /*causal=*/true,
+                                                  config_.attention_window));
       }
       state->tensors = {std::move(k_cache), std::move(v_cache)};
       state->position = length;
@@ -90,6 +96,8 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Step(const at::Tensor& x_t,
     }
     const int64_t b = x_t.size(0);
     auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);  // (B,H,1,d)
+    rope_.Apply(q, {state->position});
+    rope_.Apply(k, {state->position});
     auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
     state->tensors = {std::move(k_cache), std::move(v_cache)};
     state->position += 1;
@@ -113,6 +121,10 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::StepBatch(
   return GuardTorch("StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
     const int64_t b = x_t.size(0);
     auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
+    std::vector<int64_t> positions(b);  // each row at its own state's position
+    for (int64_t i = 0; i < b; ++i) positions[i] = states[i]->position;
+    rope_.Apply(q, positions);
+    rope_.Apply(k, positions);
     std::vector<KvCacheRow> rows;
     for (int64_t i = 0; i < b; ++i) {
       MixerState& state = *states[i];
@@ -129,7 +141,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::StepBatch(
 
 int64_t KvCacheAttentionMixer::StateBytesPerSequence(int64_t position) const {
   if (!config_.causal) return 0;
-  return 2 * config_.num_heads * position * config_.head_dim() *
+  return 2 * config_.kv_heads() * position * config_.head_dim() *
          static_cast<int64_t>(c10::elementSize(cache_dtype_));
 }
 
@@ -142,7 +154,7 @@ absl::Status KvCacheAttentionMixer::CheckCanStream(const char* operation) const 
 }
 
 absl::Status KvCacheAttentionMixer::CheckState(const MixerState& state, int64_t batch) const {
-  return CheckKvCache(state, batch, config_.num_heads, config_.head_dim(), device(), name_,
+  return CheckKvCache(state, batch, config_.kv_heads(), config_.head_dim(), device(), name_,
                       cache_dtype_);
 }
 

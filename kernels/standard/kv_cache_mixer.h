@@ -5,7 +5,11 @@
 //
 // config.causal = true: Prefill continues a state (the chunk's keys appended to the cache, its
 //   queries the last of the cache's positions), Step and StepBatch append one token per row;
-//   StateBytesPerSequence(position) = 2·H·position·d·(4 or 2) bytes, the cache's valid part.
+//   StateBytesPerSequence(position) = 2·Hkv·position·d·(4 or 2) bytes, the cache's valid part
+//   (Hkv: the key/value heads, MixerConfig::kv_heads()).
+// Rotary positions (MixerConfig::rope): queries and keys are rotated after the projections, a
+//   token at the state's position plus its index in the chunk (each StepBatch row at its own
+//   state's); the cache holds rotated keys, so nothing is rotated twice.
 //   A bfloat16 cache holds keys and values rounded to bfloat16; every path attends over the
 //   rounded ones (Prefill without a state too), so that a whole pass, chunks and steps agree.
 // config.causal = false: bidirectional; only Prefill with a null state works, InitialState,
@@ -19,11 +23,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/common/attention_projections.h"
 #include "kernels/common/mixer.h"
+#include "kernels/common/rotary_positions.h"
 #include "kernels/standard/kv_cache.h"
 
 namespace attnserve::kernels {
@@ -44,16 +50,18 @@ class KvCacheAttentionMixer : public Mixer {
                                        const std::vector<MixerState*>& states) const final;
   int64_t StateBytesPerSequence(int64_t position) const final;
   int64_t StepKeysRead(int64_t position) const override {
-    return config_.causal ? position + 1 : 0;
+    if (!config_.causal) return 0;
+    return config_.attention_window > 0 ? std::min(position + 1, config_.attention_window)
+                                        : position + 1;
   }
 
  protected:
-  // q (B, H, Lq, d), k, v (B, H, Lk, d) -> (B, H, Lq, d). causal: the queries are the last Lq
-  // of the Lk positions.
+  // q (B, H, Lq, d), k, v (B, Hkv, Lk, d) -> (B, H, Lq, d). causal: the queries are the last Lq
+  // of the Lk positions; config().attention_window applies.
   virtual absl::StatusOr<at::Tensor> Attend(const at::Tensor& q, const at::Tensor& k,
                                             const at::Tensor& v, bool causal) const = 0;
-  // q (B, H, 1, d), row b's query over rows[b] -> (B, H, 1, d). Step passes B rows of one
-  // batch cache at one length; StepBatch (CPU) one row of each state.
+  // q (B, H, 1, d), row b's query over rows[b] (caches of Hkv heads) -> (B, H, 1, d). Step
+  // passes B rows of one batch cache at one length; StepBatch (CPU) one row of each state.
   virtual absl::StatusOr<at::Tensor> AttendCaches(const at::Tensor& q,
                                                   const std::vector<KvCacheRow>& rows) const = 0;
   // Whether AttendCaches reads rows' shared segments (KvCacheRow::shared), and Attend is
@@ -73,6 +81,7 @@ class KvCacheAttentionMixer : public Mixer {
   const AttentionProjections projections_;
   const char* const name_;
   const at::ScalarType cache_dtype_;
+  const RotaryPositions rope_;  // disabled without rotary positions
 };
 
 }  // namespace attnserve::kernels

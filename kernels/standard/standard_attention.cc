@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -24,7 +25,7 @@ class StandardAttentionMixer final : public KvCacheAttentionMixer {
  private:
   absl::StatusOr<at::Tensor> Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     bool causal) const override {
-    return FlashAttention(q, k, v, causal);
+    return FlashAttention(q, k, v, causal, config().attention_window);
   }
 
   // Every key of each row's cache.
@@ -33,16 +34,32 @@ class StandardAttentionMixer final : public KvCacheAttentionMixer {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
     if (q.is_cuda()) {
       // Step's rows: the B rows of one batch cache at one length. The decode kernel reads the
-      // first `length` rows of each cache in place.
-      return standard::FlashDecodeCuda(q.squeeze(2), rows[0].k_cache, rows[0].v_cache,
-                                       /*seqlens=*/{}, rows[0].length)
+      // first `length` rows of each cache in place; a window's keys and grouped heads are
+      // copied out first (narrowed, repeated: the kernel takes H heads of every position).
+      const int64_t length = rows[0].length, window = config().attention_window;
+      if (config().kv_heads() == config().num_heads && (window == 0 || length <= window)) {
+        return standard::FlashDecodeCuda(q.squeeze(2), rows[0].k_cache, rows[0].v_cache,
+                                         /*seqlens=*/{}, length)
+            .unsqueeze(2);
+      }
+      const int64_t first = window > 0 ? std::max<int64_t>(0, length - window) : 0;
+      const at::Tensor k =
+          RepeatKvHeads(rows[0].k_cache.narrow(2, first, length - first), q.size(1)).contiguous();
+      const at::Tensor v =
+          RepeatKvHeads(rows[0].v_cache.narrow(2, first, length - first), q.size(1)).contiguous();
+      return standard::FlashDecodeCuda(q.squeeze(2), k, v, /*seqlens=*/{}, length - first)
           .unsqueeze(2);
     }
 #endif
     std::vector<DecodeAttentionRow> decode_rows;
     std::vector<std::vector<DecodeAttentionRow>> spans(rows.size());  // shared segments'
-    for (size_t i = 0; i < rows.size(); ++i) decode_rows.push_back(DecodeRowOf(rows[i], &spans[i]));
-    return DecodeAttentionHeads(q, decode_rows);
+    std::vector<std::vector<DecodeAttentionRow>> window_spans(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      decode_rows.push_back(LastPositionsOf(DecodeRowOf(rows[i], &spans[i]),
+                                            config().attention_window, config().head_dim(),
+                                            &window_spans[i]));
+    }
+    return DecodeAttentionHeads(q, decode_rows, config().kv_heads());
   }
 
   // Prefill reads shared segments in place through the fused kernel, the decode kernel through
@@ -64,7 +81,7 @@ WeightMap RandomStandardWeights(const MixerConfig& config, at::Generator& gen) {
 
 std::unique_ptr<Mixer> CreateStandardMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<StandardAttentionMixer>(
-      config, AttentionProjections::FromWeights(weights, config.weight_format));
+      config, AttentionProjections::FromConfig(config, weights));
 }
 
 }  // namespace attnserve::kernels

@@ -1,15 +1,19 @@
 // The `standard` mixer: multi-head softmax attention, y = o_proj(softmax(QKᵀ/√d + mask) V),
-// computed with the tiled kernel of flash_attention_cpu.h (memory O(L·d), never O(L²)).
+// computed with the tiled kernels of flash_attention.h (memory O(L·d), never O(L²)), as trained
+// transformers have it: grouped key/value heads (GQA, MQA), a head width of its own, q/k/v and
+// o biases, rotary positions of every transformers scaling type (kernels/common/
+// rotary_positions.h) and a window of the latest positions (Mistral's sliding window: the KV
+// cache keeps every position, each query reads its window's).
 //
-// Weights: q_proj.weight, k_proj.weight, v_proj.weight, o_proj.weight, each
-// (d_model, d_model) (attention_projections.h).
+// Weights: q_proj.weight (H·d, D), k_proj.weight, v_proj.weight (Hkv·d, D), o_proj.weight
+// (D, H·d), and the biases the config names (attention_projections.h).
 //
 // config.causal = true: causal, streams with a KV cache.
-//   MixerState.tensors = {k_cache, v_cache}, each (B, H, capacity, d) float32, of which the
+//   MixerState.tensors = {k_cache, v_cache}, each (B, Hkv, capacity, d) float32, of which the
 //   first `position` entries along dim 2 are valid (capacity >= position). The capacity grows
 //   by doubling so that a Step copies O(1) tokens amortised; MixerState::Bytes() therefore
 //   counts the capacity, while StateBytesPerSequence(position) is the valid part,
-//   2·H·position·d·4 bytes. Prefill and Step write the new tokens into the caches in place
+//   2·Hkv·position·d·4 bytes. Prefill and Step write the new tokens into the caches in place
 //   (beyond `position`, so a shallow copy of an earlier state still reads its own prefix) or
 //   replace them by larger ones; branching one state into two streams needs Clone().
 // config.causal = false: bidirectional (encoder use); only Prefill with a null state works,

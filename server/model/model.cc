@@ -72,9 +72,33 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   } else if (a.rwkv_attention_size() == 0) {
     a.set_rwkv_attention_size(a.hidden_size());
   }
+  if (a.hidden_act() == "silu") a.clear_hidden_act();  // the default, spelt out
+  if (a.num_key_value_heads() == a.num_heads()) a.clear_num_key_value_heads();
+  if (a.num_heads() > 0 && a.head_dim() * a.num_heads() == a.hidden_size()) a.clear_head_dim();
+  bool windows = false;
+  for (int64_t w : a.attention_windows()) windows = windows || w != 0;
+  if (!windows) a.clear_attention_windows();
   if (!attention) {
     a.clear_num_heads();
     a.clear_bidirectional();
+    a.clear_num_key_value_heads();
+    a.clear_head_dim();
+    a.clear_attention_qkv_bias();
+    a.clear_attention_out_bias();
+    a.clear_rope_theta();
+    a.clear_partial_rotary_factor();
+    a.clear_rope_scaling();
+    a.clear_attention_windows();
+  }
+  if (!(a.rope_theta() > 0)) {
+    a.clear_partial_rotary_factor();
+    a.clear_rope_scaling();
+    a.clear_max_position_embeddings();
+    a.clear_original_max_position_embeddings();
+  }
+  if (a.intermediate_size() == 0) {
+    a.clear_hidden_act();
+    a.clear_mlp_bias();
   }
   if (!linformer) {
     a.clear_linformer_k();
@@ -135,6 +159,11 @@ std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
       specs.push_back({prefix + "mlp.gate_proj.weight", {mlp, hidden}});
       specs.push_back({prefix + "mlp.up_proj.weight", {mlp, hidden}});
       specs.push_back({prefix + "mlp.down_proj.weight", {hidden, mlp}});
+      if (c.mlp_bias()) {
+        specs.push_back({prefix + "mlp.gate_proj.bias", {mlp}});
+        specs.push_back({prefix + "mlp.up_proj.bias", {mlp}});
+        specs.push_back({prefix + "mlp.down_proj.bias", {hidden}});
+      }
     }
   }
   norm("backbone.norm_f");
@@ -173,6 +202,11 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
           at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
       w[prefix + "mlp.down_proj.weight"] =
           at::normal(0.0, 1.0 / std::sqrt(mlp), {hidden, mlp}, gen);
+      if (c.mlp_bias()) {
+        w[prefix + "mlp.gate_proj.bias"] = at::normal(0.0, 0.02, {mlp}, gen);
+        w[prefix + "mlp.up_proj.bias"] = at::normal(0.0, 0.02, {mlp}, gen);
+        w[prefix + "mlp.down_proj.bias"] = at::normal(0.0, 0.02, {hidden}, gen);
+      }
     }
   }
   norm("backbone.norm_f");
@@ -346,6 +380,12 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
           at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0),
           format);
       layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), format);
+      if (c.mlp_bias()) {
+        layer.gate_up_bias =
+            at::cat({w(prefix + "mlp.gate_proj.bias"), w(prefix + "mlp.up_proj.bias")}, 0);
+        layer.down_bias = w(prefix + "mlp.down_proj.bias");
+      }
+      layer.gelu_tanh = c.hidden_act() == "gelu_pytorch_tanh";
     }
     m->layers_.push_back(std::move(layer));
   }
@@ -478,9 +518,12 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
 at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
   if (!layer.gate_up.defined()) return x;  // no MLP, or a mixer that owns its norms
   at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
+  if (layer.gate_up_bias.defined()) gu.add_(layer.gate_up_bias);
   const int64_t width = layer.down.in_features();
   at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-  return x + layer.down(at::silu(gate) * up);
+  at::Tensor down = layer.down((layer.gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
+  if (layer.down_bias.defined()) down.add_(layer.down_bias);
+  return x + down;
 }
 
 absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,

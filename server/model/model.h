@@ -1,5 +1,5 @@
-// A served model: embedding [-> norm] -> N x (norm -> mixer -> residual [-> norm -> gated-SiLU
-// MLP -> residual]) -> norm -> lm_head, the norms RMSNorm or LayerNorm (config.norm). A layer
+// A served model: embedding [-> norm] -> N x (norm -> mixer -> residual [-> norm -> gated MLP
+// (SiLU or GeLU-tanh, biases optional) -> residual]) -> norm -> lm_head, the norms RMSNorm or LayerNorm (config.norm). A layer
 // whose mixer is a whole block with its norms inside (kernels::MixerOwnsNorms: rwkv) is
 // x + mixer(x), with no norm or MLP of the model's. Each layer names its mixer, so hybrids are
 // ordinary configs. A Model is immutable after Create and safe to call from many threads at
@@ -11,8 +11,10 @@
 //   backbone.embeddings_norm.weight              (config.embedding_norm)
 //   backbone.layers.{i}.norm.weight              backbone.layers.{i}.mixer.<mixer tensor>
 //   backbone.layers.{i}.mlp_norm.weight          backbone.layers.{i}.mlp.{gate,up,down}_proj.weight
+//                                                (and .bias each with mlp_bias)
 //   backbone.norm_f.weight                       lm_head.weight (absent when tied)
-// A Hugging Face RwkvForCausalLM's names map onto these (model_io.h).
+// Hugging Face checkpoints' names map onto these (server/model/architectures/: Llama's
+// model.layers.{i}.self_attn.q_proj.weight is backbone.layers.{i}.mixer.q_proj.weight, ...).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -207,6 +209,8 @@ class Model {
     std::unique_ptr<kernels::Mixer> mixer;
     NormWeights mlp_norm;
     kernels::LinearWeight gate_up, down;  // gate_up: gate_proj and up_proj stacked
+    at::Tensor gate_up_bias, down_bias;    // mlp_bias; undefined without
+    bool gelu_tanh = false;                // hidden_act gelu_pytorch_tanh, else SiLU
   };
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;

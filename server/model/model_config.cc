@@ -9,13 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/model/architectures/architecture.h"
 #include "server/model/python_json.h"
 
 namespace attnserve::model {
 namespace {
 
 using google::protobuf::Struct;
-using google::protobuf::Value;
 
 // transformers' RwkvModel.ln_out: nn.LayerNorm(hidden_size), PyTorch's default epsilon.
 constexpr double kHuggingFaceLnOutEpsilon = 1e-5;
@@ -23,108 +23,6 @@ constexpr double kHuggingFaceLnOutEpsilon = 1e-5;
 // eps · 4^(halvings): the epsilon of a LayerNorm that reads a stream halved `halvings` times.
 double Rescaled(double eps, int64_t halvings) {
   return std::ldexp(eps, static_cast<int>(std::min<int64_t>(2 * halvings, 1 << 20)));
-}
-
-absl::StatusOr<int64_t> IntField(const Struct& s, const char* key, int64_t fallback) {
-  auto it = s.fields().find(key);
-  if (it == s.fields().end() || it->second.kind_case() == Value::kNullValue) return fallback;
-  const Value& v = it->second;
-  if (v.kind_case() != Value::kNumberValue || v.number_value() != std::floor(v.number_value()) ||
-      std::abs(v.number_value()) > 9.0e15) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: '", key, "' must be an integer"));
-  }
-  return static_cast<int64_t>(v.number_value());
-}
-
-absl::StatusOr<v1::ModelConfig> FromHuggingFaceMamba(const Struct& s) {
-  v1::ModelConfig c;
-  c.set_model_type("mamba");
-  auto get = [&](const char* key, int64_t fallback) { return IntField(s, key, fallback); };
-  absl::StatusOr<int64_t> hidden = get("hidden_size", 768), layers = get("num_hidden_layers", 32),
-                          state = get("state_size", 16), conv = get("conv_kernel", 4),
-                          expand = get("expand", 2), vocab = get("vocab_size", 50280);
-  for (const auto* v : {&hidden, &layers, &state, &conv, &expand, &vocab}) {
-    if (!v->ok()) return v->status();
-  }
-  c.set_hidden_size(*hidden);
-  c.set_state_size(*state);
-  c.set_conv_kernel(*conv);
-  c.set_expand(*expand);
-  c.set_vocab_size(*vocab);
-  if (*layers <= 0 || *layers > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: num_hidden_layers must be in [1, 1024], got ", *layers));
-  }
-  for (int64_t i = 0; i < *layers; ++i) c.add_layers("mamba");
-  // time_step_rank may be "auto" (ceil(hidden_size / 16)) or a number.
-  auto rank = s.fields().find("time_step_rank");
-  if (rank != s.fields().end() && rank->second.kind_case() == Value::kNumberValue) {
-    absl::StatusOr<int64_t> r = get("time_step_rank", 0);
-    if (!r.ok()) return r.status();
-    c.set_time_step_rank(*r);
-  }
-  auto eps = s.fields().find("layer_norm_epsilon");
-  c.set_norm_epsilon(eps != s.fields().end() && eps->second.kind_case() == Value::kNumberValue
-                         ? eps->second.number_value()
-                         : 1e-5);
-  auto tie = s.fields().find("tie_word_embeddings");
-  c.set_tie_word_embeddings(tie == s.fields().end() || tie->second.bool_value());
-  for (const char* unsupported : {"use_bias"}) {
-    auto it = s.fields().find(unsupported);
-    if (it != s.fields().end() && it->second.bool_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: '", unsupported,
-                       "': true is not supported (in_proj and out_proj have no "
-                       "bias in attnserve's Mamba)"));
-    }
-  }
-  auto conv_bias = s.fields().find("use_conv_bias");
-  if (conv_bias != s.fields().end() && conv_bias->second.kind_case() == Value::kBoolValue &&
-      !conv_bias->second.bool_value()) {
-    return absl::InvalidArgumentError(
-        "config.json: 'use_conv_bias': false is not supported (conv1d.bias is expected)");
-  }
-  return c;
-}
-
-// Hugging Face's RwkvConfig: hidden_size, num_hidden_layers, attention_hidden_size (null:
-// hidden_size), intermediate_size (null: 4 * hidden_size), layer_norm_epsilon (pre_ln, ln1,
-// ln2; ln_out keeps 1e-5), rescale_every (6 by default; <= 0: never), vocab_size,
-// tie_word_embeddings (false by default). context_length is the training context, not a limit
-// of the recurrence.
-absl::StatusOr<v1::ModelConfig> FromHuggingFaceRwkv(const Struct& s) {
-  v1::ModelConfig c;
-  c.set_model_type("rwkv");
-  auto get = [&](const char* key, int64_t fallback) { return IntField(s, key, fallback); };
-  absl::StatusOr<int64_t> hidden = get("hidden_size", 4096), layers = get("num_hidden_layers", 32),
-                          vocab = get("vocab_size", 50277),
-                          attention = get("attention_hidden_size", 0),
-                          ffn = get("intermediate_size", 0);
-  for (const auto* v : {&hidden, &layers, &vocab, &attention, &ffn}) {
-    if (!v->ok()) return v->status();
-  }
-  if (*layers <= 0 || *layers > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: num_hidden_layers must be in [1, 1024], got ", *layers));
-  }
-  c.set_hidden_size(*hidden);
-  c.set_vocab_size(*vocab);
-  c.set_rwkv_attention_size(*attention > 0 ? *attention : *hidden);
-  c.set_intermediate_size(*ffn > 0 ? *ffn : 4 * *hidden);
-  for (int64_t i = 0; i < *layers; ++i) c.add_layers("rwkv");
-  c.set_norm("layer_norm");
-  c.set_embedding_norm(true);
-  auto eps = s.fields().find("layer_norm_epsilon");
-  c.set_norm_epsilon(eps != s.fields().end() && eps->second.kind_case() == Value::kNumberValue
-                         ? eps->second.number_value()
-                         : 1e-5);
-  c.set_final_norm_epsilon(kHuggingFaceLnOutEpsilon);
-  absl::StatusOr<int64_t> rescale_every = get("rescale_every", 6);
-  if (!rescale_every.ok()) return rescale_every.status();
-  c.set_rwkv_rescale_every(std::max<int64_t>(0, *rescale_every));
-  auto tie = s.fields().find("tie_word_embeddings");
-  c.set_tie_word_embeddings(tie != s.fields().end() && tie->second.bool_value());
-  return c;
 }
 
 }  // namespace
@@ -159,11 +57,10 @@ absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& python_j
   auto type = root.fields().find("model_type");
   const std::string model_type =
       type != root.fields().end() ? type->second.string_value() : std::string();
-  if (model_type == "mamba" || model_type == "rwkv") {
-    absl::StatusOr<v1::ModelConfig> hf =
-        model_type == "mamba" ? FromHuggingFaceMamba(root) : FromHuggingFaceRwkv(root);
-    if (!hf.ok()) return hf.status();
-    config = *std::move(hf);
+  if (const architectures::Architecture* hf = architectures::FindArchitecture(model_type)) {
+    absl::StatusOr<v1::ModelConfig> read = hf->read_config(root);
+    if (!read.ok()) return read.status();
+    config = *std::move(read);
   } else {
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = true;
@@ -236,6 +133,34 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
         absl::StrCat("config: rwkv_attention_size must be >= 0 (0: hidden_size), got ",
                      c.rwkv_attention_size()));
   }
+  if (c.attention_windows_size() != 0 && c.attention_windows_size() != c.layers_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: attention_windows has ", c.attention_windows_size(),
+                     " entries for ", c.layers_size(), " layers (one per layer, or none)"));
+  }
+  if (!c.hidden_act().empty() && c.hidden_act() != "silu" &&
+      c.hidden_act() != "gelu_pytorch_tanh") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: hidden_act \"", c.hidden_act(),
+                     "\" is not supported (silu, gelu_pytorch_tanh: gated MLPs)"));
+  }
+  if (c.rope_theta() < 0 || c.partial_rotary_factor() < 0 || c.partial_rotary_factor() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: rope_theta must be >= 0 (0: no positions) and partial_rotary_factor in [0, 1] "
+        "(0: 1), got ",
+        c.rope_theta(), " and ", c.partial_rotary_factor()));
+  }
+  if (!(c.rope_theta() > 0) && !c.rope_scaling().rope_type().empty()) {
+    return absl::InvalidArgumentError("config: rope_scaling without rope_theta > 0");
+  }
+  for (int i = 0; i < c.layers_size(); ++i) {
+    if (c.layers(i) != "standard" && i < c.attention_windows_size() && c.attention_windows(i)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: attention_windows[", i, "] is ", c.attention_windows(i), " but layers[", i,
+          "] is ", c.layers(i), ": only standard layers take a window here (sliding_window "
+          "layers take sliding_window)"));
+    }
+  }
   for (int i = 0; i < c.layers_size(); ++i) {
     absl::StatusOr<kernels::MixerKind> kind = kernels::ParseMixerKind(c.layers(i));
     if (!kind.ok()) {
@@ -273,7 +198,43 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.rwkv_attention_dim = c.rwkv_attention_size();
   m.norm_epsilon =
       m.kind == kernels::MixerKind::kRwkv ? RwkvLayerNormEpsilon(c, layer) : c.norm_epsilon();
+  if (m.kind == kernels::MixerKind::kStandard) {
+    m.num_kv_heads = c.num_key_value_heads();
+    m.attention_head_dim = c.head_dim();
+    m.qkv_bias = c.attention_qkv_bias();
+    m.o_bias = c.attention_out_bias();
+    m.attention_window = layer < c.attention_windows_size() ? c.attention_windows(layer) : 0;
+    m.rope = RotaryConfigOf(c);
+  }
   return m;
+}
+
+kernels::RotaryConfig RotaryConfigOf(const v1::ModelConfig& c) {
+  kernels::RotaryConfig r;
+  if (!(c.rope_theta() > 0)) return r;  // no positions
+  const v1::RopeScaling& s = c.rope_scaling();
+  r.type = s.rope_type().empty() ? "default" : s.rope_type();
+  r.theta = c.rope_theta();
+  const int64_t head_dim = c.head_dim() > 0 ? c.head_dim()
+                           : c.num_heads() > 0 ? c.hidden_size() / c.num_heads()
+                                               : 0;
+  // transformers: int(head_dim * partial_rotary_factor).
+  r.rotary_dim = c.partial_rotary_factor() > 0
+                     ? static_cast<int64_t>(head_dim * c.partial_rotary_factor())
+                     : head_dim;
+  r.max_position_embeddings = c.max_position_embeddings();
+  r.factor = s.factor() > 0 ? s.factor() : 1.0;
+  r.original_max_position_embeddings = r.type == "llama3" ? s.original_max_position_embeddings()
+                                                          : c.original_max_position_embeddings();
+  if (s.low_freq_factor() > 0) r.low_freq_factor = s.low_freq_factor();
+  if (s.high_freq_factor() > 0) r.high_freq_factor = s.high_freq_factor();
+  // transformers: `rope_scaling.get("beta_fast") or 32` (0 counts as absent there too).
+  if (s.beta_fast() > 0) r.beta_fast = s.beta_fast();
+  if (s.beta_slow() > 0) r.beta_slow = s.beta_slow();
+  r.attention_factor = s.attention_factor();
+  r.short_factor.assign(s.short_factor().begin(), s.short_factor().end());
+  r.long_factor.assign(s.long_factor().begin(), s.long_factor().end());
+  return r;
 }
 
 double RwkvLayerNormEpsilon(const v1::ModelConfig& c, int layer) {

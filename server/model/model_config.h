@@ -30,6 +30,9 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& config);
 // Its norm_epsilon is RwkvLayerNormEpsilon's for an rwkv layer.
 kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& config, int layer);
 
+// The rotary positions of the config's standard layers (disabled when rope_theta is 0).
+kernels::RotaryConfig RotaryConfigOf(const v1::ModelConfig& config);
+
 // Hugging Face's rescale_every (config.rwkv_rescale_every = r > 0), as transformers' inference
 // computes it: the hidden state is halved after blocks r-1, 2r-1, ..., and block i's
 // attention.output and feed_forward.value weights are divided by 2^(i / r). Block i then reads

@@ -1,9 +1,11 @@
 #include "server/model/model_io.h"
 
 #include <ATen/ATen.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 
-#include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -12,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
+#include "server/model/architectures/architecture.h"
 #include "server/model/model_config.h"
 #include "server/model/safetensors.h"
 
@@ -28,44 +31,84 @@ absl::StatusOr<std::string> ReadFile(const fs::path& path) {
   return ss.str();
 }
 
-// Hugging Face RwkvForCausalLM's names for Model's (model.h); the block's own tensors keep
-// their names under the layer's mixer (kernels/rwkv/rwkv_block.h).
-constexpr std::pair<const char*, const char*> kRwkvPrefixes[] = {
-    {"rwkv.embeddings.", "backbone.embeddings."},
-    {"rwkv.blocks.0.pre_ln.", "backbone.embeddings_norm."},
-    {"rwkv.ln_out.", "backbone.norm_f."},
-    {"head.", "lm_head."},
+// A stored name as Model knows it: the architecture's mapping (architectures/), or for
+// attnserve's own layout the name itself, but for mamba_ssm's spelling of the embedding
+// ("backbone.embedding.weight"; Hugging Face adds an "s").
+std::string ModelNameOf(const architectures::Architecture* architecture,
+                        const std::string& stored) {
+  if (architecture != nullptr) return architecture->model_name(stored);
+  return stored == "backbone.embedding.weight" ? "backbone.embeddings.weight" : stored;
+}
+
+// The checkpoint's files: model.safetensors, or the shards model.safetensors.index.json's
+// weight_map names (every tensor in the one file the map gives it).
+struct Checkpoint {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::string> paths;
+  // (stored name, index into files) in file order.
+  std::vector<std::pair<std::string, size_t>> tensors;
 };
 
-// "rwkv.blocks.N.x" <-> "backbone.layers.N.mixer.x" (N's digits up to the next dot).
-std::string ReplaceLayerPrefix(const std::string& name, absl::string_view from,
-                               absl::string_view from_tail, absl::string_view to,
-                               absl::string_view to_tail) {
-  if (!absl::StartsWith(name, from)) return name;
-  const size_t dot = name.find('.', from.size());
-  if (dot == std::string::npos || dot == from.size()) return name;
-  const std::string rest = name.substr(dot + 1);
-  if (!absl::StartsWith(rest, from_tail)) return name;
-  return absl::StrCat(to, name.substr(from.size(), dot - from.size()), ".", to_tail,
-                      rest.substr(from_tail.size()));
-}
-
-// A stored name as Model knows it: mamba_ssm spells the embedding "backbone.embedding.weight"
-// (Hugging Face adds an "s"); Hugging Face RWKV's names are mapped onto Model's.
-std::string CanonicalName(const std::string& name) {
-  if (name == "backbone.embedding.weight") return "backbone.embeddings.weight";
-  for (const auto& [hf, ours] : kRwkvPrefixes) {
-    if (absl::StartsWith(name, hf)) return absl::StrCat(ours, name.substr(strlen(hf)));
+absl::StatusOr<Checkpoint> OpenCheckpoint(const fs::path& folder) {
+  Checkpoint checkpoint;
+  const fs::path single = folder / "model.safetensors";
+  const fs::path index = folder / "model.safetensors.index.json";
+  std::error_code ec;
+  if (fs::exists(single, ec) || !fs::exists(index, ec)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single.string()));
+    for (const std::string& name : file->names()) checkpoint.tensors.emplace_back(name, 0);
+    checkpoint.files.push_back(std::move(file));
+    checkpoint.paths.push_back(single.string());
+    return checkpoint;
   }
-  return ReplaceLayerPrefix(name, "rwkv.blocks.", "", "backbone.layers.", "mixer.");
-}
-
-// The inverse, for writing a model for which IsHuggingFaceRwkv holds.
-std::string HuggingFaceRwkvName(const std::string& name) {
-  for (const auto& [hf, ours] : kRwkvPrefixes) {
-    if (absl::StartsWith(name, ours)) return absl::StrCat(hf, name.substr(strlen(ours)));
+  ASSIGN_OR_RETURN(const std::string json, ReadFile(index));
+  google::protobuf::Struct root;
+  if (!google::protobuf::util::JsonStringToMessage(json, &root).ok() ||
+      !root.fields().count("weight_map") ||
+      root.fields().at("weight_map").kind_case() != google::protobuf::Value::kStructValue) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index.string(), ": expected a JSON object with a weight_map object"));
   }
-  return ReplaceLayerPrefix(name, "backbone.layers.", "mixer.", "rwkv.blocks.", "");
+  const auto& map = root.fields().at("weight_map").struct_value().fields();
+  std::map<std::string, size_t> file_of_shard;
+  std::map<std::string, std::string> shard_of;  // in name order: deterministic
+  for (const auto& [tensor, shard] : map) {
+    if (shard.kind_case() != google::protobuf::Value::kStringValue ||
+        shard.string_value().find('/') != std::string::npos || shard.string_value().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index.string(), ": weight_map['", tensor, "'] must name a file in the folder"));
+    }
+    shard_of[tensor] = shard.string_value();
+  }
+  for (const auto& [tensor, shard] : shard_of) {
+    if (!file_of_shard.count(shard)) {
+      const std::string path = (folder / shard).string();
+      ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+      file_of_shard[shard] = checkpoint.files.size();
+      checkpoint.files.push_back(std::move(file));
+      checkpoint.paths.push_back(path);
+    }
+  }
+  // Every tensor of every shard, each where the map says it is.
+  for (size_t i = 0; i < checkpoint.files.size(); ++i) {
+    const std::string shard = fs::path(checkpoint.paths[i]).filename().string();
+    for (const std::string& name : checkpoint.files[i]->names()) {
+      auto it = shard_of.find(name);
+      if (it == shard_of.end() || it->second != shard) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(checkpoint.paths[i], ": tensor '", name,
+                         "' is not mapped to this file by model.safetensors.index.json"));
+      }
+      checkpoint.tensors.emplace_back(name, i);
+    }
+  }
+  for (const auto& [tensor, shard] : shard_of) {
+    if (checkpoint.files[file_of_shard[shard]]->Find(tensor) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          index.string(), ": tensor '", tensor, "' is not in ", shard, " as the map says"));
+    }
+  }
+  return checkpoint;
 }
 
 }  // namespace
@@ -79,16 +122,20 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
     return absl::InvalidArgumentError(
         absl::StrCat(dir, "/config.json: ", config.status().message()));
   }
-  const std::string weights_path = (folder / "model.safetensors").string();
-  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(weights_path));
+  const architectures::Architecture* architecture =
+      architectures::FindArchitecture(config->model_type());
+  ASSIGN_OR_RETURN(const Checkpoint checkpoint, OpenCheckpoint(folder));
 
   std::map<std::string, std::vector<int64_t>> expected;
   for (const kernels::WeightSpec& spec : Model::ExpectedTensors(*config)) {
     expected[spec.name] = spec.shape;
   }
   std::map<std::string, at::Tensor> weights;
-  for (const std::string& stored : file->names()) {
-    const std::string canonical = CanonicalName(stored);
+  for (const auto& [stored, file_index] : checkpoint.tensors) {
+    const std::string& weights_path = checkpoint.paths[file_index];
+    const SafetensorsFile& file = *checkpoint.files[file_index];
+    const std::string canonical = ModelNameOf(architecture, stored);
+    if (canonical.empty()) continue;  // a buffer the model does not use
     auto it = expected.find(canonical);
     if (it == expected.end()) {
       // Some exports keep a tied lm_head; it is the embedding, so it is not needed.
@@ -97,7 +144,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
                                                      "' (not part of a model with this ",
                                                      "config.json)"));
     }
-    const SafetensorsEntry* entry = file->Find(stored);
+    const SafetensorsEntry* entry = file.Find(stored);
     if (at::IntArrayRef(entry->shape) != at::IntArrayRef(it->second)) {
       return absl::InvalidArgumentError(absl::StrCat(
           weights_path, ": tensor '", stored, "' has shape ", kernels::ShapeString(entry->shape),
@@ -105,13 +152,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
     }
     if (weights.count(canonical)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(weights_path, ": the embedding is stored twice"));
+          absl::StrCat(weights_path, ": tensor '", canonical, "' is stored twice"));
     }
-    ASSIGN_OR_RETURN(weights[canonical], file->LoadFloat32(stored));
+    ASSIGN_OR_RETURN(weights[canonical], file.LoadFloat32(stored));
   }
   for (const auto& [tensor, shape] : expected) {
     if (!weights.count(tensor)) {
-      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": missing tensor '", tensor,
+      return absl::InvalidArgumentError(absl::StrCat(dir, ": missing tensor '", tensor,
                                                      "' of shape ", kernels::ShapeString(shape)));
     }
   }
@@ -143,7 +190,8 @@ absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
   }
   ASSIGN_OR_RETURN(auto weights, model.NamedWeights());
   if (rwkv) {
-    for (auto& [name, tensor] : weights) name = HuggingFaceRwkvName(name);
+    const architectures::Architecture* layout = architectures::FindArchitecture("rwkv");
+    for (auto& [name, tensor] : weights) name = layout->stored_name(name);
   }
   return WriteSafetensors((fs::path(dir) / "model.safetensors").string(), weights,
                           {{"format", "pt"}, {"written_by", "attnserve"}});

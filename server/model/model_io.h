@@ -1,6 +1,8 @@
-// Model folders on disk: config.json + model.safetensors. Hugging Face Mamba and RWKV folders
-// load as they are (RWKV's names are mapped onto Model's); a pure Mamba or RWKV model is written
-// in their layout, any other in attnserve's.
+// Model folders on disk: config.json + model.safetensors (or shards listed by
+// model.safetensors.index.json). Hugging Face folders of the registered architectures
+// (architectures/architecture.h: Mamba, RWKV-4, Llama, Mistral, Qwen2) load as they are, their
+// names mapped onto Model's; a pure Mamba or RWKV model is written in their layout, any other in
+// attnserve's.
 #pragma once
 
 #include <memory>
@@ -11,7 +13,8 @@
 
 namespace attnserve::model {
 
-// Loads `dir`/config.json and `dir`/model.safetensors (F32, F16 or BF16) as model `name`.
+// Loads `dir`/config.json and `dir`/model.safetensors (F32, F16 or BF16), or the shards
+// `dir`/model.safetensors.index.json maps every tensor to, as model `name`.
 // With a tokenizer.json the model takes text (model_text.h).
 // Every tensor is checked against the shape the config implies before its data is read;
 // errors name the folder, the tensor and both shapes.

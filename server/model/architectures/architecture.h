@@ -1,0 +1,47 @@
+// The Hugging Face architectures attnserve loads unchanged, one file each (as llama.cpp's
+// src/models/<arch>.cpp and vLLM's model registry): what its config.json's keys mean in
+// attnserve's ModelConfig (proto/attnserve/v1/model_config.proto), and what its tensors are
+// called in Model's names (server/model/model.h). The wiring itself is the generic model's
+// (embedding -> N x (norm -> mixer -> residual [-> norm -> MLP -> residual]) -> norm -> lm_head),
+// with the mixers of kernels/. Each file names the upstream modeling file and commit it follows.
+//
+// Registry (registry.cc), by config.json's model_type:
+//   mamba   MambaForCausalLM      mamba.cc
+//   rwkv    RwkvForCausalLM       rwkv.cc
+//   llama   LlamaForCausalLM      llama.cc     (decoder_only.h: the Llama family's shared keys)
+//   mistral MistralForCausalLM    mistral.cc
+//   qwen2   Qwen2ForCausalLM      qwen2.cc
+// A config.json of any other model_type is attnserve's own schema.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "attnserve/v1/model_config.pb.h"
+#include "server/model/architectures/config_fields.h"
+
+namespace attnserve::model::architectures {
+
+struct Architecture {
+  const char* model_type;  // config.json's
+  const char* hf_class;    // its "architectures" entry
+  // config.json -> ModelConfig (defaults are filled in and the result validated afterwards).
+  // A key or value the loader does not support is an error naming the key and its value.
+  absl::StatusOr<v1::ModelConfig> (*read_config)(const ConfigJson& json);
+  // A stored tensor's name as Model knows it; "" for a tensor the model does not use (a
+  // rotary inv_freq buffer some exports keep).
+  std::string (*model_name)(const std::string& stored);
+  // The inverse, for writing a folder in this layout (WriteModelFolder); null where attnserve
+  // writes its own layout instead.
+  std::string (*stored_name)(const std::string& model_name);
+};
+
+// The architecture of config.json's model_type, or null (attnserve's own schema).
+const Architecture* FindArchitecture(absl::string_view model_type);
+
+// Every registered architecture, in the registry's order.
+const std::vector<const Architecture*>& Architectures();
+
+}  // namespace attnserve::model::architectures

@@ -1,0 +1,57 @@
+// MambaForCausalLM (model_type "mamba", Mamba-1): transformers v4.47.1,
+// src/transformers/models/mamba/{configuration,modeling}_mamba.py, commit
+// 241c04d36867259cdf11dbb4e9d9a60f9cb65ebc. Every layer the mamba mixer (kernels/mamba/), no MLP,
+// RMSNorms; tied embeddings unless tie_word_embeddings is false. Tensor names are Model's own
+// (backbone.layers.N.mixer.*); mamba_ssm's folders spell the embedding backbone.embedding.
+#include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
+#include "server/model/architectures/architecture.h"
+
+namespace attnserve::model::architectures {
+namespace {
+
+absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json) {
+  v1::ModelConfig c;
+  c.set_model_type("mamba");
+  ASSIGN_OR_RETURN(const int64_t hidden, IntKey(json, "hidden_size", 768));
+  ASSIGN_OR_RETURN(const int64_t layers, LayerCount(json, "num_hidden_layers", 32));
+  ASSIGN_OR_RETURN(const int64_t state, IntKey(json, "state_size", 16));
+  ASSIGN_OR_RETURN(const int64_t conv, IntKey(json, "conv_kernel", 4));
+  ASSIGN_OR_RETURN(const int64_t expand, IntKey(json, "expand", 2));
+  ASSIGN_OR_RETURN(const int64_t vocab, IntKey(json, "vocab_size", 50280));
+  c.set_hidden_size(hidden);
+  c.set_state_size(state);
+  c.set_conv_kernel(conv);
+  c.set_expand(expand);
+  c.set_vocab_size(vocab);
+  for (int64_t i = 0; i < layers; ++i) c.add_layers("mamba");
+  // time_step_rank may be "auto" (ceil(hidden_size / 16)) or a number.
+  auto rank = json.fields().find("time_step_rank");
+  if (rank != json.fields().end() &&
+      rank->second.kind_case() == google::protobuf::Value::kNumberValue) {
+    ASSIGN_OR_RETURN(const int64_t r, IntKey(json, "time_step_rank", 0));
+    c.set_time_step_rank(r);
+  }
+  ASSIGN_OR_RETURN(const double eps, NumberKey(json, "layer_norm_epsilon", 1e-5));
+  c.set_norm_epsilon(eps);
+  ASSIGN_OR_RETURN(const bool tie, BoolKey(json, "tie_word_embeddings", true));
+  c.set_tie_word_embeddings(tie);
+  ASSIGN_OR_RETURN(const bool bias, BoolKey(json, "use_bias", false));
+  if (bias) {
+    return Unsupported("use_bias", "true", "in_proj and out_proj have no bias in attnserve's Mamba");
+  }
+  ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "use_conv_bias", true));
+  if (!conv_bias) return Unsupported("use_conv_bias", "false", "conv1d.bias is expected");
+  return c;
+}
+
+std::string MambaModelName(const std::string& stored) {
+  return stored == "backbone.embedding.weight" ? "backbone.embeddings.weight" : stored;
+}
+
+}  // namespace
+
+extern const Architecture kMamba = {"mamba", "MambaForCausalLM", &ReadMambaConfig,
+                                    &MambaModelName, nullptr};
+
+}  // namespace attnserve::model::architectures

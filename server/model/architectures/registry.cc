@@ -1,0 +1,25 @@
+#include "server/model/architectures/architecture.h"
+
+namespace attnserve::model::architectures {
+
+// Defined in their own files.
+extern const Architecture kMamba;
+extern const Architecture kRwkv;
+extern const Architecture kLlama;
+extern const Architecture kMistral;
+extern const Architecture kQwen2;
+
+const std::vector<const Architecture*>& Architectures() {
+  static const std::vector<const Architecture*> all = {&kMamba, &kRwkv, &kLlama, &kMistral,
+                                                       &kQwen2};
+  return all;
+}
+
+const Architecture* FindArchitecture(absl::string_view model_type) {
+  for (const Architecture* a : Architectures()) {
+    if (model_type == a->model_type) return a;
+  }
+  return nullptr;
+}
+
+}  // namespace attnserve::model::architectures

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Writes the golden Hugging Face folders of this directory with transformers v4.47.1's own
+# modeling code (../shared/hf_reference/make_ref.py: tiny random checkpoints in the exact Hugging
+# Face layout, their float64 logits for a seeded 37-token prompt, the 8 greedy tokens of
+# generate()). Run from anywhere: tests/golden/hf/make.sh [HF_REFERENCE_DIR]. The folders are
+# committed; tests read them (tests/integration/hf_golden_test.py) and never run this.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+ref="${1:-$here/../../../../shared/hf_reference}"
+make() { local name=$1; shift; rm -rf "$here/$name"; /usr/bin/python3 "$ref/make_ref.py" --out "$here/$name" "$@"; }
+make llama_gqa --arch llama
+make llama_mqa --arch llama --set num_key_value_heads=1
+make llama_head_dim_biases --arch llama --set head_dim=32 --set attention_bias=true --set mlp_bias=true
+make llama_rope_linear --arch llama --set 'rope_scaling={"rope_type":"linear","factor":2.0}'
+make llama_rope_dynamic --arch llama --set max_position_embeddings=24 \
+  --set 'rope_scaling={"rope_type":"dynamic","factor":2.0}'
+make llama_rope_yarn --arch llama --set max_position_embeddings=32 \
+  --set 'rope_scaling={"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32}'
+make llama_rope_longrope --arch llama --set max_position_embeddings=64 \
+  --set original_max_position_embeddings=16 \
+  --set 'rope_scaling={"rope_type":"longrope","short_factor":[1.0,1.1,1.2,1.3,1.5,1.8,2.0,2.5],"long_factor":[1.0,1.5,2.0,3.0,4.0,6.0,8.0,12.0]}'
+make llama_rope_llama3 --arch llama \
+  --set 'rope_scaling={"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":16}'
+make mistral_window8 --arch mistral
+make qwen2_biases_tied --arch qwen2
