@@ -73,14 +73,14 @@ def prefill_flops_per_token(config, tokens):
     return 2.0 * layers * per_layer + 2.0 * config["vocab_size"] * h / tokens
 
 
-def attnserve_prefill(stubs, tokens, reps, rng):
+def attnserve_prefill(stubs, tokens, reps, rng, model=MODEL, vocab=50000):
     grpc, pb, pb_grpc, target = stubs
     with grpc.insecure_channel(target) as channel:
         stub = pb_grpc.AttnServeStub(channel)
 
         def once():
-            request = pb.InferRequest(model=MODEL,
-                                      tokens=[rng.randrange(1, 50000) for _ in range(tokens)],
+            request = pb.InferRequest(model=model,
+                                      tokens=[rng.randrange(1, vocab) for _ in range(tokens)],
                                       output=pb.OutputSpec(kind=pb.OUTPUT_KIND_TOP_K, top_k=5))
             start = time.perf_counter()
             stub.Infer(request, timeout=600)

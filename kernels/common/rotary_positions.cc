@@ -176,16 +176,17 @@ void RotaryPositions::Apply(at::Tensor& x, const std::vector<int64_t>& starts) c
   at::Tensor cos_sin = at::empty({2, b, l, half}, at::kFloat);
   float* cos_p = cos_sin.data_ptr<float>();
   float* sin_p = cos_p + b * l * half;
+  std::vector<float> dynamic;
   for (int64_t row = 0; row < b; ++row) {
     const int64_t start = starts.size() == 1 ? starts[0] : starts[row];
-    float factor = attention_factor_;
-    std::vector<float> dynamic;
-    const std::vector<float>* inv = &inv_freq_;
-    if (config_.type == "dynamic" && start + l > config_.max_position_embeddings) {
-      dynamic = InverseFrequencies(start + l, &factor);
-      inv = &dynamic;
-    }
     for (int64_t t = 0; t < l; ++t) {
+      float factor = attention_factor_;
+      const std::vector<float>* inv = &inv_freq_;
+      if (config_.type == "dynamic" && start + t + 1 > config_.max_position_embeddings) {
+        // The frequencies of a sequence ending at this token (transformers' step path).
+        dynamic = InverseFrequencies(start + t + 1, &factor);
+        inv = &dynamic;
+      }
       const float position = static_cast<float>(start + t);
       float* c = cos_p + (row * l + t) * half;
       float* s = sin_p + (row * l + t) * half;

@@ -9,8 +9,8 @@
 //     x'[i + half] = x[i + half] · c + x[i] · s           (half = rotary_dim / 2: "rotate_half")
 // inv_freq_i = 1 / theta^(2i / rotary_dim), changed by the scaling type:
 //   "default"  none;  "linear"  / factor;
-//   "dynamic"  theta' = theta · (factor · n / max_pos - (factor - 1))^(dim / (dim - 2)) where n,
-//              the sequence length of the call (its last position + 1), exceeds max_pos (NTK);
+//   "dynamic"  theta' = theta · (factor · n / max_pos - (factor - 1))^(dim / (dim - 2)) where n
+//              exceeds max_pos (NTK); n = the token's position + 1 (below);
 //   "yarn"     a ramp between interpolated (/ factor) and extrapolated frequencies over the
 //              dims of beta_fast..beta_slow rotations within max_pos; attention_factor
 //              0.1 ln(factor) + 1 unless given;
@@ -19,9 +19,12 @@
 //   "llama3"   low frequencies / factor, high ones kept, a smooth blend in between.
 // Keys are stored rotated in the KV cache: a cached key never changes, so positions carry with
 // the state (appends, resumes, snapshots, forks, prefix-cache hits all start at the state's
-// position). "dynamic" is the exception transformers has too: a call's frequencies depend on its
-// length past max_position_embeddings, so past it a whole prompt and the same prompt in chunks
-// differ (each as transformers computes it; docs/models.md).
+// position). "dynamic": transformers rotates every token of a forward call with the
+// frequencies of the call's length n (its last position + 1), so its whole prompt, its chunks
+// and its steps differ past max_position_embeddings; attnserve rotates each token with those of
+// its own position (n = position + 1): transformers' token-by-token (generate step) path, the
+// same in any chunking, and for a sequence within max_position_embeddings the plain frequencies
+// (docs/models.md).
 //
 // Thread-safe and immutable after construction.
 #pragma once
@@ -71,8 +74,8 @@ class RotaryPositions {
   // elsewhere ATen operations on the device.
   void Apply(at::Tensor& x, const std::vector<int64_t>& starts) const;
 
-  // inv_freq (rotary_dim / 2 values) and the attention factor for a call whose last position is
-  // `length` - 1 (only "dynamic" depends on it).
+  // inv_freq (rotary_dim / 2 values) and the attention factor for a sequence of `length` tokens
+  // (only "dynamic" depends on it).
   std::vector<float> InverseFrequencies(int64_t length, float* attention_factor) const;
 
  private:

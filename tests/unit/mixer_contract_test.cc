@@ -64,9 +64,31 @@ MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
   return c;
 }
 
+// Standard attention as trained checkpoints have it: key/value groups, a head width of its own
+// (48 per head: the tiled ATen kernel for the prefill, 16 and 32: the fused one), biases,
+// rotary positions of a scaling type, a window shorter than the contract's sequences.
+MixerConfig TrainedAttention(int64_t heads, int64_t kv_heads, int64_t head_dim,
+                             const char* rope_type, int64_t window) {
+  MixerConfig c = Config(MixerKind::kStandard, 64, heads);
+  c.num_kv_heads = kv_heads;
+  c.attention_head_dim = head_dim;
+  c.qkv_bias = true;
+  c.o_bias = true;
+  c.rope.type = rope_type;
+  c.rope.theta = 10000.0;
+  c.rope.max_position_embeddings = 16;
+  c.rope.factor = 4.0;
+  c.rope.original_max_position_embeddings = 8;
+  c.attention_window = window;
+  return c;
+}
+
 std::vector<ContractCase> StreamingCases() {
   return {{"standard", Config(MixerKind::kStandard, 64, 4)},
           {"standard_wide_heads", Config(MixerKind::kStandard, 128, 1)},
+          {"standard_gqa_rope", TrainedAttention(4, 2, 16, "default", 0)},
+          {"standard_mqa_yarn_head_dim_48", TrainedAttention(6, 1, 48, "yarn", 0)},
+          {"standard_gqa_llama3_window_5", TrainedAttention(8, 2, 32, "llama3", 5)},
           {"linear", Config(MixerKind::kLinear, 64, 2)},
           {"linear_many_heads", Config(MixerKind::kLinear, 128, 8)},
           {"mamba", Config(MixerKind::kMamba, 40, 1)},

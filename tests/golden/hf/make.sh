@@ -12,7 +12,7 @@ make llama_gqa --arch llama
 make llama_mqa --arch llama --set num_key_value_heads=1
 make llama_head_dim_biases --arch llama --set head_dim=32 --set attention_bias=true --set mlp_bias=true
 make llama_rope_linear --arch llama --set 'rope_scaling={"rope_type":"linear","factor":2.0}'
-make llama_rope_dynamic --arch llama --set max_position_embeddings=24 \
+make llama_rope_dynamic --arch llama --set max_position_embeddings=40 \
   --set 'rope_scaling={"rope_type":"dynamic","factor":2.0}'
 make llama_rope_yarn --arch llama --set max_position_embeddings=32 \
   --set 'rope_scaling={"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32}'

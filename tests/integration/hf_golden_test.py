@@ -1,0 +1,238 @@
+#!/usr/bin/python3
+"""Hugging Face folders of trained-transformer architectures, loaded unchanged and served over
+gRPC, against transformers v4.47.1's own float64 logits (issue #49).
+
+The folders in tests/golden/hf/ were written by ../shared/hf_reference/make_ref.py
+(tests/golden/hf/make.sh says how): LlamaForCausalLM with GQA, MQA, a head_dim of its own with
+attention and MLP biases, and each rope_scaling type (linear, dynamic, yarn, longrope, llama3)
+on a prompt longer than the length the scaling starts from; MistralForCausalLM with a sliding
+window of 8 < the 37-token prompt; Qwen2ForCausalLM with q/k/v biases and tied embeddings.
+
+For each: logits within 1e-4 of max |logit| in float32 for the whole prompt (Infer), for the
+prompt in chunks and for single steps (a session continued by Infer), the 8 greedy tokens of
+transformers' generate() (a Stream generating); a fork, a prefix-cache hit and a snapshot round
+trip at positions > 0 give the same logits; the KV cache holds 2 x layers x KV heads x head_dim
+x 4 bytes a token; a folder split into shards with model.safetensors.index.json loads the same.
+
+"dynamic" (max_position_embeddings 40) rotates each token with the frequencies of its own
+position + 1, transformers' generate-step path (kernels/common/rotary_positions.h): its 37-token
+prompt is within 40, and generate()'s steps at positions 40-43 are checked logit by logit
+(greedy_step_logits.npy) with every other case's.
+
+Usage: hf_golden_test.py --build-dir BUILD --source-dir SOURCE
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import python_client_test as common  # noqa: E402
+
+TOLERANCE = 1e-4
+CHUNKS = (5, 11, 1, 7)  # then the rest, then single steps
+
+
+def golden_dir():
+    return os.path.join(os.path.abspath(common.ARGS.source_dir), "tests", "golden", "hf")
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    return header, data[8 + n:]
+
+
+def write_shards(src, dst, parts=2):
+    """dst: src's config and tokenizer files, its weights in `parts` shards and an index."""
+    os.makedirs(dst)
+    for name in os.listdir(src):
+        if name.endswith(".json") and name != "reference.json":
+            shutil.copy(os.path.join(src, name), dst)
+    header, blob = read_safetensors(os.path.join(src, "model.safetensors"))
+    names = sorted(k for k in header if k != "__metadata__")
+    weight_map = {}
+    for p in range(parts):
+        mine = names[p::parts]
+        shard = "model-%05d-of-%05d.safetensors" % (p + 1, parts)
+        out_header, chunks, offset = {}, [], 0
+        for name in mine:
+            begin, end = header[name]["data_offsets"]
+            out_header[name] = dict(header[name], data_offsets=[offset, offset + end - begin])
+            chunks.append(blob[begin:end])
+            offset += end - begin
+            weight_map[name] = shard
+        raw = json.dumps(out_header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(os.path.join(dst, shard), "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw + b"".join(chunks))
+    with open(os.path.join(dst, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": len(blob)}, "weight_map": weight_map}, f)
+
+
+class HfGoldenTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="attnserve_hf_golden_")
+        common.generate_stubs(common.ARGS.source_dir, cls.tmp)
+        import grpc
+        from attnserve.v1 import inference_pb2, inference_pb2_grpc
+        cls.grpc, cls.pb = grpc, inference_pb2
+        cls.cases = sorted(d for d in os.listdir(golden_dir())
+                           if os.path.isfile(os.path.join(golden_dir(), d, "reference.json")))
+        repo = os.path.join(cls.tmp, "models")
+        os.makedirs(repo)
+        for case in cls.cases:
+            os.symlink(os.path.join(golden_dir(), case), os.path.join(repo, case))
+        write_shards(os.path.join(golden_dir(), "llama_gqa"), os.path.join(repo, "llama_sharded"))
+        binary = os.path.join(os.path.abspath(common.ARGS.build_dir), "server", "attnserve-server")
+        # Chunks of 8 tokens: prompts cut into several, and prefix-cache entries inside them.
+        cls.server = common.Server(binary, "--model_repository=" + repo, "--max_batch_tokens=8")
+        cls.channel = grpc.insecure_channel(cls.server.target)
+        grpc.channel_ready_future(cls.channel).result(timeout=30)
+        cls.stub = inference_pb2_grpc.AttnServeStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.server.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def reference(self, case):
+        with open(os.path.join(golden_dir(), case, "reference.json")) as f:
+            ref = json.load(f)
+        return ref, np.load(os.path.join(golden_dir(), case, "logits_all.npy"))
+
+    def logits(self, response, rows):
+        got = np.array(response.outputs.tensor.float_data, dtype=np.float64)
+        return got.reshape(rows, -1)
+
+    def assertClose(self, got, want, what):
+        err = np.abs(got - want).max() / np.abs(want).max()
+        self.assertLessEqual(err, TOLERANCE, "%s: %.3g of max |logit|" % (what, err))
+
+    def infer(self, case, tokens, session_id=""):
+        pb = self.pb
+        return self.stub.Infer(pb.InferRequest(
+            model="" if session_id else case, session_id=session_id, tokens=tokens,
+            output=pb.OutputSpec(kind=pb.OUTPUT_KIND_ALL_LOGITS)), timeout=60)
+
+    def last_logits(self, case, tokens):
+        pb = self.pb
+        response = self.stub.Infer(pb.InferRequest(
+            model=case, tokens=tokens, output=pb.OutputSpec(kind=pb.OUTPUT_KIND_LAST_LOGITS)),
+            timeout=60)
+        return self.logits(response, 1)
+
+    def open_session(self, case, tokens, fork_from=""):
+        """A session holding `tokens` (or forked from another), left open after its stream."""
+        pb = self.pb
+        requests = [pb.StreamRequest(open=pb.StreamOpen(model="" if fork_from else case,
+                                                        fork_from=fork_from))]
+        if tokens:
+            requests.append(pb.StreamRequest(append=pb.StreamAppend(
+                sequence_number=1, tokens=tokens, output=pb.OutputSpec(kind=pb.OUTPUT_KIND_NONE))))
+        responses = list(self.stub.Stream(iter(requests), timeout=60))
+        return responses[0].opened.session_id
+
+    def test_whole_prompt(self):
+        for case in self.cases:
+            with self.subTest(case=case):
+                ref, want = self.reference(case)
+                got = self.logits(self.infer(case, ref["tokens"]), len(ref["tokens"]))
+                self.assertClose(got, want, case + " whole prompt")
+
+    def test_chunks_then_steps(self):
+        for case in self.cases:
+            with self.subTest(case=case):
+                ref, want = self.reference(case)
+                tokens = ref["tokens"]
+                sid = self.open_session(case, [])
+                got, pos = [], 0
+                for n in CHUNKS + (len(tokens) - sum(CHUNKS) - 4,) + (1, 1, 1, 1):
+                    got.append(self.logits(self.infer(case, tokens[pos:pos + n], sid), n))
+                    pos += n
+                self.assertEqual(pos, len(tokens))
+                self.assertClose(np.concatenate(got), want, case + " chunks and steps")
+
+    def test_greedy_tokens_equal_generate(self):
+        pb = self.pb
+        for case in self.cases:
+            with self.subTest(case=case):
+                ref, _ = self.reference(case)
+                responses = list(self.stub.Stream(iter([
+                    pb.StreamRequest(open=pb.StreamOpen(model=case)),
+                    pb.StreamRequest(append=pb.StreamAppend(
+                        sequence_number=1, tokens=ref["tokens"],
+                        generate=pb.GenerateSpec(max_new_tokens=len(ref["greedy_tokens"]),
+                                                 ignore_eos=True))),
+                    pb.StreamRequest(close=pb.StreamClose())]), timeout=60))
+                result = [r.result for r in responses if r.WhichOneof("kind") == "result"][0]
+                self.assertEqual(list(result.generated_tokens), ref["greedy_tokens"], case)
+
+    def test_generate_steps_logit_by_logit(self):
+        pb = self.pb
+        for case in self.cases:
+            with self.subTest(case=case):
+                ref, _ = self.reference(case)
+                want = np.load(os.path.join(golden_dir(), case, "greedy_step_logits.npy"))
+                sid = self.open_session(case, [])
+                rows = [self.logits(self.infer(case, ref["tokens"], sid), len(ref["tokens"]))[-1:]]
+                for token in ref["greedy_tokens"][:-1]:
+                    rows.append(self.logits(self.infer(case, [token], sid), 1))
+                self.assertClose(np.concatenate(rows), want, case + " generate's steps")
+
+    def test_fork_snapshot_and_prefix_cache_at_positions_past_zero(self):
+        pb = self.pb
+        for case in ("llama_gqa", "mistral_window8", "qwen2_biases_tied", "llama_rope_yarn"):
+            with self.subTest(case=case):
+                ref, want = self.reference(case)
+                tokens, cut = ref["tokens"], 21
+                source = self.open_session(case, tokens[:cut])
+                fork = self.open_session(case, [], fork_from=source)
+                got = self.logits(self.infer(case, tokens[cut:], fork), len(tokens) - cut)
+                self.assertClose(got, want[cut:], case + " fork at 21")
+                snapshot = b"".join(c.data for c in self.stub.ExportSession(
+                    pb.ExportSessionRequest(session_id=source), timeout=30))
+                self.stub.CloseSession(pb.CloseSessionRequest(session_id=source), timeout=30)
+                self.stub.ImportSession(iter([pb.SessionSnapshotChunk(
+                    data=snapshot, total_bytes=len(snapshot))]), timeout=30)
+                got = self.logits(self.infer(case, tokens[cut:], source), len(tokens) - cut)
+                self.assertClose(got, want[cut:], case + " snapshot round trip at 21")
+                # A prompt's first 29 tokens, then all 37: the second starts from the state the
+                # first left at 29 (a prefix-cache hit, last logits only) and computes 8 more.
+                before = self.stub.ListModels(pb.ListModelsRequest(), timeout=30).prefix_cache
+                self.last_logits(case, tokens[:29])
+                got = self.last_logits(case, tokens)
+                after = self.stub.ListModels(pb.ListModelsRequest(), timeout=30).prefix_cache
+                self.assertGreater(after.hits, before.hits, case + ": no prefix-cache hit")
+                self.assertGreaterEqual(after.hit_tokens - before.hit_tokens, 29)
+                self.assertClose(got, want[-1:], case + " after a prefix-cache hit at 29")
+
+    def test_kv_bytes_per_token_and_sharded_folders(self):
+        pb = self.pb
+        for case in ("llama_gqa", "llama_mqa", "llama_head_dim_biases", "llama_sharded"):
+            with self.subTest(case=case):
+                src = "llama_gqa" if case == "llama_sharded" else case
+                with open(os.path.join(golden_dir(), src, "config.json")) as f:
+                    config = json.load(f)
+                heads = config["num_attention_heads"]
+                head_dim = config.get("head_dim") or config["hidden_size"] // heads
+                kv = config.get("num_key_value_heads") or heads
+                info = self.stub.GetModel(pb.GetModelRequest(name=case), timeout=30)
+                self.assertEqual(info.state_bytes_per_token,
+                                 2 * config["num_hidden_layers"] * kv * head_dim * 4, case)
+        ref, want = self.reference("llama_gqa")
+        got = self.logits(self.infer("llama_sharded", ref["tokens"]), len(ref["tokens"]))
+        self.assertClose(got, want, "sharded llama_gqa")
+
+
+if __name__ == "__main__":
+    common.run_tests(sys.modules[__name__])
