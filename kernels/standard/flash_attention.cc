@@ -21,20 +21,21 @@ at::Tensor RepeatKvHeads(const at::Tensor& kv, int64_t heads) {
 absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k_heads,
                                           const at::Tensor& v_heads, bool causal, int64_t window,
                                           int64_t sinks) {
-  // The fused kernel reads grouped key/value heads in place; the others take them repeated.
-  if (!q.is_cuda() && FusedAttentionSupports(q, k_heads, v_heads)) {
-    return FusedAttentionCpu(q, k_heads, v_heads, causal, window, sinks);
-  }
-  const at::Tensor k = RepeatKvHeads(k_heads, q.size(1)), v = RepeatKvHeads(v_heads, q.size(1));
+  // The fused and the CUDA kernels read grouped key/value heads in place; the tiled ATen one
+  // takes them repeated.
   if (q.is_cuda()) {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
-    return standard::FlashAttentionCuda(q, k, v, causal, /*softmax_scale=*/0.0, /*out=*/{}, window,
-                                        sinks);
+    return standard::FlashAttentionCuda(q, k_heads, v_heads, causal, /*softmax_scale=*/0.0,
+                                        /*out=*/{}, window, sinks);
 #else
     return absl::FailedPreconditionError(
         "flash attention: CUDA tensors in a build without CUDA kernels");
 #endif
   }
+  if (FusedAttentionSupports(q, k_heads, v_heads)) {
+    return FusedAttentionCpu(q, k_heads, v_heads, causal, window, sinks);
+  }
+  const at::Tensor k = RepeatKvHeads(k_heads, q.size(1)), v = RepeatKvHeads(v_heads, q.size(1));
   return FlashAttentionCpu(q, k, v, causal, /*tiles=*/{}, window, sinks);
 }
 

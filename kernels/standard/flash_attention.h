@@ -19,8 +19,8 @@ namespace attnserve::kernels {
 // reading key/value head h / (H / Hkv)). Every chunk the fused kernel takes goes to it, short
 // ones too (it sends those to the decode kernel), so that a KV cache whose prefix is shared in
 // segments (kv_cache.h, which only the fused kernel reads) computes the same bits as one that
-// holds it all: a fork's outputs equal its source's. The fused kernel reads grouped heads in
-// place; the CUDA and tiled ATen kernels get them repeated (RepeatKvHeads, a copy).
+// holds it all: a fork's outputs equal its source's. The fused and CUDA kernels read grouped
+// heads in place; the tiled ATen one gets them repeated (RepeatKvHeads, a copy).
 absl::StatusOr<at::Tensor> FlashAttention(const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, bool causal, int64_t window = 0,
                                           int64_t sinks = 0);

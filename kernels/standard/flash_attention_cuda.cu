@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(kDecodeThreads) FlashDecodeKernel(FlashDecodeC
   const int tid = threadIdx.x, lane = tid % kGroupLanes, group = tid / kGroupLanes;
   const int split = blockIdx.x;
   const int64_t h = blockIdx.y, b = blockIdx.z;
+  const int64_t kv_h = p.kv_heads > 0 ? h / (p.heads / p.kv_heads) : h;  // GQA: the group's
   const int64_t len = p.seqlens ? p.seqlens[b] : p.max_seqlen;
   const int64_t chunk = DecodeSplitLength(p);
   const int64_t start = split * chunk, stop = min(len, start + chunk);
@@ -96,11 +97,11 @@ __global__ void __launch_bounds__(kDecodeThreads) FlashDecodeKernel(FlashDecodeC
   const T* v;
   if (p.k_ptrs) {
     const int64_t head_stride = p.kv_head_strides ? p.kv_head_strides[b] : p.k_head_stride;
-    k = static_cast<const T*>(p.k_ptrs[b]) + h * head_stride;
-    v = static_cast<const T*>(p.v_ptrs[b]) + h * head_stride;
+    k = static_cast<const T*>(p.k_ptrs[b]) + kv_h * head_stride;
+    v = static_cast<const T*>(p.v_ptrs[b]) + kv_h * head_stride;
   } else {
-    k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
-    v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
+    k = static_cast<const T*>(p.k) + b * p.k_batch_stride + kv_h * p.k_head_stride;
+    v = static_cast<const T*>(p.v) + b * p.v_batch_stride + kv_h * p.v_head_stride;
   }
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
   const float scale_log2 = p.softmax_scale * kLog2e;

@@ -35,6 +35,9 @@ namespace attnserve::kernels::standard {
 //   tiles, then the window's, so the cost is O(Lq · (window + sinks)).
 struct FlashAttentionCudaParams {
   int64_t batch = 0, heads = 0, seqlen_q = 0, seqlen_k = 0, head_dim = 0;
+  // Key/value heads (grouped-query attention: heads a multiple of it; query head h reads key
+  // and value head h / (heads / kv_heads)); 0: heads.
+  int64_t kv_heads = 0;
   cuda::DType dtype = cuda::DType::kFloat32;
   bool causal = true;
   int64_t window = 0;          // 0: none
@@ -43,9 +46,9 @@ struct FlashAttentionCudaParams {
 
   const void* q = nullptr;  // (batch, heads, seqlen_q, head_dim)
   int64_t q_batch_stride = 0, q_head_stride = 0, q_seq_stride = 0;
-  const void* k = nullptr;  // (batch, heads, seqlen_k, head_dim), e.g. a view of a KV cache
+  const void* k = nullptr;  // (batch, kv_heads, seqlen_k, head_dim), e.g. a view of a KV cache
   int64_t k_batch_stride = 0, k_head_stride = 0, k_seq_stride = 0;
-  const void* v = nullptr;  // (batch, heads, seqlen_k, head_dim)
+  const void* v = nullptr;  // (batch, kv_heads, seqlen_k, head_dim)
   int64_t v_batch_stride = 0, v_head_stride = 0, v_seq_stride = 0;
   void* out = nullptr;  // (batch, heads, seqlen_q, head_dim); must not overlap the inputs
   int64_t out_batch_stride = 0, out_head_stride = 0, out_seq_stride = 0;
@@ -62,6 +65,7 @@ cuda::CudaStatus LaunchFlashAttention(const FlashAttentionCudaParams& params, cu
 // splits. With num_splits = 1 the first kernel writes the output directly.
 struct FlashDecodeCudaParams {
   int64_t batch = 0, heads = 0, head_dim = 0;
+  int64_t kv_heads = 0;  // the caches' heads (grouped-query attention, as above); 0: heads
   cuda::DType dtype = cuda::DType::kFloat32;
   float softmax_scale = 0.0f;  // 0: 1 / sqrt(head_dim)
 
@@ -72,7 +76,7 @@ struct FlashDecodeCudaParams {
 
   // The caches, rows of head_dim elements seq_stride apart, in one of two forms:
   //   k_ptrs, v_ptrs != null: device arrays of `batch` device pointers, session b's cache
-  //     (heads, capacity_b, head_dim) at k_ptrs[b], heads kv_head_strides[b] elements apart
+  //     (kv_heads, capacity_b, head_dim) at k_ptrs[b], heads kv_head_strides[b] elements apart
   //     (a device array; null: k_head_stride for every session) — caches of any capacities
   //     wherever the session table keeps them;
   //   otherwise one batched cache k + b·k_batch_stride + h·k_head_stride (same for v).

@@ -78,9 +78,11 @@ at::Tensor FlashAttentionCuda(const at::Tensor& q, const at::Tensor& k, const at
   CheckCudaTensor(q, "q", device, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16});
   const int64_t batch = q.size(0), heads = q.size(1), lq = q.size(2), d = q.size(3);
   CheckHeadDim(d);
-  CheckCudaTensor(k, "k", device, {batch, heads, -1, d}, {q.scalar_type()});
-  const int64_t lk = k.size(2);
-  CheckCudaTensor(v, "v", device, {batch, heads, lk, d}, {q.scalar_type()});
+  CheckCudaTensor(k, "k", device, {batch, -1, -1, d}, {q.scalar_type()});
+  const int64_t lk = k.size(2), kv_heads = k.size(1);
+  TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "flash attention: q's ", heads,
+              " heads are not a multiple of k's ", kv_heads);
+  CheckCudaTensor(v, "v", device, {batch, kv_heads, lk, d}, {q.scalar_type()});
   TORCH_CHECK(!causal || lk >= lq,
               "causal attention needs at least as many keys as queries (the queries are the "
               "last Lq of the Lk positions), got Lq = ",
@@ -93,6 +95,7 @@ at::Tensor FlashAttentionCuda(const at::Tensor& q, const at::Tensor& k, const at
   FlashAttentionCudaParams p;
   p.batch = batch;
   p.heads = heads;
+  p.kv_heads = kv_heads;
   p.seqlen_q = lq;
   p.seqlen_k = lk;
   p.head_dim = d;
@@ -128,10 +131,13 @@ at::Tensor FlashDecodeCuda(const at::Tensor& q, const at::Tensor& k_cache,
   const c10::cuda::CUDAGuard guard(q.device());
   std::vector<at::Tensor> keep_alive;
   FlashDecodeCudaParams p = DecodeParams(q, seqlens, max_seqlen, softmax_scale, out, &keep_alive);
-  CheckCudaTensor(k_cache, "k_cache", q.device(), {p.batch, p.heads, -1, p.head_dim},
+  CheckCudaTensor(k_cache, "k_cache", q.device(), {p.batch, -1, -1, p.head_dim},
                   {q.scalar_type()});
-  CheckCudaTensor(v_cache, "v_cache", q.device(), {p.batch, p.heads, k_cache.size(2), p.head_dim},
-                  {q.scalar_type()});
+  p.kv_heads = k_cache.size(1);
+  TORCH_CHECK(p.kv_heads > 0 && p.heads % p.kv_heads == 0, "flash decode: q's ", p.heads,
+              " heads are not a multiple of the caches' ", p.kv_heads);
+  CheckCudaTensor(v_cache, "v_cache", q.device(),
+                  {p.batch, p.kv_heads, k_cache.size(2), p.head_dim}, {q.scalar_type()});
   TORCH_CHECK(k_cache.size(2) >= max_seqlen, "flash decode: cache capacity ", k_cache.size(2),
               " < max_seqlen ", max_seqlen);
   const at::Tensor k_c = RowsForVectorLoads(k_cache), v_c = RowsForVectorLoads(v_cache);
@@ -164,8 +170,12 @@ at::Tensor FlashDecodeCuda(const at::Tensor& q, const std::vector<at::Tensor>& k
   for (int64_t i = 0; i < p.batch; ++i) {
     const at::Tensor& kc = k_caches[i];
     const at::Tensor& vc = v_caches[i];
-    CheckCudaTensor(kc, "k_caches[i]", q.device(), {p.heads, -1, p.head_dim}, {q.scalar_type()});
-    CheckCudaTensor(vc, "v_caches[i]", q.device(), {p.heads, kc.size(1), p.head_dim},
+    CheckCudaTensor(kc, "k_caches[i]", q.device(), {-1, -1, p.head_dim}, {q.scalar_type()});
+    if (i == 0) p.kv_heads = kc.size(0);
+    TORCH_CHECK(kc.size(0) == p.kv_heads && p.kv_heads > 0 && p.heads % p.kv_heads == 0,
+                "flash decode: every cache must hold the same number of heads, a divisor of q's ",
+                p.heads);
+    CheckCudaTensor(vc, "v_caches[i]", q.device(), {p.kv_heads, kc.size(1), p.head_dim},
                     {q.scalar_type()});
     TORCH_CHECK(kc.stride(2) == 1 && kc.stride(1) == p.head_dim && vc.strides() == kc.strides(),
                 "flash decode: every cache must have contiguous rows, and k and v the same "

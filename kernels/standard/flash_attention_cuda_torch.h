@@ -13,7 +13,8 @@
 
 namespace attnserve::kernels::standard {
 
-// Prefill: q (B, H, Lq, d), k, v (B, H, Lk, d) (a narrowed view of a KV cache is fine).
+// Prefill: q (B, H, Lq, d), k, v (B, Hkv, Lk, d) (a narrowed view of a KV cache is fine; H a
+// multiple of Hkv: grouped-query attention, read in place).
 // causal: the queries are the last Lq of the Lk positions (query i sees keys 0 .. Lk-Lq+i);
 // otherwise every query sees every key. window > 0 (causal only) and sinks: sliding-window
 // attention with attention sinks, as FlashAttentionCpu (flash_attention_cpu.h) takes them.
@@ -25,8 +26,9 @@ at::Tensor FlashAttentionCuda(const at::Tensor& q, const at::Tensor& k, const at
 // Decode, one query token per session: q (S, H, d) attends to the first seqlens[i] keys of
 // session i's cache (seqlens: int32 (S) on the device, or undefined for max_seqlen keys each;
 // the new token's k, v are already in the cache). The caches are either batched
-// (k_cache, v_cache (S, H, capacity, d), capacity >= max_seqlen) or per-session tensors
-// (k_caches[i], v_caches[i] (H, capacity_i, d), rows contiguous, capacity_i >= seqlens[i]).
+// (k_cache, v_cache (S, Hkv, capacity, d), capacity >= max_seqlen) or per-session tensors
+// (k_caches[i], v_caches[i] (Hkv, capacity_i, d), rows contiguous, capacity_i >= seqlens[i]);
+// H a multiple of Hkv (grouped-query attention, read in place).
 // Returns (S, H, d) (into `out` when given).
 at::Tensor FlashDecodeCuda(const at::Tensor& q, const at::Tensor& k_cache,
                            const at::Tensor& v_cache, const at::Tensor& seqlens, int64_t max_seqlen,

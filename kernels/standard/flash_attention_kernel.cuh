@@ -86,8 +86,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int64_t q_tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const typename Walk::Block block = walk.PlanBlock(q_tile);
   const T* q = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
-  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + h * p.k_head_stride;
-  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + h * p.v_head_stride;
+  const int64_t kv_h = p.kv_heads > 0 ? h / (p.heads / p.kv_heads) : h;  // GQA: the group's
+  const T* k = static_cast<const T*>(p.k) + b * p.k_batch_stride + kv_h * p.k_head_stride;
+  const T* v = static_cast<const T*>(p.v) + b * p.v_batch_stride + kv_h * p.v_head_stride;
   T* out = static_cast<T*>(p.out) + b * p.out_batch_stride + h * p.out_head_stride;
   const float scale_log2 = p.softmax_scale * kLog2e;  // scores in log2 units: exp2 below
 

@@ -34,20 +34,13 @@ class StandardAttentionMixer final : public KvCacheAttentionMixer {
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
     if (q.is_cuda()) {
       // Step's rows: the B rows of one batch cache at one length. The decode kernel reads the
-      // first `length` rows of each cache in place; a window's keys and grouped heads are
-      // copied out first (narrowed, repeated: the kernel takes H heads of every position).
+      // first `length` rows of each cache in place, grouped heads too; a window reads its
+      // latest positions (a view from its first).
       const int64_t length = rows[0].length, window = config().attention_window;
-      if (config().kv_heads() == config().num_heads && (window == 0 || length <= window)) {
-        return standard::FlashDecodeCuda(q.squeeze(2), rows[0].k_cache, rows[0].v_cache,
-                                         /*seqlens=*/{}, length)
-            .unsqueeze(2);
-      }
       const int64_t first = window > 0 ? std::max<int64_t>(0, length - window) : 0;
-      const at::Tensor k =
-          RepeatKvHeads(rows[0].k_cache.narrow(2, first, length - first), q.size(1)).contiguous();
-      const at::Tensor v =
-          RepeatKvHeads(rows[0].v_cache.narrow(2, first, length - first), q.size(1)).contiguous();
-      return standard::FlashDecodeCuda(q.squeeze(2), k, v, /*seqlens=*/{}, length - first)
+      return standard::FlashDecodeCuda(q.squeeze(2), rows[0].k_cache.narrow(2, first, length - first),
+                                       rows[0].v_cache.narrow(2, first, length - first),
+                                       /*seqlens=*/{}, length - first)
           .unsqueeze(2);
     }
 #endif

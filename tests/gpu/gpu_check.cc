@@ -621,24 +621,28 @@ Tensor AttentionReference(const Tensor& q, const Tensor& k, const Tensor& v, boo
   return out;
 }
 
+// kv_heads < 16: grouped-query attention (k and v of kv_heads heads, read in place by the
+// kernel; the reference repeats them).
 void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal,
-                at::ScalarType dtype) {
+                at::ScalarType dtype, int64_t kv_heads = 16) {
   const int64_t heads = 16;
   const bool bf16 = dtype == at::kBFloat16;
   RunCase(
       causal ? "flash causal" : "flash bidirectional",
-      Shape({{"B", batch}, {"H", heads}, {"Lq", lq}, {"Lk", lk}, {"d", d}}), bf16 ? "bf16" : "fp32",
-      [&](Row& row) {
+      Shape({{"B", batch}, {"H", heads}, {"Hkv", kv_heads}, {"Lq", lq}, {"Lk", lk}, {"d", d}}),
+      bf16 ? "bf16" : "fp32", [&](Row& row) {
         const Tensor q = AsType(at::randn({batch, heads, lq, d}, Cuda()), dtype);
-        const Tensor k = AsType(at::randn({batch, heads, lk, d}, Cuda()), dtype);
-        const Tensor v = AsType(at::randn({batch, heads, lk, d}, Cuda()), dtype);
+        const Tensor k = AsType(at::randn({batch, kv_heads, lk, d}, Cuda()), dtype);
+        const Tensor v = AsType(at::randn({batch, kv_heads, lk, d}, Cuda()), dtype);
         Tensor out = Nan({batch, heads, lq, d}, dtype);
         attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal, 0.0, out);
-        const Tensor ref = AttentionReference(q, k, v, causal, at::kDouble);
+        const Tensor kr = k.repeat_interleave(heads / kv_heads, 1);
+        const Tensor vr = v.repeat_interleave(heads / kv_heads, 1);
+        const Tensor ref = AttentionReference(q, kr, vr, causal, at::kDouble);
         row.err = RelErr(out, ref);
         row.budget = kFloat32Budget;
         if (bf16) {
-          row.budget = 2 * RelErr(AttentionReference(q, k, v, causal, at::kBFloat16), ref);
+          row.budget = 2 * RelErr(AttentionReference(q, kr, vr, causal, at::kBFloat16), ref);
         }
         const double visible =
             causal ? lq * static_cast<double>(lk - lq) + lq * (lq + 1.0) / 2 : double(lq) * lk;
@@ -646,7 +650,7 @@ void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal,
         Finish(
             row,
             [&] { attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal, 0.0, out); },
-            elt * batch * heads * d * (2.0 * lq + 2.0 * lk), 4.0 * batch * heads * d * visible,
+            elt * batch * d * (2.0 * heads * lq + 2.0 * kv_heads * lk), 4.0 * batch * heads * d * visible,
             bf16);
       });
 }
@@ -673,10 +677,12 @@ void CheckFlashWindow(int64_t lq, int64_t lk, int64_t d, int64_t window, int64_t
       });
 }
 
-void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointer_mode) {
+void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointer_mode,
+                      int64_t kv_heads = 16) {
   const int64_t heads = 16;
   RunCase("flash decode",
-          Shape({{"sessions", sessions}, {"H", heads}, {"max_len", capacity}, {"d", d}}) +
+          Shape({{"sessions", sessions}, {"H", heads}, {"Hkv", kv_heads}, {"max_len", capacity},
+                 {"d", d}}) +
               (pointer_mode ? " ptrs" : " batched"),
           "fp32", [&](Row& row) {
             const Tensor lens_cpu = at::randint(1, capacity + 1, {sessions}, at::kInt);
@@ -689,12 +695,12 @@ void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointe
               for (int64_t i = 0; i < sessions; ++i) {
                 // Caches of different capacities, as sessions grow them.
                 const int64_t cap = lens_cpu[i].item<int>() + 64 * (i % 3);
-                k_list.push_back(at::randn({heads, cap, d}, Cuda()));
-                v_list.push_back(at::randn({heads, cap, d}, Cuda()));
+                k_list.push_back(at::randn({kv_heads, cap, d}, Cuda()));
+                v_list.push_back(at::randn({kv_heads, cap, d}, Cuda()));
               }
             } else {
-              k_cache = at::randn({sessions, heads, capacity, d}, Cuda());
-              v_cache = at::randn({sessions, heads, capacity, d}, Cuda());
+              k_cache = at::randn({sessions, kv_heads, capacity, d}, Cuda());
+              v_cache = at::randn({sessions, kv_heads, capacity, d}, Cuda());
             }
             Tensor out = Nan({sessions, heads, d}, at::kFloat);
             auto run = [&] {
@@ -712,8 +718,12 @@ void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointe
             for (int64_t i = 0; i < sessions; ++i) {
               const int64_t len = lens_cpu[i].item<int>();
               keys += len;
-              const Tensor kk = (pointer_mode ? k_list[i] : k_cache[i]).narrow(1, 0, len);
-              const Tensor vv = (pointer_mode ? v_list[i] : v_cache[i]).narrow(1, 0, len);
+              const Tensor kk = (pointer_mode ? k_list[i] : k_cache[i])
+                                    .narrow(1, 0, len)
+                                    .repeat_interleave(heads / kv_heads, 0);
+              const Tensor vv = (pointer_mode ? v_list[i] : v_cache[i])
+                                    .narrow(1, 0, len)
+                                    .repeat_interleave(heads / kv_heads, 0);
               const Tensor s =
                   at::bmm(q[i].to(at::kDouble).unsqueeze(1), kk.to(at::kDouble).transpose(1, 2)) /
                   std::sqrt(static_cast<double>(d));
@@ -721,7 +731,7 @@ void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointe
             }
             row.err = RelErr(out, ref);
             row.budget = kFloat32Budget;
-            Finish(row, run, 8.0 * heads * d * keys, 4.0 * heads * d * keys, false);
+            Finish(row, run, 8.0 * kv_heads * d * keys, 4.0 * heads * d * keys, false);
           });
 }
 
@@ -972,6 +982,13 @@ int main(int argc, char** argv) {
   CheckFlashWindow(333, 1000, 128, 100, 0);
   CheckFlashDecode(16, quick ? 4096 : 32768, 128, /*pointer_mode=*/false);
   CheckFlashDecode(8, quick ? 2048 : 8192, 64, /*pointer_mode=*/true);
+  // Grouped-query attention (issue #49): Llama 3's 4 query heads a group, SmolLM's 3 is not a
+  // divisor of 16, so 16/8, 16/4 and MQA's 16/1; prefill after a KV prefix and decode.
+  CheckFlash(1, 2048, 4096, 64, true, f32, /*kv_heads=*/4);
+  CheckFlash(2, 1000, 1000, 128, true, f32, /*kv_heads=*/8);
+  CheckFlash(1, 2048, 2048, 64, true, bf16, /*kv_heads=*/1);
+  CheckFlashDecode(16, quick ? 4096 : 16384, 64, /*pointer_mode=*/false, /*kv_heads=*/4);
+  CheckFlashDecode(8, 4096, 128, /*pointer_mode=*/true, /*kv_heads=*/1);
   // Sparse Transformer attention (the sparse mixer's prefill): both patterns, causal (also a
   // chunk after a KV prefix) and bidirectional, strides and lengths that are not multiples of
   // the kernel's 64-row tiles, l >= L (standard attention), then random shapes.
