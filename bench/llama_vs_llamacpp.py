@@ -12,7 +12,8 @@ llama.cpp's sides alternating:
              llama-bench -p 512;
   tg128      one session appends 8 tokens and generates 128 greedily (attnserve_decode_bench
              over gRPC) against llama-bench -n 128;
-  d4096      the same after a 4096-token prompt against llama-bench -n 128 -d 4096;
+  d4096      the same after a 4096-token prompt against llama-bench -n 128 -d 4096 (the
+             folder's max_position_embeddings raised from 2048 to fit: no logit changes);
   16 sessions  aggregate decode tok/s against llama-batched-bench S_TG at 16.
 
 Prints the CPU, the measured peaks (attnserve_cpu_peaks) and each figure as a share of its
@@ -83,6 +84,12 @@ def main():
         run(["/usr/bin/python3", Path(args.hf_reference) / "make_hf_folder.py", "--shape",
              "smollm-135m", "--out", folder])
     config = json.loads((folder / "config.json").read_text())
+    # SmolLM's trained context is 2048 (max_position_embeddings, which attnserve enforces); the
+    # depth test needs depth + 128 positions. Default RoPE does not read the field, so raising
+    # it changes no logit; both sides load the same folder.
+    if config["max_position_embeddings"] < args.depth + 256:
+        config["max_position_embeddings"] = args.depth + 256
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
     layer, head = matrix_elements(config)
     layers, vocab = config["num_hidden_layers"], config["vocab_size"]
     grpc, pb, pb_grpc = attnserve_stubs()

@@ -187,6 +187,125 @@ void AttendHead(const float* q, const DecodeAttentionRow& row, int64_t h, int64_
   }
 }
 
+// Grouped-query attention: the query heads that share one key/value head, up to kGroupTile at
+// a time, each computed exactly as AttendHeadOf computes it (the same products, sums and
+// accumulators in the same order: the same bits), but with every key and value read from
+// memory once for all of them: a block of 16 keys is scored for each query head while it is in
+// L1, and the values are summed kValueBlock positions at a time for each head, the heads'
+// even and odd accumulators kept in `acc` between blocks.
+constexpr int kGroupTile = 8;
+constexpr int64_t kValueBlock = 64;
+
+template <typename T>
+ATTNSERVE_VEC_INLINE void AttendGroupOf(const float* q, const DecodeAttentionRow& row, int64_t h,
+                                        int n, int64_t d, float* scores, int64_t stride,
+                                        float* out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  Float16 best[kGroupTile];
+  float max_score[kGroupTile];
+  for (int g = 0; g < n; ++g) {
+    best[g] = vec::Broadcast(-INFINITY);
+    max_score[g] = -INFINITY;
+  }
+  int64_t total = 0;
+  for (int64_t s = 0; s <= row.shared_count; ++s) {
+    const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
+    const T* k = KeysAndValues<T>(span).first + h * span.capacity * d;
+    int64_t t = 0;
+    for (; t + kLanes <= span.length; t += kLanes) {
+      for (int g = 0; g < n; ++g) {
+        Float16 acc[kLanes];
+        for (int j = 0; j < kLanes; ++j) acc[j] = DotLanes(q + g * d, k + (t + j) * d, d);
+        const Float16 sc = vec::Sum16(acc) * scale;
+        vec::Store(scores + g * stride + total + t, sc);
+        best[g] = best[g] > sc ? best[g] : sc;
+      }
+    }
+    for (; t < span.length; ++t) {
+      for (int g = 0; g < n; ++g) {
+        const float sc = vec::Sum(DotLanes(q + g * d, k + t * d, d)) * scale;
+        scores[g * stride + total + t] = sc;
+        max_score[g] = std::max(max_score[g], sc);
+      }
+    }
+    total += span.length;
+  }
+  float inv[kGroupTile];
+  for (int g = 0; g < n; ++g) {
+    for (int l = 0; l < kLanes; ++l) max_score[g] = std::max(max_score[g], best[g][l]);
+    inv[g] = 1.0f / ExpScores(scores + g * stride, total, max_score[g]);
+  }
+  Float16 acc[kGroupTile][2][kValueVectors];  // [head][even, odd][vector]
+  for (int64_t c = 0; c < d; c += kValueVectors * kLanes) {
+    const int64_t width = std::min<int64_t>(kValueVectors * kLanes, d - c);
+    const int full = static_cast<int>(width / kLanes), rest = static_cast<int>(width % kLanes);
+    for (int g = 0; g < n; ++g) {
+      for (int u = 0; u < kValueVectors; ++u) acc[g][0][u] = acc[g][1][u] = Float16{};
+    }
+    int64_t position = 0;  // over all spans: a position's accumulator is its parity's
+    for (int64_t s = 0; s <= row.shared_count; ++s) {
+      const DecodeAttentionRow& span = s < row.shared_count ? row.shared[s] : row;
+      const T* v = KeysAndValues<T>(span).second + h * span.capacity * d + c;
+      for (int64_t b0 = 0; b0 < span.length; b0 += kValueBlock) {
+        const int64_t b1 = std::min(span.length, b0 + kValueBlock);
+        for (int g = 0; g < n; ++g) {
+          Float16 even[kValueVectors], odd[kValueVectors];
+          for (int u = 0; u < kValueVectors; ++u) {
+            even[u] = acc[g][0][u];
+            odd[u] = acc[g][1][u];
+          }
+          const float* p = scores + g * stride + position;
+          int64_t t = b0;
+          if ((position + t) % 2 == 1) {
+            AddWeightedValue(odd, p[t], v + t * d, full, rest);
+            ++t;
+          }
+          for (; t + 2 <= b1; t += 2) {
+            AddWeightedValue(even, p[t], v + t * d, full, rest);
+            AddWeightedValue(odd, p[t + 1], v + (t + 1) * d, full, rest);
+          }
+          if (t < b1) AddWeightedValue(even, p[t], v + t * d, full, rest);
+          for (int u = 0; u < kValueVectors; ++u) {
+            acc[g][0][u] = even[u];
+            acc[g][1][u] = odd[u];
+          }
+        }
+      }
+      position += span.length;
+    }
+    for (int g = 0; g < n; ++g) {
+      float* o = out + g * d + c;
+      for (int u = 0; u < full; ++u) vec::Store(o + u * kLanes, (acc[g][0][u] + acc[g][1][u]) * inv[g]);
+      if (rest > 0) {
+        vec::StorePartial(o + full * kLanes, (acc[g][0][full] + acc[g][1][full]) * inv[g], rest);
+      }
+    }
+  }
+}
+
+template <typename T>
+ATTNSERVE_VEC_INLINE void AttendGroupOfWidth(const float* q, const DecodeAttentionRow& row,
+                                             int64_t h, int n, int64_t d, float* scores,
+                                             int64_t stride, float* out) {
+  if (d == 64) {
+    AttendGroupOf<T>(q, row, h, n, 64, scores, stride, out);
+  } else if (d == 128) {
+    AttendGroupOf<T>(q, row, h, n, 128, scores, stride, out);
+  } else {
+    AttendGroupOf<T>(q, row, h, n, d, scores, stride, out);
+  }
+}
+
+ATTNSERVE_MULTIVERSION
+void AttendGroup(const float* q, const DecodeAttentionRow& row, int64_t h, int n, int64_t d,
+                 float* scores, int64_t stride, float* out) {
+  if (row.k_bf16 != nullptr) {
+    AttendGroupOfWidth<uint16_t>(q, row, h, n, d, scores, stride, out);
+  } else {
+    AttendGroupOfWidth<float>(q, row, h, n, d, scores, stride, out);
+  }
+}
+
 // Every position of a row, its shared spans' included.
 int64_t RowLength(const DecodeAttentionRow& row) {
   int64_t length = row.length;
@@ -207,6 +326,25 @@ void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t 
   // Enough (row, head) pairs per task that a short step stays on the calling thread.
   const int64_t per_pair = std::max<int64_t>(1, total / std::max<int64_t>(1, batch)) * head_dim;
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / per_pair);
+  if (group > 1) {
+    // Tasks of (row, key/value head, tile of up to kGroupTile of its query heads).
+    const int64_t tiles = (group + kGroupTile - 1) / kGroupTile;
+    const int64_t tasks = batch * kv_heads * tiles;
+    at::parallel_for(0, tasks, std::max<int64_t>(1, grain / kGroupTile),
+                     [&](int64_t begin, int64_t end) {
+                       std::vector<float> scores(kGroupTile * longest);
+                       for (int64_t i = begin; i < end; ++i) {
+                         const int64_t tile = i % tiles, bh = i / tiles;
+                         const int64_t b = bh / kv_heads, h = bh % kv_heads;
+                         const int64_t first = b * heads + h * group + tile * kGroupTile;
+                         const int n = static_cast<int>(
+                             std::min<int64_t>(kGroupTile, group - tile * kGroupTile));
+                         AttendGroup(q + first * head_dim, rows[b], h, n, head_dim,
+                                     scores.data(), longest, out + first * head_dim);
+                       }
+                     });
+    return;
+  }
   at::parallel_for(0, batch * heads, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(longest);
     for (int64_t i = begin; i < end; ++i) {

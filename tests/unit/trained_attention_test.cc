@@ -9,6 +9,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -153,6 +154,70 @@ TEST(TrainedAttentionTest, TheWindowOfADecodeRowDropsWholeSpansThenPositions) {
     EXPECT_EQ(total, expect) << "window " << window;
     const float first = w.shared_count > 0 ? w.shared[0].k[0] : w.k[0];
     EXPECT_EQ(first, static_cast<float>(15 - expect)) << "window " << window;
+  }
+}
+
+// The grouped decode path (each key and value read once for the group's query heads) gives the
+// bits of every query head computed alone over repeated caches, float32 and bfloat16 caches,
+// with shared spans, groups above the kernel's tile of 8, d 64, 128 and 48.
+TEST(TrainedAttentionTest, GroupedDecodeGivesTheBitsOfEachHeadAlone) {
+  std::mt19937 rng(11);
+  for (const auto& [heads, kv, d] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {9, 3, 64}, {16, 1, 128}, {32, 4, 48}, {20, 2, 64}}) {
+    for (bool bf16 : {false, true}) {
+      const int64_t batch = 3;
+      std::vector<at::Tensor> keep;
+      std::vector<DecodeAttentionRow> grouped_rows(batch), alone_rows(batch);
+      std::vector<std::vector<DecodeAttentionRow>> grouped_spans(batch), alone_spans(batch);
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t lengths[2] = {static_cast<int64_t>(1 + rng() % 150),
+                                    static_cast<int64_t>(1 + rng() % 150)};
+        for (int piece = 0; piece < 2; ++piece) {  // a shared span, then the own part
+          const int64_t cap = lengths[piece] + static_cast<int64_t>(rng() % 5);
+          at::Tensor k = RandomTensor({kv, cap, d}, rng()), v = RandomTensor({kv, cap, d}, rng());
+          if (bf16) {
+            k = k.to(at::kBFloat16);
+            v = v.to(at::kBFloat16);
+          }
+          at::Tensor k_rep = k.repeat_interleave(heads / kv, 0).contiguous();
+          at::Tensor v_rep = v.repeat_interleave(heads / kv, 0).contiguous();
+          keep.insert(keep.end(), {k, v, k_rep, v_rep});
+          const auto row_of = [&](const at::Tensor& kk, const at::Tensor& vv) {
+            DecodeAttentionRow r;
+            r.length = lengths[piece];
+            r.capacity = cap;
+            if (bf16) {
+              r.k_bf16 = reinterpret_cast<const uint16_t*>(kk.data_ptr());
+              r.v_bf16 = reinterpret_cast<const uint16_t*>(vv.data_ptr());
+            } else {
+              r.k = kk.data_ptr<float>();
+              r.v = vv.data_ptr<float>();
+            }
+            return r;
+          };
+          if (piece == 0) {
+            grouped_spans[b].push_back(row_of(k, v));
+            alone_spans[b].push_back(row_of(k_rep, v_rep));
+          } else {
+            grouped_rows[b] = row_of(k, v);
+            alone_rows[b] = row_of(k_rep, v_rep);
+          }
+        }
+        grouped_rows[b].shared = grouped_spans[b].data();
+        grouped_rows[b].shared_count = 1;
+        alone_rows[b].shared = alone_spans[b].data();
+        alone_rows[b].shared_count = 1;
+      }
+      const at::Tensor q = RandomTensor({batch, heads, d}, rng());
+      at::Tensor grouped = at::empty_like(q), alone = at::empty_like(q);
+      DecodeAttentionCpu(q.data_ptr<float>(), grouped_rows.data(), batch, heads, d,
+                         grouped.data_ptr<float>(), kv);
+      DecodeAttentionCpu(q.data_ptr<float>(), alone_rows.data(), batch, heads, d,
+                         alone.data_ptr<float>());
+      EXPECT_TRUE(at::equal(grouped, alone))
+          << heads << "/" << kv << " heads, d " << d << (bf16 ? " bf16" : " fp32") << ": "
+          << (grouped - alone).abs().max().item<float>();
+    }
   }
 }
 
