@@ -54,6 +54,9 @@ def parse_args():
     p.add_argument("--workdir", default="")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--depth", type=int, default=4096)
+    p.add_argument("--kv-bf16", action="store_true",
+                   help="bfloat16 KV caches (--kv_cache_precision=bf16) for the precisions other "
+                        "than fp32: llama-bench keeps its KV cache in F16 by default")
     p.add_argument("--json", metavar="FILE")
     return p.parse_args()
 
@@ -108,8 +111,9 @@ def main():
         theirs = {"pp512": [], "tg128": [], "d4096": [], "16": []}
         kv_bytes = None
         for _ in range(args.reps):
+            kv_flags = ["--kv_cache_precision=bf16"] if args.kv_bf16 and precision != "fp32" else []
             server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
-                            "--prefix_cache_bytes=0", *PRECISION_FLAGS[precision])
+                            "--prefix_cache_bytes=0", *PRECISION_FLAGS[precision], *kv_flags)
             try:
                 stubs = (grpc, pb, pb_grpc, server.target)
                 ours["pp512"].append(attnserve_prefill(stubs, 512, 3, rng, MODEL, vocab))
@@ -139,10 +143,11 @@ def main():
         row = {"precision": precision, "ours": ours, "llama": theirs, "kv_bytes_per_token": kv_bytes,
                "weight_bytes": weights}
         report["rows"].append(row)
+        element = 2 if args.kv_bf16 and precision != "fp32" else 4
         print(f"## {precision} / {GGUF_TYPE[precision].upper()}: KV cache {kv_bytes} bytes a token "
-              f"(2 x {layers} x {config['num_key_value_heads']} x 64 x 4 = "
-              f"{2 * layers * config['num_key_value_heads'] * 64 * 4}); weights {weights / 1e6:.0f} MB"
-              " a step")
+              f"(2 x {layers} x {config['num_key_value_heads']} x 64 x {element} = "
+              f"{2 * layers * config['num_key_value_heads'] * 64 * element}); weights "
+              f"{weights / 1e6:.0f} MB a step; llama.cpp's KV cache F16")
         print("| test | attnserve tok/s | llama.cpp tok/s | ratio | target | attnserve / bound | "
               "llama.cpp / bound |")
         print("|---|---|---|---|---|---|---|")

@@ -152,6 +152,10 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
                                   {"expand", c.expand}}) {
         if (auto s = positive(field, value); !s.ok()) return s;
       }
+      if (!(c.bcdt_rms_epsilon >= 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the dt/B/C RMSNorm epsilon must be >= 0 (0: none), got ", c.bcdt_rms_epsilon));
+      }
       if (c.dt_rank < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("dt_rank must be >= 0 (0: ceil(d_model / 16)), got ", c.dt_rank));

@@ -75,6 +75,9 @@ struct MixerConfig {
   bool linformer_interpolate = false;
   // mamba (Mamba-1): d_inner = expand * d_model; dt_rank 0 means ceil(d_model / 16).
   int64_t d_state = 16;
+  // mamba: > 0: RMSNorms without weights of dt, B and C right after x_proj, with this epsilon
+  // (Falcon-Mamba's mixer_rms_eps; 0: none, Mamba's).
+  double bcdt_rms_epsilon = 0;
   int64_t d_conv = 4;
   int64_t expand = 2;
   int64_t dt_rank = 0;

@@ -136,6 +136,7 @@ class MambaMixer final : public Mixer {
     at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
     at::Tensor u = ConvSilu(x_in, state ? state->tensors[0] : kNone, rows ? rows->conv : nullptr);
     at::Tensor x_dbl = x_proj_(u);  // (B, L, dt_rank + 2·d_state)
+    if (config_.bcdt_rms_epsilon > 0) x_dbl = NormDtBC(x_dbl);
     // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
     at::Tensor delta = dt_proj_weight_(x_dbl.narrow(2, 0, dt_rank_));
     at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
@@ -144,6 +145,19 @@ class MambaMixer final : public Mixer {
                         rows ? rows->ssm : nullptr);
     if (state != nullptr) state->position += x.size(1);
     return out_proj_(y);
+  }
+
+  // Falcon-Mamba: dt, B and C each divided by its root mean square (no weight), as
+  // transformers' rms_forward: x · rsqrt(mean(x²) + ε), in float32.
+  at::Tensor NormDtBC(const at::Tensor& x_dbl) const {
+    const double eps = config_.bcdt_rms_epsilon;
+    const auto rms = [eps](const at::Tensor& t) {
+      return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    };
+    const int64_t n = config_.d_state;
+    return at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)), rms(x_dbl.narrow(2, dt_rank_, n)),
+                    rms(x_dbl.narrow(2, dt_rank_ + n, n))},
+                   2);
   }
 
   // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.

@@ -110,6 +110,7 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
     a.clear_conv_kernel();
     a.clear_expand();
     a.clear_time_step_rank();
+    a.clear_mamba_bcdt_rms_eps();
   } else if (a.time_step_rank() == 0) {
     a.set_time_step_rank((a.hidden_size() + 15) / 16);
   }

@@ -194,6 +194,7 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.d_conv = c.conv_kernel();
   m.expand = c.expand();
   m.dt_rank = c.time_step_rank();
+  m.bcdt_rms_epsilon = m.kind == kernels::MixerKind::kMamba ? c.mamba_bcdt_rms_eps() : 0.0;
   m.ffn_dim = c.intermediate_size();
   m.rwkv_attention_dim = c.rwkv_attention_size();
   m.norm_epsilon =
@@ -261,7 +262,10 @@ std::string ModelConfigToJson(const v1::ModelConfig& config) {
 bool UsesLayerNorm(const v1::ModelConfig& config) { return config.norm() == "layer_norm"; }
 
 bool IsHuggingFaceMamba(const v1::ModelConfig& c) {
-  if (c.intermediate_size() != 0 || UsesLayerNorm(c) || c.embedding_norm()) return false;
+  if (c.intermediate_size() != 0 || UsesLayerNorm(c) || c.embedding_norm() ||
+      c.mamba_bcdt_rms_eps() != 0) {
+    return false;
+  }
   for (const std::string& layer : c.layers()) {
     if (layer != "mamba") return false;
   }

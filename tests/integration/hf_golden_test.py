@@ -6,7 +6,8 @@ The folders in tests/golden/hf/ were written by ../shared/hf_reference/make_ref.
 (tests/golden/hf/make.sh says how): LlamaForCausalLM with GQA, MQA, a head_dim of its own with
 attention and MLP biases, and each rope_scaling type (linear, dynamic, yarn, longrope, llama3)
 on a prompt longer than the length the scaling starts from; MistralForCausalLM with a sliding
-window of 8 < the 37-token prompt; Qwen2ForCausalLM with q/k/v biases and tied embeddings.
+window of 8 < the 37-token prompt; Qwen2ForCausalLM with q/k/v biases and tied embeddings;
+FalconMambaForCausalLM (Mamba-1 with weightless RMSNorms of dt, B and C).
 
 For each: logits within 1e-4 of max |logit| in float32 for the whole prompt (Infer), for the
 prompt in chunks and for single steps (a session continued by Infer), the 8 greedy tokens of

@@ -20,6 +20,7 @@ MixerConfig MambaConfig(int64_t d_model, int64_t d_state, int64_t d_conv = 4) {
 
 struct MambaShape {
   int64_t batch, len, d_model, d_state, d_conv;
+  double bcdt_rms_epsilon = 0;  // > 0: Falcon-Mamba's norms of dt, B and C
 };
 
 class MambaReferenceTest : public ::testing::TestWithParam<MambaShape> {};
@@ -27,6 +28,7 @@ class MambaReferenceTest : public ::testing::TestWithParam<MambaShape> {};
 TEST_P(MambaReferenceTest, MatchesFloat64Reference) {
   const MambaShape s = GetParam();
   MixerConfig c = MambaConfig(s.d_model, s.d_state, s.d_conv);
+  c.bcdt_rms_epsilon = s.bcdt_rms_epsilon;
   WeightMap w = RandomWeights(c, 7 + s.len);
   auto mixer = CreateMixer(c, w);
   ASSERT_TRUE(mixer.ok()) << mixer.status();
@@ -47,7 +49,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MambaReferenceTest,
                                            MambaShape{1, 63, 40, 16, 4},
                                            MambaShape{2, 65, 24, 8, 3},
                                            MambaShape{1, 200, 64, 16, 4},
-                                           MambaShape{1, 130, 256, 16, 4}));
+                                           MambaShape{1, 130, 256, 16, 4},
+                                           MambaShape{2, 70, 40, 16, 4, 1e-6},
+                                           MambaShape{1, 1, 24, 8, 3, 1e-3}));
 
 TEST(MambaTest, ReferenceMatchesAWideRangeOfStepSizes) {
   // Large dt_proj bias: dt·A far below -87 exercises the clamped exp (exp underflows to 0).

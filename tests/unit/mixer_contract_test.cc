@@ -58,6 +58,12 @@ MixerConfig Mamba(int64_t d_model, int64_t d_state) {
   return c;
 }
 
+MixerConfig FalconMamba(int64_t d_model, int64_t d_state) {
+  MixerConfig c = Mamba(d_model, d_state);
+  c.bcdt_rms_epsilon = 1e-6;
+  return c;
+}
+
 MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
   MixerConfig c = Config(MixerKind::kRwkv, d_model, 1);
   c.rwkv_attention_dim = attention_dim;
@@ -95,6 +101,7 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba_partial_block_wide_state", Mamba(36, 32)},
           {"mamba_ragged_block", Mamba(21, 16)},
           {"mamba_narrow_state", Mamba(40, 12)},
+          {"falcon_mamba_norms", FalconMamba(40, 16)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
           {"sliding_window_with_sinks", SlidingWindow(64, 4, 29, 5)},

@@ -6,7 +6,8 @@
 // with the mixers of kernels/. Each file names the upstream modeling file and commit it follows.
 //
 // Registry (registry.cc), by config.json's model_type:
-//   mamba   MambaForCausalLM      mamba.cc
+//   mamba   MambaForCausalLM      mamba.cc     (mamba.h: the family's shared keys)
+//   falcon_mamba FalconMambaForCausalLM falcon_mamba.cc
 //   rwkv    RwkvForCausalLM       rwkv.cc
 //   llama   LlamaForCausalLM      llama.cc     (decoder_only.h: the Llama family's shared keys)
 //   mistral MistralForCausalLM    mistral.cc

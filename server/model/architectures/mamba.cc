@@ -5,10 +5,9 @@
 // (backbone.layers.N.mixer.*); mamba_ssm's folders spell the embedding backbone.embedding.
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
-#include "server/model/architectures/architecture.h"
+#include "server/model/architectures/mamba.h"
 
 namespace attnserve::model::architectures {
-namespace {
 
 absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json) {
   v1::ModelConfig c;
@@ -48,6 +47,8 @@ absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json) {
 std::string MambaModelName(const std::string& stored) {
   return stored == "backbone.embedding.weight" ? "backbone.embeddings.weight" : stored;
 }
+
+namespace {
 
 }  // namespace
 

@@ -23,3 +23,4 @@ make llama_rope_llama3 --arch llama \
   --set 'rope_scaling={"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":16}'
 make mistral_window8 --arch mistral
 make qwen2_biases_tied --arch qwen2
+make falcon_mamba --arch falcon_mamba

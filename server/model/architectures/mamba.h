@@ -1,0 +1,21 @@
+// The Mamba-1 family's shared keys and names (mamba.cc), which Falcon-Mamba (falcon_mamba.cc)
+// extends.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "attnserve/v1/model_config.pb.h"
+#include "server/model/architectures/architecture.h"
+
+namespace attnserve::model::architectures {
+
+// MambaConfig's keys (hidden_size, num_hidden_layers, state_size, conv_kernel, expand,
+// time_step_rank, vocab_size, layer_norm_epsilon, tie_word_embeddings, use_bias,
+// use_conv_bias): every layer "mamba", no MLP, RMSNorms.
+absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json);
+
+// Model's names, but for mamba_ssm's backbone.embedding.weight (backbone.embeddings.weight).
+std::string MambaModelName(const std::string& stored);
+
+}  // namespace attnserve::model::architectures
