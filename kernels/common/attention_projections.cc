@@ -71,7 +71,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionProjections::ProjectQkv(
     return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};
   }
   const auto heads = [&](int64_t from, int64_t count) {
-    return y.narrow(2, from * d, count * d).view({b, l, count, d}).permute({0, 2, 1, 3}).contiguous();
+    return y.narrow(2, from * d, count * d)
+        .view({b, l, count, d})
+        .permute({0, 2, 1, 3})
+        .contiguous();
   };
   return {heads(0, num_heads), heads(num_heads, groups), heads(num_heads + groups, groups)};
 }

@@ -23,10 +23,10 @@ void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen
                                    WeightMap* weights);
 
 struct AttentionProjections {
-  LinearWeight qkv;     // ((H + 2 Hkv) d, D): q_proj, k_proj, v_proj stacked
-  LinearWeight o;       // (D, H d)
-  at::Tensor qkv_bias;  // ((H + 2 Hkv) d) or undefined
-  at::Tensor o_bias;    // (D) or undefined
+  LinearWeight qkv;      // ((H + 2 Hkv) d, D): q_proj, k_proj, v_proj stacked
+  LinearWeight o;        // (D, H d)
+  at::Tensor qkv_bias;   // ((H + 2 Hkv) d) or undefined
+  at::Tensor o_bias;     // (D) or undefined
   int64_t kv_heads = 0;  // 0: the query heads'
   int64_t head_dim = 0;  // 0: D / H
 

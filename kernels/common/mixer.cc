@@ -53,8 +53,8 @@ namespace {
 // The standard mixer's heads, head width, key/value groups, window and positions.
 absl::Status ValidateStandardAttentionConfig(const MixerConfig& c) {
   if (c.attention_head_dim < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "head_dim must be >= 0 (0: d_model / num_heads), got ", c.attention_head_dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim must be >= 0 (0: d_model / num_heads), got ", c.attention_head_dim));
   }
   if (c.attention_head_dim == 0 && c.d_model % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("d_model (", c.d_model,
@@ -62,9 +62,9 @@ absl::Status ValidateStandardAttentionConfig(const MixerConfig& c) {
                                                    c.num_heads, ") unless head_dim is given"));
   }
   if (c.num_kv_heads < 0 || (c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_heads (", c.num_heads, ") must be a multiple of num_key_value_heads (",
-                     c.num_kv_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("num_heads (", c.num_heads,
+                                                   ") must be a multiple of num_key_value_heads (",
+                                                   c.num_kv_heads, ")"));
   }
   if (c.attention_window < 0) {
     return absl::InvalidArgumentError(

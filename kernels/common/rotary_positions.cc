@@ -32,9 +32,9 @@ std::vector<float> Inverse(const std::vector<float>& powers) {
 absl::Status ValidateRotaryConfig(const RotaryConfig& c, int64_t head_dim) {
   if (!c.enabled()) return absl::OkStatus();
   if (std::find(std::begin(kTypes), std::end(kTypes), c.type) == std::end(kTypes)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rope_scaling.rope_type \"", c.type,
-        "\" is not supported (default, linear, dynamic, yarn, longrope, llama3)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_scaling.rope_type \"", c.type,
+                     "\" is not supported (default, linear, dynamic, yarn, longrope, llama3)"));
   }
   if (!(c.theta > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("rope_theta must be > 0, got ", c.theta));
@@ -52,8 +52,8 @@ absl::Status ValidateRotaryConfig(const RotaryConfig& c, int64_t head_dim) {
   }
   if ((c.type == "dynamic" || c.type == "yarn" || c.type == "longrope") &&
       c.max_position_embeddings <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rope_type ", c.type,
-                                                   " needs max_position_embeddings > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rope_type ", c.type, " needs max_position_embeddings > 0"));
   }
   if (c.type == "llama3") {
     if (c.original_max_position_embeddings <= 0) {
@@ -61,17 +61,17 @@ absl::Status ValidateRotaryConfig(const RotaryConfig& c, int64_t head_dim) {
           "rope_type llama3 needs rope_scaling.original_max_position_embeddings > 0");
     }
     if (!(c.high_freq_factor > c.low_freq_factor) || !(c.low_freq_factor > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rope_type llama3 needs 0 < low_freq_factor < high_freq_factor, got ", c.low_freq_factor,
-          " and ", c.high_freq_factor));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope_type llama3 needs 0 < low_freq_factor < high_freq_factor, got ",
+                       c.low_freq_factor, " and ", c.high_freq_factor));
     }
   }
   if (c.type == "longrope") {
     for (const auto* factors : {&c.short_factor, &c.long_factor}) {
       if (static_cast<int64_t>(factors->size()) != dim / 2) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rope_type longrope needs short_factor and long_factor of rotary_dim / 2 = ",
-                         dim / 2, " values, got ", factors->size()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "rope_type longrope needs short_factor and long_factor of rotary_dim / 2 = ", dim / 2,
+            " values, got ", factors->size()));
       }
     }
   }
@@ -101,15 +101,16 @@ std::vector<float> RotaryPositions::InverseFrequencies(int64_t length,
     // The length of the call, at least max_position_embeddings (below it: the plain base).
     const int64_t n = std::max(length, c.max_position_embeddings);
     const float factor = static_cast<float>(c.factor);
-    const float ratio = factor * static_cast<float>(n) / static_cast<float>(c.max_position_embeddings) -
-                        (factor - 1.0f);
+    const float ratio =
+        factor * static_cast<float>(n) / static_cast<float>(c.max_position_embeddings) -
+        (factor - 1.0f);
     const float scaled =
         base * std::pow(ratio, static_cast<float>(static_cast<double>(dim) / (dim - 2)));
     return Inverse(BasePowers(scaled, dim));
   }
   if (c.type == "yarn") {
-    *attention_factor = static_cast<float>(
-        c.attention_factor > 0 ? c.attention_factor : 0.1 * std::log(c.factor) + 1.0);
+    *attention_factor = static_cast<float>(c.attention_factor > 0 ? c.attention_factor
+                                                                  : 0.1 * std::log(c.factor) + 1.0);
     const double max_pos = static_cast<double>(c.max_position_embeddings);
     const auto correction_dim = [&](double rotations) {
       return (dim * std::log(max_pos / (rotations * 2 * M_PI))) / (2 * std::log(c.theta));
@@ -120,8 +121,8 @@ std::vector<float> RotaryPositions::InverseFrequencies(int64_t length,
     const std::vector<float> powers = BasePowers(base, dim);
     std::vector<float> inv(dim / 2);
     for (int64_t i = 0; i < dim / 2; ++i) {
-      const float ramp = std::clamp(static_cast<float>((static_cast<float>(i) - low) / (high - low)),
-                                    0.0f, 1.0f);
+      const float ramp =
+          std::clamp(static_cast<float>((static_cast<float>(i) - low) / (high - low)), 0.0f, 1.0f);
       const float extrapolation = 1.0f - ramp;
       const float interpolated = 1.0f / (static_cast<float>(c.factor) * powers[i]);
       const float extrapolated = 1.0f / powers[i];
@@ -139,10 +140,10 @@ std::vector<float> RotaryPositions::InverseFrequencies(int64_t length,
       expanded = static_cast<double>(c.max_position_embeddings);
       factor = expanded / original;
     }
-    *attention_factor = static_cast<float>(
-        c.attention_factor > 0 ? c.attention_factor
-        : factor <= 1.0        ? 1.0
-                               : std::sqrt(1 + std::log(factor) / std::log(original)));
+    *attention_factor =
+        static_cast<float>(c.attention_factor > 0 ? c.attention_factor
+                           : factor <= 1.0        ? 1.0
+                                           : std::sqrt(1 + std::log(factor) / std::log(original)));
     const std::vector<double>& ext = expanded > original ? c.long_factor : c.short_factor;
     const std::vector<float> powers = BasePowers(base, dim);
     std::vector<float> inv(dim / 2);
@@ -152,7 +153,8 @@ std::vector<float> RotaryPositions::InverseFrequencies(int64_t length,
   // llama3
   std::vector<float> inv = Inverse(BasePowers(base, dim));
   const float factor = static_cast<float>(c.factor);
-  const float low = static_cast<float>(c.low_freq_factor), high = static_cast<float>(c.high_freq_factor);
+  const float low = static_cast<float>(c.low_freq_factor),
+              high = static_cast<float>(c.high_freq_factor);
   const float old_context = static_cast<float>(c.original_max_position_embeddings);
   const float low_freq_wavelen = old_context / low, high_freq_wavelen = old_context / high;
   for (float& f : inv) {

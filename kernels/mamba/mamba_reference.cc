@@ -28,9 +28,9 @@ at::Tensor MambaReference(const MixerConfig& c, const WeightMap& weights, const 
     const auto rms = [&](const at::Tensor& t) {
       return t / at::sqrt(t.pow(2).mean(-1, /*keepdim=*/true) + c.bcdt_rms_epsilon);
     };
-    x_dbl = at::cat({rms(x_dbl.narrow(2, 0, r)), rms(x_dbl.narrow(2, r, n)),
-                     rms(x_dbl.narrow(2, r + n, n))},
-                    2);
+    x_dbl = at::cat(
+        {rms(x_dbl.narrow(2, 0, r)), rms(x_dbl.narrow(2, r, n)), rms(x_dbl.narrow(2, r + n, n))},
+        2);
   }
   at::Tensor dt = at::matmul(x_dbl.narrow(2, 0, r), w("dt_proj.weight").t()) + w("dt_proj.bias");
   dt = at::log1p(at::exp(dt));  // softplus

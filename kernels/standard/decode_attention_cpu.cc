@@ -275,7 +275,8 @@ ATTNSERVE_VEC_INLINE void AttendGroupOf(const float* q, const DecodeAttentionRow
     }
     for (int g = 0; g < n; ++g) {
       float* o = out + g * d + c;
-      for (int u = 0; u < full; ++u) vec::Store(o + u * kLanes, (acc[g][0][u] + acc[g][1][u]) * inv[g]);
+      for (int u = 0; u < full; ++u)
+        vec::Store(o + u * kLanes, (acc[g][0][u] + acc[g][1][u]) * inv[g]);
       if (rest > 0) {
         vec::StorePartial(o + full * kLanes, (acc[g][0][full] + acc[g][1][full]) * inv[g], rest);
       }
@@ -330,19 +331,19 @@ void DecodeAttentionCpu(const float* q, const DecodeAttentionRow* rows, int64_t 
     // Tasks of (row, key/value head, tile of up to kGroupTile of its query heads).
     const int64_t tiles = (group + kGroupTile - 1) / kGroupTile;
     const int64_t tasks = batch * kv_heads * tiles;
-    at::parallel_for(0, tasks, std::max<int64_t>(1, grain / kGroupTile),
-                     [&](int64_t begin, int64_t end) {
-                       std::vector<float> scores(kGroupTile * longest);
-                       for (int64_t i = begin; i < end; ++i) {
-                         const int64_t tile = i % tiles, bh = i / tiles;
-                         const int64_t b = bh / kv_heads, h = bh % kv_heads;
-                         const int64_t first = b * heads + h * group + tile * kGroupTile;
-                         const int n = static_cast<int>(
-                             std::min<int64_t>(kGroupTile, group - tile * kGroupTile));
-                         AttendGroup(q + first * head_dim, rows[b], h, n, head_dim,
-                                     scores.data(), longest, out + first * head_dim);
-                       }
-                     });
+    at::parallel_for(
+        0, tasks, std::max<int64_t>(1, grain / kGroupTile), [&](int64_t begin, int64_t end) {
+          std::vector<float> scores(kGroupTile * longest);
+          for (int64_t i = begin; i < end; ++i) {
+            const int64_t tile = i % tiles, bh = i / tiles;
+            const int64_t b = bh / kv_heads, h = bh % kv_heads;
+            const int64_t first = b * heads + h * group + tile * kGroupTile;
+            const int n =
+                static_cast<int>(std::min<int64_t>(kGroupTile, group - tile * kGroupTile));
+            AttendGroup(q + first * head_dim, rows[b], h, n, head_dim, scores.data(), longest,
+                        out + first * head_dim);
+          }
+        });
     return;
   }
   at::parallel_for(0, batch * heads, grain, [&](int64_t begin, int64_t end) {

@@ -131,8 +131,7 @@ at::Tensor FlashDecodeCuda(const at::Tensor& q, const at::Tensor& k_cache,
   const c10::cuda::CUDAGuard guard(q.device());
   std::vector<at::Tensor> keep_alive;
   FlashDecodeCudaParams p = DecodeParams(q, seqlens, max_seqlen, softmax_scale, out, &keep_alive);
-  CheckCudaTensor(k_cache, "k_cache", q.device(), {p.batch, -1, -1, p.head_dim},
-                  {q.scalar_type()});
+  CheckCudaTensor(k_cache, "k_cache", q.device(), {p.batch, -1, -1, p.head_dim}, {q.scalar_type()});
   p.kv_heads = k_cache.size(1);
   TORCH_CHECK(p.kv_heads > 0 && p.heads % p.kv_heads == 0, "flash decode: q's ", p.heads,
               " heads are not a multiple of the caches' ", p.kv_heads);

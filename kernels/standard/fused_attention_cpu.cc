@@ -346,8 +346,8 @@ at::Tensor ShortChunkByDecode(const at::Tensor& q, const Keys& keys, bool causal
   }
   const at::Tensor q_rows = q.permute({0, 2, 1, 3}).contiguous();  // (B, Lq, H, d)
   at::Tensor out = at::empty_like(q_rows);
-  DecodeAttentionCpu(q_rows.data_ptr<float>(), rows.data(), b * lq, heads, d,
-                     out.data_ptr<float>(), keys.k->size(1));
+  DecodeAttentionCpu(q_rows.data_ptr<float>(), rows.data(), b * lq, heads, d, out.data_ptr<float>(),
+                     keys.k->size(1));
   return out.permute({0, 2, 1, 3}).contiguous();
 }
 
@@ -380,8 +380,8 @@ absl::StatusOr<at::Tensor> FusedAttentionCpu(const at::Tensor& q,
   RETURN_IF_ERROR(CheckFloatTensor(k, "k", {b, -1, -1, d}));
   const int64_t h = k.size(1);  // key/value heads
   if (h == 0 || q.size(1) % h != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("q's ", q.size(1),
-                                                   " heads are not a multiple of k's ", h));
+    return absl::InvalidArgumentError(
+        absl::StrCat("q's ", q.size(1), " heads are not a multiple of k's ", h));
   }
   RETURN_IF_ERROR(CheckFloatTensor(v, "v", {b, h, k.size(2), d}));
   if (d == 0) return absl::InvalidArgumentError("q: head dimension must be > 0, got 0");

@@ -38,7 +38,8 @@ class StandardAttentionMixer final : public KvCacheAttentionMixer {
       // latest positions (a view from its first).
       const int64_t length = rows[0].length, window = config().attention_window;
       const int64_t first = window > 0 ? std::max<int64_t>(0, length - window) : 0;
-      return standard::FlashDecodeCuda(q.squeeze(2), rows[0].k_cache.narrow(2, first, length - first),
+      return standard::FlashDecodeCuda(q.squeeze(2),
+                                       rows[0].k_cache.narrow(2, first, length - first),
                                        rows[0].v_cache.narrow(2, first, length - first),
                                        /*seqlens=*/{}, length - first)
           .unsqueeze(2);

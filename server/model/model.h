@@ -1,9 +1,10 @@
 // A served model: embedding [-> norm] -> N x (norm -> mixer -> residual [-> norm -> gated MLP
-// (SiLU or GeLU-tanh, biases optional) -> residual]) -> norm -> lm_head, the norms RMSNorm or LayerNorm (config.norm). A layer
-// whose mixer is a whole block with its norms inside (kernels::MixerOwnsNorms: rwkv) is
-// x + mixer(x), with no norm or MLP of the model's. Each layer names its mixer, so hybrids are
-// ordinary configs. A Model is immutable after Create and safe to call from many threads at
-// once with distinct states; a ModelState belongs to one caller at a time.
+// (SiLU or GeLU-tanh, biases optional) -> residual]) -> norm -> lm_head, the norms RMSNorm or
+// LayerNorm (config.norm). A layer whose mixer is a whole block with its norms inside
+// (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. Each layer
+// names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and safe to
+// call from many threads at once with distinct states; a ModelState belongs to one caller at a
+// time.
 //
 // Checkpoint names (Hugging Face MambaForCausalLM's, extended for MLPs and attention; a
 // LayerNorm has a .bias next to each .weight):
@@ -209,8 +210,8 @@ class Model {
     std::unique_ptr<kernels::Mixer> mixer;
     NormWeights mlp_norm;
     kernels::LinearWeight gate_up, down;  // gate_up: gate_proj and up_proj stacked
-    at::Tensor gate_up_bias, down_bias;    // mlp_bias; undefined without
-    bool gelu_tanh = false;                // hidden_act gelu_pytorch_tanh, else SiLU
+    at::Tensor gate_up_bias, down_bias;   // mlp_bias; undefined without
+    bool gelu_tanh = false;               // hidden_act gelu_pytorch_tanh, else SiLU
   };
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;

@@ -135,8 +135,8 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
   }
   if (c.attention_windows_size() != 0 && c.attention_windows_size() != c.layers_size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config: attention_windows has ", c.attention_windows_size(),
-                     " entries for ", c.layers_size(), " layers (one per layer, or none)"));
+        absl::StrCat("config: attention_windows has ", c.attention_windows_size(), " entries for ",
+                     c.layers_size(), " layers (one per layer, or none)"));
   }
   if (!c.hidden_act().empty() && c.hidden_act() != "silu" &&
       c.hidden_act() != "gelu_pytorch_tanh") {
@@ -155,10 +155,11 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
   }
   for (int i = 0; i < c.layers_size(); ++i) {
     if (c.layers(i) != "standard" && i < c.attention_windows_size() && c.attention_windows(i)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config: attention_windows[", i, "] is ", c.attention_windows(i), " but layers[", i,
-          "] is ", c.layers(i), ": only standard layers take a window here (sliding_window "
-          "layers take sliding_window)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: attention_windows[", i, "] is ", c.attention_windows(i),
+                       " but layers[", i, "] is ", c.layers(i),
+                       ": only standard layers take a window here (sliding_window "
+                       "layers take sliding_window)"));
     }
   }
   for (int i = 0; i < c.layers_size(); ++i) {
@@ -216,7 +217,7 @@ kernels::RotaryConfig RotaryConfigOf(const v1::ModelConfig& c) {
   const v1::RopeScaling& s = c.rope_scaling();
   r.type = s.rope_type().empty() ? "default" : s.rope_type();
   r.theta = c.rope_theta();
-  const int64_t head_dim = c.head_dim() > 0 ? c.head_dim()
+  const int64_t head_dim = c.head_dim() > 0    ? c.head_dim()
                            : c.num_heads() > 0 ? c.hidden_size() / c.num_heads()
                                                : 0;
   // transformers: int(head_dim * partial_rotary_factor).

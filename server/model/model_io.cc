@@ -5,8 +5,8 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -75,8 +75,8 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const fs::path& folder) {
   for (const auto& [tensor, shard] : map) {
     if (shard.kind_case() != google::protobuf::Value::kStringValue ||
         shard.string_value().find('/') != std::string::npos || shard.string_value().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index.string(), ": weight_map['", tensor, "'] must name a file in the folder"));
+      return absl::InvalidArgumentError(absl::StrCat(index.string(), ": weight_map['", tensor,
+                                                     "'] must name a file in the folder"));
     }
     shard_of[tensor] = shard.string_value();
   }
@@ -104,8 +104,8 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const fs::path& folder) {
   }
   for (const auto& [tensor, shard] : shard_of) {
     if (checkpoint.files[file_of_shard[shard]]->Find(tensor) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          index.string(), ": tensor '", tensor, "' is not in ", shard, " as the map says"));
+      return absl::InvalidArgumentError(absl::StrCat(index.string(), ": tensor '", tensor,
+                                                     "' is not in ", shard, " as the map says"));
     }
   }
   return checkpoint;

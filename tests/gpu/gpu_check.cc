@@ -623,8 +623,8 @@ Tensor AttentionReference(const Tensor& q, const Tensor& k, const Tensor& v, boo
 
 // kv_heads < 16: grouped-query attention (k and v of kv_heads heads, read in place by the
 // kernel; the reference repeats them).
-void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal,
-                at::ScalarType dtype, int64_t kv_heads = 16) {
+void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal, at::ScalarType dtype,
+                int64_t kv_heads = 16) {
   const int64_t heads = 16;
   const bool bf16 = dtype == at::kBFloat16;
   RunCase(
@@ -650,8 +650,8 @@ void CheckFlash(int64_t batch, int64_t lq, int64_t lk, int64_t d, bool causal,
         Finish(
             row,
             [&] { attnserve::kernels::standard::FlashAttentionCuda(q, k, v, causal, 0.0, out); },
-            elt * batch * d * (2.0 * heads * lq + 2.0 * kv_heads * lk), 4.0 * batch * heads * d * visible,
-            bf16);
+            elt * batch * d * (2.0 * heads * lq + 2.0 * kv_heads * lk),
+            4.0 * batch * heads * d * visible, bf16);
       });
 }
 
@@ -681,7 +681,10 @@ void CheckFlashDecode(int64_t sessions, int64_t capacity, int64_t d, bool pointe
                       int64_t kv_heads = 16) {
   const int64_t heads = 16;
   RunCase("flash decode",
-          Shape({{"sessions", sessions}, {"H", heads}, {"Hkv", kv_heads}, {"max_len", capacity},
+          Shape({{"sessions", sessions},
+                 {"H", heads},
+                 {"Hkv", kv_heads},
+                 {"max_len", capacity},
                  {"d", d}}) +
               (pointer_mode ? " ptrs" : " batched"),
           "fp32", [&](Row& row) {

@@ -43,15 +43,13 @@ TEST_P(MambaReferenceTest, MatchesFloat64Reference) {
 // d_model 40 gives d_inner 80: five full vector blocks; 24 gives 48 (three); 20 gives 40, a
 // partial block of 8 channels. L = 1 (the conv's width-4 step path, with and without a partial
 // block), L below and above the 64-row conv block.
-INSTANTIATE_TEST_SUITE_P(Shapes, MambaReferenceTest,
-                         ::testing::Values(MambaShape{1, 1, 32, 16, 4}, MambaShape{3, 1, 20, 16, 4},
-                                           MambaShape{2, 7, 20, 16, 4},
-                                           MambaShape{1, 63, 40, 16, 4},
-                                           MambaShape{2, 65, 24, 8, 3},
-                                           MambaShape{1, 200, 64, 16, 4},
-                                           MambaShape{1, 130, 256, 16, 4},
-                                           MambaShape{2, 70, 40, 16, 4, 1e-6},
-                                           MambaShape{1, 1, 24, 8, 3, 1e-3}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MambaReferenceTest,
+    ::testing::Values(MambaShape{1, 1, 32, 16, 4}, MambaShape{3, 1, 20, 16, 4},
+                      MambaShape{2, 7, 20, 16, 4}, MambaShape{1, 63, 40, 16, 4},
+                      MambaShape{2, 65, 24, 8, 3}, MambaShape{1, 200, 64, 16, 4},
+                      MambaShape{1, 130, 256, 16, 4}, MambaShape{2, 70, 40, 16, 4, 1e-6},
+                      MambaShape{1, 1, 24, 8, 3, 1e-3}));
 
 TEST(MambaTest, ReferenceMatchesAWideRangeOfStepSizes) {
   // Large dt_proj bias: dt·A far below -87 exercises the clamped exp (exp underflows to 0).

@@ -74,9 +74,9 @@ TEST(TrainedAttentionTest, WholeChunksAndStepsMatchTheFloat64ReferenceOnRandomSh
     const at::Tensor x = RandomTensor({batch, length, d_model}, rng());
     auto expected = TrainedAttentionReference(c, weights, x);
     ASSERT_TRUE(expected.ok()) << expected.status();
-    const std::string what = "heads " + std::to_string(s.heads) + "/" +
-                             std::to_string(s.kv_heads) + ", d " + std::to_string(s.head_dim) +
-                             ", window " + std::to_string(s.window);
+    const std::string what = "heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) +
+                             ", d " + std::to_string(s.head_dim) + ", window " +
+                             std::to_string(s.window);
     auto whole = (*mixer)->Prefill(x, nullptr);
     ASSERT_TRUE(whole.ok()) << whole.status();
     EXPECT_LE(MaxRelativeError(*whole, *expected), 1e-5) << what;
@@ -98,8 +98,7 @@ TEST(TrainedAttentionTest, WholeChunksAndStepsMatchTheFloat64ReferenceOnRandomSh
       pieces.push_back(y->unsqueeze(1));
     }
     EXPECT_LE(MaxRelativeError(at::cat(pieces, 1), *expected), 1e-5) << what;
-    EXPECT_EQ((*mixer)->StateBytesPerSequence(length),
-              2 * s.kv_heads * length * s.head_dim * 4);
+    EXPECT_EQ((*mixer)->StateBytesPerSequence(length), 2 * s.kv_heads * length * s.head_dim * 4);
     EXPECT_EQ((*mixer)->StepKeysRead(length), s.window > 0 ? s.window : length + 1) << what;
   }
 }
@@ -116,7 +115,7 @@ TEST(TrainedAttentionTest, AStateSharingItsPrefixStreamsLikeItsSource) {
   ASSERT_TRUE(mixer->Prefill(x.narrow(1, 0, 10), &*state).ok());
   MixerState first = SharePrefix(*state, 2);
   ASSERT_TRUE(mixer->Prefill(x.narrow(1, 10, 3), &first).ok());  // 13 positions: 10 shared
-  MixerState sharing = SharePrefix(first, 2);                     // two segments: 10 + 3
+  MixerState sharing = SharePrefix(first, 2);                    // two segments: 10 + 3
   ASSERT_EQ(sharing.shared.size(), 2u);
   MixerState plain = first.Clone();
   FlattenKvCache(plain);

@@ -69,7 +69,8 @@ absl::StatusOr<v1::ModelConfig> ReadDecoderOnlyConfig(const ConfigJson& json,
   ASSIGN_OR_RETURN(const int64_t vocab, IntKey(json, "vocab_size", d.vocab_size));
   ASSIGN_OR_RETURN(const int64_t hidden, IntKey(json, "hidden_size", d.hidden_size));
   ASSIGN_OR_RETURN(const int64_t mlp, IntKey(json, "intermediate_size", d.intermediate_size));
-  ASSIGN_OR_RETURN(const int64_t layers, LayerCount(json, "num_hidden_layers", d.num_hidden_layers));
+  ASSIGN_OR_RETURN(const int64_t layers,
+                   LayerCount(json, "num_hidden_layers", d.num_hidden_layers));
   ASSIGN_OR_RETURN(const int64_t heads, IntKey(json, "num_attention_heads", d.num_attention_heads));
   ASSIGN_OR_RETURN(const int64_t kv_heads,
                    IntKey(json, "num_key_value_heads",

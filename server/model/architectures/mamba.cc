@@ -3,9 +3,10 @@
 // 241c04d36867259cdf11dbb4e9d9a60f9cb65ebc. Every layer the mamba mixer (kernels/mamba/), no MLP,
 // RMSNorms; tied embeddings unless tie_word_embeddings is false. Tensor names are Model's own
 // (backbone.layers.N.mixer.*); mamba_ssm's folders spell the embedding backbone.embedding.
+#include "server/model/architectures/mamba.h"
+
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
-#include "server/model/architectures/mamba.h"
 
 namespace attnserve::model::architectures {
 
@@ -37,7 +38,8 @@ absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json) {
   c.set_tie_word_embeddings(tie);
   ASSIGN_OR_RETURN(const bool bias, BoolKey(json, "use_bias", false));
   if (bias) {
-    return Unsupported("use_bias", "true", "in_proj and out_proj have no bias in attnserve's Mamba");
+    return Unsupported("use_bias", "true",
+                       "in_proj and out_proj have no bias in attnserve's Mamba");
   }
   ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "use_conv_bias", true));
   if (!conv_bias) return Unsupported("use_conv_bias", "false", "conv1d.bias is expected");
@@ -48,11 +50,9 @@ std::string MambaModelName(const std::string& stored) {
   return stored == "backbone.embedding.weight" ? "backbone.embeddings.weight" : stored;
 }
 
-namespace {
+namespace {}  // namespace
 
-}  // namespace
-
-extern const Architecture kMamba = {"mamba", "MambaForCausalLM", &ReadMambaConfig,
-                                    &MambaModelName, nullptr};
+extern const Architecture kMamba = {"mamba", "MambaForCausalLM", &ReadMambaConfig, &MambaModelName,
+                                    nullptr};
 
 }  // namespace attnserve::model::architectures

@@ -21,7 +21,8 @@ absl::StatusOr<v1::ModelConfig> ReadMistralConfig(const ConfigJson& json) {
   ASSIGN_OR_RETURN(const int64_t window, IntKey(json, "sliding_window", 4096));
   if (window < 0) return Unsupported("sliding_window", absl::StrCat(window), "it must be >= 0");
   // Absent: MistralConfig's 4096; null: no window.
-  const bool null_window = json.fields().count("sliding_window") > 0 && !Has(json, "sliding_window");
+  const bool null_window =
+      json.fields().count("sliding_window") > 0 && !Has(json, "sliding_window");
   const int64_t w = null_window ? 0 : window;
   for (int i = 0; i < c.layers_size(); ++i) c.add_attention_windows(w);
   return c;

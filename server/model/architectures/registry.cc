@@ -12,7 +12,7 @@ extern const Architecture kQwen2;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {&kMamba, &kFalconMamba, &kRwkv,
-                                                       &kLlama, &kMistral, &kQwen2};
+                                                       &kLlama, &kMistral,     &kQwen2};
   return all;
 }
 
