@@ -170,11 +170,12 @@ std::vector<float> RotaryPositions::InverseFrequencies(int64_t length,
   return inv;
 }
 
-void RotaryPositions::Apply(at::Tensor& x, const std::vector<int64_t>& starts) const {
+void RotaryPositions::Apply(at::Tensor& q, at::Tensor& k,
+                            const std::vector<int64_t>& starts) const {
   if (!enabled()) return;
-  const int64_t b = x.size(0), heads = x.size(1), l = x.size(2), d = x.size(3);
+  const int64_t b = q.size(0), l = q.size(2);
   const int64_t half = rotary_dim_ / 2;
-  // cos and sin (B, L, half), times the attention factor.
+  // cos and sin (B, L, half), times the attention factor, for both tensors.
   at::Tensor cos_sin = at::empty({2, b, l, half}, at::kFloat);
   float* cos_p = cos_sin.data_ptr<float>();
   float* sin_p = cos_p + b * l * half;
@@ -199,26 +200,31 @@ void RotaryPositions::Apply(at::Tensor& x, const std::vector<int64_t>& starts) c
       }
     }
   }
-  if (!x.is_cpu()) {
-    const at::Tensor on_device = cos_sin.to(x.device());
+  if (!q.is_cpu()) {
+    const at::Tensor on_device = cos_sin.to(q.device());
     const at::Tensor c = on_device[0].unsqueeze(1), s = on_device[1].unsqueeze(1);  // (B,1,L,half)
-    at::Tensor x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
-    const at::Tensor r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
-    x1.copy_(r1);
-    x2.copy_(r2);
+    for (at::Tensor* x : {&q, &k}) {
+      at::Tensor x1 = x->narrow(3, 0, half), x2 = x->narrow(3, half, half);
+      const at::Tensor r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+      x1.copy_(r1);
+      x2.copy_(r2);
+    }
     return;
   }
-  float* data = x.data_ptr<float>();
-  for (int64_t row = 0; row < b; ++row) {
-    for (int64_t h = 0; h < heads; ++h) {
-      for (int64_t t = 0; t < l; ++t) {
-        float* v = data + ((row * heads + h) * l + t) * d;
-        const float* c = cos_p + (row * l + t) * half;
-        const float* s = sin_p + (row * l + t) * half;
-        for (int64_t i = 0; i < half; ++i) {
-          const float a = v[i], bb = v[i + half];
-          v[i] = a * c[i] - bb * s[i];
-          v[i + half] = bb * c[i] + a * s[i];
+  for (at::Tensor* x : {&q, &k}) {
+    const int64_t heads = x->size(1), d = x->size(3);
+    float* data = x->data_ptr<float>();
+    for (int64_t row = 0; row < b; ++row) {
+      for (int64_t h = 0; h < heads; ++h) {
+        for (int64_t t = 0; t < l; ++t) {
+          float* v = data + ((row * heads + h) * l + t) * d;
+          const float* c = cos_p + (row * l + t) * half;
+          const float* s = sin_p + (row * l + t) * half;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * c[i] - x2 * s[i];
+            v[i + half] = x2 * c[i] + x1 * s[i];
+          }
         }
       }
     }

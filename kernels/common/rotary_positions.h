@@ -69,10 +69,10 @@ class RotaryPositions {
   bool enabled() const { return config_.enabled(); }
   int64_t rotary_dim() const { return rotary_dim_; }
 
-  // Rotates x (B, H, L, d) float32, contiguous, in place: row b's token l at position
-  // starts[b] + l (starts.size() == B, or 1 for every row). On the CPU a loop over the rows;
-  // elsewhere ATen operations on the device.
-  void Apply(at::Tensor& x, const std::vector<int64_t>& starts) const;
+  // Rotates q (B, H, L, d) and k (B, Hkv, L, d), float32, contiguous, in place, with one table of
+  // cosines and sines: row b's token l at position starts[b] + l (starts.size() == B, or 1 for
+  // every row). On the CPU a loop over the rows; elsewhere ATen operations on the device.
+  void Apply(at::Tensor& q, at::Tensor& k, const std::vector<int64_t>& starts) const;
 
   // inv_freq (rotary_dim / 2 values) and the attention factor for a sequence of `length` tokens
   // (only "dynamic" depends on it).

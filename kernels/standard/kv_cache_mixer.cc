@@ -53,8 +53,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Prefill(const at::Tensor& x,
     auto [q, k, v] = projections_.ProjectQkv(x, config_.num_heads);
     // The chunk's tokens are at positions state->position .. (0 .. without a state).
     const std::vector<int64_t> start = {state != nullptr ? state->position : 0};
-    rope_.Apply(q, start);
-    rope_.Apply(k, start);
+    rope_.Apply(q, k, start);
     at::Tensor heads;
     if (state == nullptr) {
       ASSIGN_OR_RETURN(heads, Attend(q, AsCached(k), AsCached(v), config_.causal));
@@ -96,8 +95,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Step(const at::Tensor& x_t,
     }
     const int64_t b = x_t.size(0);
     auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);  // (B,H,1,d)
-    rope_.Apply(q, {state->position});
-    rope_.Apply(k, {state->position});
+    rope_.Apply(q, k, {state->position});
     auto [k_cache, v_cache] = AppendToKvCache(*state, k, v);
     state->tensors = {std::move(k_cache), std::move(v_cache)};
     state->position += 1;
@@ -123,8 +121,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::StepBatch(
     auto [q, k, v] = projections_.ProjectQkv(x_t.unsqueeze(1), config_.num_heads);
     std::vector<int64_t> positions(b);  // each row at its own state's position
     for (int64_t i = 0; i < b; ++i) positions[i] = states[i]->position;
-    rope_.Apply(q, positions);
-    rope_.Apply(k, positions);
+    rope_.Apply(q, k, positions);
     std::vector<KvCacheRow> rows;
     for (int64_t i = 0; i < b; ++i) {
       MixerState& state = *states[i];
