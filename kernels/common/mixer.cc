@@ -30,6 +30,8 @@ const char* MixerKindName(MixerKind kind) {
       return "rwkv";
     case MixerKind::kSparse:
       return "sparse";
+    case MixerKind::kMamba2:
+      return "mamba2";
   }
   return "unknown";
 }
@@ -39,16 +41,50 @@ bool MixerOwnsNorms(MixerKind kind) { return kind == MixerKind::kRwkv; }
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
   for (MixerKind kind :
        {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba,
-        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv, MixerKind::kSparse}) {
+        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv, MixerKind::kSparse,
+        MixerKind::kMamba2}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mixer '", name,
       "'; expected one of standard, linformer, linear, mamba, sliding_window, performer, rwkv, "
-      "sparse"));
+      "sparse, mamba2"));
 }
 
 namespace {
+
+// The Mamba-2 mixer's sizes: heads that split d_inner, groups that split the heads.
+absl::Status ValidateMamba2Config(const MixerConfig& c) {
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"d_state", c.d_state},
+                              {"d_conv", c.d_conv},
+                              {"expand", c.expand},
+                              {"ssm_heads", c.ssm_heads},
+                              {"ssm_groups", c.ssm_groups},
+                              {"ssm_chunk_size", c.ssm_chunk_size}}) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, " must be > 0, got ", value));
+    }
+  }
+  if (c.d_inner() % c.ssm_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("d_inner (expand · d_model = ", c.d_inner(),
+                     ") must be a multiple of ssm_heads (", c.ssm_heads, ")"));
+  }
+  if (c.ssm_heads % c.ssm_groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ssm_heads (", c.ssm_heads, ") must be a multiple of ssm_groups (", c.ssm_groups, ")"));
+  }
+  if (!(c.dt_min >= 0) || !(c.dt_max > c.dt_min)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "time_step_limit must be [min, max] with 0 <= min < max, got [", c.dt_min, ", ",
+        c.dt_max, "]"));
+  }
+  if (!(c.norm_epsilon > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("norm_epsilon must be > 0, got ", c.norm_epsilon));
+  }
+  return absl::OkStatus();
+}
 
 // The standard mixer's heads, head width, key/value groups, window and positions.
 absl::Status ValidateStandardAttentionConfig(const MixerConfig& c) {
@@ -161,6 +197,8 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
             absl::StrCat("dt_rank must be >= 0 (0: ceil(d_model / 16)), got ", c.dt_rank));
       }
       return absl::OkStatus();
+    case MixerKind::kMamba2:
+      return ValidateMamba2Config(c);
     case MixerKind::kRwkv:
       if (!c.causal) {
         return absl::InvalidArgumentError(
@@ -192,6 +230,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
       return ExpectedLinearWeights(config);
     case MixerKind::kMamba:
       return ExpectedMambaWeights(config);
+    case MixerKind::kMamba2:
+      return ExpectedMamba2Weights(config);
     case MixerKind::kSlidingWindow:
     case MixerKind::kPerformer:
     case MixerKind::kSparse:
@@ -213,6 +253,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
       return RandomLinearWeights(config, gen);
     case MixerKind::kMamba:
       return RandomMambaWeights(config, gen);
+    case MixerKind::kMamba2:
+      return RandomMamba2Weights(config, gen);
     case MixerKind::kSlidingWindow:
     case MixerKind::kPerformer:
     case MixerKind::kSparse:
@@ -390,6 +432,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreateLinearMixer(config, weights);
       case MixerKind::kMamba:
         return CreateMambaMixer(config, weights);
+      case MixerKind::kMamba2:
+        return CreateMamba2Mixer(config, weights);
       case MixerKind::kSlidingWindow:
         return CreateSlidingWindowMixer(config, weights);
       case MixerKind::kPerformer:

@@ -1,5 +1,5 @@
 // The one interface every sequence mixer implements (standard, linformer, linear, mamba,
-// sliding_window, performer, rwkv, sparse).
+// sliding_window, performer, rwkv, sparse, mamba2).
 //
 // Contract (held by tests/unit/mixer_contract_test.cc for every streaming mixer):
 //   * Prefill(x, state): x is (B, L, d_model) float32 on the CPU. With a state, it continues
@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,10 +35,12 @@ enum class MixerKind {
   kSlidingWindow,
   kPerformer,
   kRwkv,
-  kSparse
+  kSparse,
+  kMamba2
 };
 
-// "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv", "sparse".
+// "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv", "sparse",
+// "mamba2".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
 
@@ -81,6 +84,16 @@ struct MixerConfig {
   int64_t d_conv = 4;
   int64_t expand = 2;
   int64_t dt_rank = 0;
+  // mamba2 (Mamba-2, SSD; kernels/mamba2/): d_inner = expand · d_model in ssm_heads heads of
+  // ssm_head_dim() = d_inner / ssm_heads; B and C in ssm_groups groups (each shared by
+  // ssm_heads / ssm_groups heads); a sequence scanned in chunks of ssm_chunk_size tokens (the
+  // result does not depend on it but for rounding); dt clamped to [dt_min, dt_max]
+  // (time_step_limit); the gated norm's epsilon is norm_epsilon. d_state and d_conv as mamba's.
+  int64_t ssm_heads = 0;
+  int64_t ssm_groups = 1;
+  int64_t ssm_chunk_size = 256;
+  double dt_min = 0.0;
+  double dt_max = std::numeric_limits<double>::infinity();
   // rwkv (RWKV-4 block): channel-mixing width (0: 4 * d_model), the width of k, v, r and the
   // WKV state (0: d_model), and its LayerNorms' epsilon.
   int64_t ffn_dim = 0;
@@ -114,6 +127,7 @@ struct MixerConfig {
   }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int64_t d_inner() const { return expand * d_model; }
+  int64_t ssm_head_dim() const { return ssm_heads > 0 ? d_inner() / ssm_heads : 0; }
   int64_t resolved_dt_rank() const { return dt_rank > 0 ? dt_rank : (d_model + 15) / 16; }
   int64_t resolved_ffn_dim() const { return ffn_dim > 0 ? ffn_dim : 4 * d_model; }
   int64_t resolved_rwkv_attention_dim() const {

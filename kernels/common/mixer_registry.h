@@ -30,6 +30,10 @@ std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& config);
 WeightMap RandomMambaWeights(const MixerConfig& config, at::Generator& gen);
 std::unique_ptr<Mixer> CreateMambaMixer(const MixerConfig& config, const WeightMap& weights);
 
+std::vector<WeightSpec> ExpectedMamba2Weights(const MixerConfig& config);
+WeightMap RandomMamba2Weights(const MixerConfig& config, at::Generator& gen);
+std::unique_ptr<Mixer> CreateMamba2Mixer(const MixerConfig& config, const WeightMap& weights);
+
 // sliding_window, performer and sparse take the standard mixer's weights
 // (Expected/RandomStandardWeights).
 std::unique_ptr<Mixer> CreateSlidingWindowMixer(const MixerConfig& config,

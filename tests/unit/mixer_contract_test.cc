@@ -64,6 +64,20 @@ MixerConfig FalconMamba(int64_t d_model, int64_t d_state) {
   return c;
 }
 
+// Mamba-2: heads of head_dim = 2·d_model / heads, groups sharing B and C, chunks of the scan
+// shorter than the contract's pieces (so pieces cross chunk edges and end mid-chunk), d_state
+// not a multiple of 16 (the step's partial vector) and head_dim not one either (the padded
+// columns of the chunk's products).
+MixerConfig Mamba2(int64_t d_model, int64_t heads, int64_t groups, int64_t d_state,
+                   int64_t chunk) {
+  MixerConfig c = Config(MixerKind::kMamba2, d_model, 1);
+  c.ssm_heads = heads;
+  c.ssm_groups = groups;
+  c.d_state = d_state;
+  c.ssm_chunk_size = chunk;
+  return c;
+}
+
 MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
   MixerConfig c = Config(MixerKind::kRwkv, d_model, 1);
   c.rwkv_attention_dim = attention_dim;
@@ -102,6 +116,9 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba_ragged_block", Mamba(21, 16)},
           {"mamba_narrow_state", Mamba(40, 12)},
           {"falcon_mamba_norms", FalconMamba(40, 16)},
+          {"mamba2", Mamba2(64, 8, 1, 16, 16)},
+          {"mamba2_groups_wide_state", Mamba2(64, 4, 2, 32, 7)},
+          {"mamba2_odd_head_dim_and_state", Mamba2(36, 3, 3, 12, 64)},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
           {"sliding_window_with_sinks", SlidingWindow(64, 4, 29, 5)},

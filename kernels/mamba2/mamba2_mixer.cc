@@ -1,0 +1,244 @@
+#include "kernels/mamba2/mamba2_mixer.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/linear.h"
+#include "kernels/common/status_macros.h"
+#include "kernels/common/tensor_checks.h"
+#include "kernels/mamba/causal_conv1d_cpu.h"
+#include "kernels/mamba2/gated_rms_norm_cpu.h"
+#include "kernels/mamba2/ssd_scan_cpu.h"
+
+namespace attnserve::kernels {
+namespace {
+
+class Mamba2Mixer final : public Mixer {
+ public:
+  Mamba2Mixer(const MixerConfig& config, const WeightMap& w)
+      : config_(config),
+        d_inner_(config.d_inner()),
+        heads_(config.ssm_heads),
+        head_dim_(config.ssm_head_dim()),
+        group_width_(config.ssm_groups * config.d_state),
+        conv_dim_(config.d_inner() + 2 * config.ssm_groups * config.d_state),
+        in_proj_(w.at("in_proj.weight"), config.weight_format),
+        conv_weight_t_(w.at("conv1d.weight").view({conv_dim_, config.d_conv}).t().contiguous()),
+        conv_bias_(w.at("conv1d.bias")),
+        dt_bias_(w.at("dt_bias")),
+        a_((-at::exp(w.at("A_log"))).contiguous()),
+        d_skip_(w.at("D")),
+        norm_weight_(w.at("norm.weight")),
+        out_proj_(w.at("out_proj.weight"), config.weight_format) {}
+
+  const MixerConfig& config() const override { return config_; }
+  bool can_stream() const override { return true; }
+
+  absl::StatusOr<MixerState> InitialState(int64_t batch) const override {
+    if (batch <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
+    }
+    return GuardTorch("mamba2 InitialState", [&]() -> absl::StatusOr<MixerState> {
+      MixerState state;
+      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
+      state.tensors = {at::zeros({batch, conv_dim_, config_.d_conv}, options),
+                       at::zeros({batch, heads_, head_dim_, config_.d_state}, options)};
+      return state;
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
+    RETURN_IF_ERROR(CheckFloatTensor(x, "mamba2 input x", {-1, -1, config_.d_model}, device()));
+    if (x.size(1) == 0) return absl::InvalidArgumentError("mamba2 input x: sequence is empty");
+    RETURN_IF_ERROR(CheckState(state, x.size(0)));
+    return GuardTorch("mamba2 Prefill", [&]() -> absl::StatusOr<at::Tensor> {
+      if (state != nullptr) return Forward(x, state);
+      ASSIGN_OR_RETURN(MixerState fresh, InitialState(x.size(0)));
+      return Forward(x, &fresh);
+    });
+  }
+
+  absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
+    RETURN_IF_ERROR(
+        CheckFloatTensor(x_t, "mamba2 step input x_t", {-1, config_.d_model}, device()));
+    if (state == nullptr) return absl::InvalidArgumentError("mamba2 Step needs a state");
+    RETURN_IF_ERROR(CheckState(state, x_t.size(0)));
+    return GuardTorch("mamba2 Step", [&]() -> absl::StatusOr<at::Tensor> {
+      return Forward(x_t.unsqueeze(1), state).squeeze(1);
+    });
+  }
+
+  // Each row's conv and ssm states are read and updated where they live (no gather); the
+  // projections run once over all B rows, and a row's scan does not depend on the others.
+  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
+                                       const std::vector<MixerState*>& states) const override {
+    if (!x_t.is_cpu()) return Mixer::StepBatch(x_t, states);
+    RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
+    for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(state, 1));
+    return GuardTorch("mamba2 StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
+      std::vector<float*> conv_rows, ssm_rows;
+      for (MixerState* state : states) {
+        conv_rows.push_back(state->tensors[0].data_ptr<float>());
+        ssm_rows.push_back(state->tensors[1].data_ptr<float>());
+      }
+      RowStates rows{conv_rows.data(), ssm_rows.data()};
+      at::Tensor y = Forward(x_t.unsqueeze(1), nullptr, &rows).squeeze(1);
+      for (MixerState* state : states) state->position += 1;
+      return y;
+    });
+  }
+
+  bool StepReadsPosition() const override { return false; }
+
+  int64_t StateBytesPerSequence(int64_t) const override {
+    return (conv_dim_ * config_.d_conv + d_inner_ * config_.d_state) *
+           static_cast<int64_t>(sizeof(float));
+  }
+
+ private:
+  absl::Status CheckState(const MixerState* state, int64_t batch) const {
+    if (state == nullptr) return absl::OkStatus();
+    if (state->tensors.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mamba2 state: expected 2 tensors (conv_state, ssm_state), got ", state->tensors.size()));
+    }
+    RETURN_IF_ERROR(CheckFloatTensor(state->tensors[0], "mamba2 conv_state",
+                                     {batch, conv_dim_, config_.d_conv}, device()));
+    RETURN_IF_ERROR(CheckFloatTensor(state->tensors[1], "mamba2 ssm_state",
+                                     {batch, heads_, head_dim_, config_.d_state}, device()));
+    if (!state->tensors[0].is_contiguous() || !state->tensors[1].is_contiguous()) {
+      return absl::InvalidArgumentError("mamba2 state tensors must be contiguous");
+    }
+    return absl::OkStatus();
+  }
+
+  at::Device device() const { return in_proj_.device(); }
+
+  struct RowStates {
+    float* const* conv;
+    float* const* ssm;
+  };
+
+  // x (B, L, d_model) -> (B, L, d_model); `state` (or, when it is null, the row states) is
+  // continued in place. Only `state`'s position is advanced here.
+  at::Tensor Forward(const at::Tensor& x, MixerState* state,
+                     const RowStates* rows = nullptr) const {
+    TORCH_CHECK(x.is_cpu(), "mamba2 has no CUDA kernels yet: serve this model on the CPU");
+    const int64_t batch = x.size(0), length = x.size(1);
+    at::Tensor zxbcdt = in_proj_(x);  // (B, L, d_inner + conv_dim + H)
+    const int64_t row = zxbcdt.size(2);
+    at::Tensor xbc = at::empty({batch, length, conv_dim_}, x.options());
+    mamba::CausalConv1dParams conv;
+    conv.batch = batch;
+    conv.seqlen = length;
+    conv.dim = conv_dim_;
+    conv.width = config_.d_conv;
+    conv.in = zxbcdt.data_ptr<float>() + d_inner_;
+    conv.in_batch_stride = length * row;
+    conv.in_seq_stride = row;
+    conv.weight_t = conv_weight_t_.data_ptr<float>();
+    conv.bias = conv_bias_.data_ptr<float>();
+    conv.state = rows ? nullptr : state->tensors[0].data_ptr<float>();
+    conv.row_states = rows ? rows->conv : nullptr;
+    conv.out = xbc.data_ptr<float>();
+    mamba::CausalConv1dSiluCpu(conv);
+
+    at::Tensor y = at::empty({batch, length, d_inner_}, x.options());
+    mamba2::SsdScanParams scan;
+    scan.batch = batch;
+    scan.seqlen = length;
+    scan.heads = heads_;
+    scan.head_dim = head_dim_;
+    scan.groups = config_.ssm_groups;
+    scan.dstate = config_.d_state;
+    scan.chunk = config_.ssm_chunk_size;
+    scan.x = xbc.data_ptr<float>();
+    scan.x_batch_stride = length * conv_dim_;
+    scan.x_seq_stride = conv_dim_;
+    scan.B = scan.x + d_inner_;
+    scan.C = scan.B + group_width_;
+    scan.bc_batch_stride = scan.x_batch_stride;
+    scan.bc_seq_stride = conv_dim_;
+    scan.dt = zxbcdt.data_ptr<float>() + d_inner_ + conv_dim_;
+    scan.dt_batch_stride = length * row;
+    scan.dt_seq_stride = row;
+    scan.dt_bias = dt_bias_.data_ptr<float>();
+    scan.dt_min = static_cast<float>(config_.dt_min);
+    scan.dt_max = static_cast<float>(config_.dt_max);
+    scan.A = a_.data_ptr<float>();
+    scan.D = d_skip_.data_ptr<float>();
+    scan.out = y.data_ptr<float>();
+    scan.state = rows ? nullptr : state->tensors[1].data_ptr<float>();
+    scan.row_states = rows ? rows->ssm : nullptr;
+    mamba2::SsdScanCpu(scan);
+
+    mamba2::GatedRmsNormParams norm;
+    norm.rows = batch * length;
+    norm.dim = d_inner_;
+    norm.groups = config_.ssm_groups;
+    norm.y = y.data_ptr<float>();
+    norm.z = zxbcdt.data_ptr<float>();
+    norm.z_row_stride = row;
+    norm.weight = norm_weight_.data_ptr<float>();
+    norm.eps = static_cast<float>(config_.norm_epsilon);
+    norm.out = y.data_ptr<float>();
+    mamba2::GatedRmsNormCpu(norm);
+    if (state != nullptr) state->position += length;
+    return out_proj_(y);
+  }
+
+  const MixerConfig config_;
+  const int64_t d_inner_, heads_, head_dim_, group_width_, conv_dim_;
+  const LinearWeight in_proj_;
+  // conv_weight_t_ (d_conv, conv_dim): conv1d.weight transposed for the CPU kernel;
+  // a_ = -exp(A_log) (H).
+  const at::Tensor conv_weight_t_, conv_bias_, dt_bias_, a_, d_skip_, norm_weight_;
+  const LinearWeight out_proj_;
+};
+
+}  // namespace
+
+std::vector<WeightSpec> ExpectedMamba2Weights(const MixerConfig& c) {
+  const int64_t d_inner = c.d_inner(), h = c.ssm_heads;
+  const int64_t conv_dim = d_inner + 2 * c.ssm_groups * c.d_state;
+  return {{"in_proj.weight", {d_inner + conv_dim + h, c.d_model}},
+          {"conv1d.weight", {conv_dim, 1, c.d_conv}},
+          {"conv1d.bias", {conv_dim}},
+          {"dt_bias", {h}},
+          {"A_log", {h}},
+          {"D", {h}},
+          {"norm.weight", {d_inner}},
+          {"out_proj.weight", {c.d_model, d_inner}}};
+}
+
+// mamba_ssm's Mamba2 initialisation: dt log-uniform in [1e-3, 1e-1] (through softplus's
+// inverse), A uniform in [1, 16], D = 1; the norm's weight drawn near 1 so that tests see it.
+WeightMap RandomMamba2Weights(const MixerConfig& c, at::Generator& gen) {
+  const int64_t d_inner = c.d_inner(), h = c.ssm_heads;
+  const int64_t conv_dim = d_inner + 2 * c.ssm_groups * c.d_state;
+  auto uniform = [&](std::vector<int64_t> shape, double lo, double hi) {
+    return at::empty(shape, at::kFloat).uniform_(lo, hi, gen);
+  };
+  const double in_bound = 1.0 / std::sqrt(c.d_model), conv_bound = 1.0 / std::sqrt(c.d_conv);
+  WeightMap w;
+  w["in_proj.weight"] = uniform({d_inner + conv_dim + h, c.d_model}, -in_bound, in_bound);
+  w["conv1d.weight"] = uniform({conv_dim, 1, c.d_conv}, -conv_bound, conv_bound);
+  w["conv1d.bias"] = uniform({conv_dim}, -conv_bound, conv_bound);
+  at::Tensor dt = at::exp(uniform({h}, 0, 1) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3))
+                      .clamp_min(1e-4);
+  w["dt_bias"] = dt + at::log(-at::expm1(-dt));
+  w["A_log"] = at::log(uniform({h}, 1, 16));
+  w["D"] = uniform({h}, 0.5, 1.5);
+  w["norm.weight"] = uniform({d_inner}, 0.5, 1.5);
+  w["out_proj.weight"] =
+      uniform({c.d_model, d_inner}, -1.0 / std::sqrt(d_inner), 1.0 / std::sqrt(d_inner));
+  return w;
+}
+
+std::unique_ptr<Mixer> CreateMamba2Mixer(const MixerConfig& config, const WeightMap& weights) {
+  return std::make_unique<Mamba2Mixer>(config, weights);
+}
+
+}  // namespace attnserve::kernels
