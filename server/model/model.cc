@@ -39,12 +39,13 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   a.clear_model_type();
   a.clear_max_sequence_length();
   if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
-  bool attention = false, linformer = false, mamba = false, rwkv = false, window = false,
-       performer = false, sparse = false, only_rwkv = true;
+  bool attention = false, linformer = false, mamba = false, mamba2 = false, rwkv = false,
+       window = false, performer = false, sparse = false, only_rwkv = true;
   for (const std::string& layer : a.layers()) {
-    attention = attention || (layer != "mamba" && layer != "rwkv");
+    attention = attention || (layer != "mamba" && layer != "rwkv" && layer != "mamba2");
     linformer = linformer || layer == "linformer";
     mamba = mamba || layer == "mamba";
+    mamba2 = mamba2 || layer == "mamba2";
     rwkv = rwkv || layer == "rwkv";
     window = window || layer == "sliding_window";
     sparse = sparse || layer == "sparse";
@@ -105,14 +106,25 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
     a.clear_linformer_max_len();
     a.clear_linformer_extend();
   }
-  if (!mamba) {
+  if (!mamba && !mamba2) {
     a.clear_state_size();
     a.clear_conv_kernel();
     a.clear_expand();
+  }
+  if (!mamba) {
     a.clear_time_step_rank();
     a.clear_mamba_bcdt_rms_eps();
   } else if (a.time_step_rank() == 0) {
     a.set_time_step_rank((a.hidden_size() + 15) / 16);
+  }
+  a.clear_ssm_chunk_size();  // how a prefill is scanned, not what it computes
+  if (!mamba2) {
+    a.clear_ssm_num_heads();
+    a.clear_ssm_n_groups();
+    a.clear_time_step_limit();
+  } else if (a.time_step_limit_size() == 2 && a.time_step_limit(0) == 0 &&
+             std::isinf(a.time_step_limit(1))) {
+    a.clear_time_step_limit();  // the default, spelt out
   }
   return a;
 }

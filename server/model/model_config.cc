@@ -37,6 +37,11 @@ void FillModelConfigDefaults(v1::ModelConfig* c) {
   if (c->expand() == 0) c->set_expand(2);
   if (c->norm_epsilon() == 0) c->set_norm_epsilon(1e-5);
   if (c->max_sequence_length() == 0) c->set_max_sequence_length(1 << 20);
+  if (std::find(c->layers().begin(), c->layers().end(), "mamba2") != c->layers().end()) {
+    if (c->ssm_n_groups() == 0) c->set_ssm_n_groups(1);
+    if (c->ssm_chunk_size() == 0) c->set_ssm_chunk_size(256);
+    if (c->ssm_num_heads() == 0) c->set_ssm_num_heads(std::max<int64_t>(1, c->expand() * c->hidden_size() / 64));
+  }
   if (std::find(c->layers().begin(), c->layers().end(), "sparse") != c->layers().end()) {
     if (c->sparse_pattern().empty()) c->set_sparse_pattern("strided");
     if (c->sparse_stride() == 0) c->set_sparse_stride(128);
@@ -133,6 +138,11 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
         absl::StrCat("config: rwkv_attention_size must be >= 0 (0: hidden_size), got ",
                      c.rwkv_attention_size()));
   }
+  if (c.time_step_limit_size() != 0 && c.time_step_limit_size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: time_step_limit must be [min, max] (or absent), got ", c.time_step_limit_size(),
+        " values"));
+  }
   if (c.attention_windows_size() != 0 && c.attention_windows_size() != c.layers_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config: attention_windows has ", c.attention_windows_size(), " entries for ",
@@ -196,6 +206,15 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.expand = c.expand();
   m.dt_rank = c.time_step_rank();
   m.bcdt_rms_epsilon = m.kind == kernels::MixerKind::kMamba ? c.mamba_bcdt_rms_eps() : 0.0;
+  if (m.kind == kernels::MixerKind::kMamba2) {
+    m.ssm_heads = c.ssm_num_heads();
+    m.ssm_groups = c.ssm_n_groups();
+    m.ssm_chunk_size = c.ssm_chunk_size();
+    if (c.time_step_limit_size() == 2) {
+      m.dt_min = c.time_step_limit(0);
+      m.dt_max = c.time_step_limit(1);
+    }
+  }
   m.ffn_dim = c.intermediate_size();
   m.rwkv_attention_dim = c.rwkv_attention_size();
   m.norm_epsilon =

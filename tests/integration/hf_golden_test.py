@@ -7,7 +7,9 @@ The folders in tests/golden/hf/ were written by ../shared/hf_reference/make_ref.
 attention and MLP biases, and each rope_scaling type (linear, dynamic, yarn, longrope, llama3)
 on a prompt longer than the length the scaling starts from; MistralForCausalLM with a sliding
 window of 8 < the 37-token prompt; Qwen2ForCausalLM with q/k/v biases and tied embeddings;
-FalconMambaForCausalLM (Mamba-1 with weightless RMSNorms of dt, B and C).
+FalconMambaForCausalLM (Mamba-1 with weightless RMSNorms of dt, B and C); Mamba2ForCausalLM with
+one group (transformers v4.48.0's float64 logits) and with four groups and chunks of 5 (llama.cpp's
+logits: transformers' grouped Mamba-2 is wrong before v4.52; tests/golden/hf/llamacpp_reference.py).
 
 For each: logits within 1e-4 of max |logit| in float32 for the whole prompt (Infer), for the
 prompt in chunks and for single steps (a session continued by Infer), the 8 greedy tokens of
@@ -192,7 +194,8 @@ class HfGoldenTest(unittest.TestCase):
 
     def test_fork_snapshot_and_prefix_cache_at_positions_past_zero(self):
         pb = self.pb
-        for case in ("llama_gqa", "mistral_window8", "qwen2_biases_tied", "llama_rope_yarn"):
+        for case in ("llama_gqa", "mistral_window8", "qwen2_biases_tied", "llama_rope_yarn",
+                     "mamba2", "mamba2_groups4"):
             with self.subTest(case=case):
                 ref, want = self.reference(case)
                 tokens, cut = ref["tokens"], 21
@@ -233,6 +236,51 @@ class HfGoldenTest(unittest.TestCase):
         ref, want = self.reference("llama_gqa")
         got = self.logits(self.infer("llama_sharded", ref["tokens"]), len(ref["tokens"]))
         self.assertClose(got, want, "sharded llama_gqa")
+
+    def test_mamba2_state_size(self):
+        pb = self.pb
+        for case in ("mamba2", "mamba2_groups4"):
+            with self.subTest(case=case):
+                with open(os.path.join(golden_dir(), case, "config.json")) as f:
+                    c = json.load(f)
+                d_inner = c["expand"] * c["hidden_size"]
+                conv_dim = d_inner + 2 * c["n_groups"] * c["state_size"]
+                per_layer = (conv_dim * c["conv_kernel"] + d_inner * c["state_size"]) * 4
+                info = self.stub.GetModel(pb.GetModelRequest(name=case), timeout=30)
+                self.assertEqual(info.state_bytes_per_session, c["num_hidden_layers"] * per_layer)
+                self.assertEqual(info.state_bytes_per_token, 0)
+
+    def test_sixteen_sessions_decoded_together_equal_each_alone(self):
+        """16 streams generating at once (the scheduler batches their steps) give each the
+        tokens it gets alone."""
+        import threading
+        pb = self.pb
+        for case in ("mamba2", "mamba2_groups4"):
+            with self.subTest(case=case):
+                ref, _ = self.reference(case)
+                prompts = [ref["tokens"][:12 + i] for i in range(16)]
+
+                def generate(prompt):
+                    responses = list(self.stub.Stream(iter([
+                        pb.StreamRequest(open=pb.StreamOpen(model=case)),
+                        pb.StreamRequest(append=pb.StreamAppend(
+                            sequence_number=1, tokens=prompt,
+                            generate=pb.GenerateSpec(max_new_tokens=12, ignore_eos=True))),
+                        pb.StreamRequest(close=pb.StreamClose())]), timeout=120))
+                    return [list(r.result.generated_tokens) for r in responses
+                            if r.WhichOneof("kind") == "result"][0]
+
+                alone = [generate(p) for p in prompts]
+                together = [None] * 16
+
+                def run(i):
+                    together[i] = generate(prompts[i])
+                threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                self.assertEqual(together, alone, case)
 
 
 if __name__ == "__main__":

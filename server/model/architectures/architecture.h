@@ -8,6 +8,7 @@
 // Registry (registry.cc), by config.json's model_type:
 //   mamba   MambaForCausalLM      mamba.cc     (mamba.h: the family's shared keys)
 //   falcon_mamba FalconMambaForCausalLM falcon_mamba.cc
+//   mamba2  Mamba2ForCausalLM     mamba2.cc
 //   rwkv    RwkvForCausalLM       rwkv.cc
 //   llama   LlamaForCausalLM      llama.cc     (decoder_only.h: the Llama family's shared keys)
 //   mistral MistralForCausalLM    mistral.cc

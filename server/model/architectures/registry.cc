@@ -5,14 +5,15 @@ namespace attnserve::model::architectures {
 // Defined in their own files.
 extern const Architecture kMamba;
 extern const Architecture kFalconMamba;
+extern const Architecture kMamba2;
 extern const Architecture kRwkv;
 extern const Architecture kLlama;
 extern const Architecture kMistral;
 extern const Architecture kQwen2;
 
 const std::vector<const Architecture*>& Architectures() {
-  static const std::vector<const Architecture*> all = {&kMamba, &kFalconMamba, &kRwkv,
-                                                       &kLlama, &kMistral,     &kQwen2};
+  static const std::vector<const Architecture*> all = {
+      &kMamba, &kFalconMamba, &kMamba2, &kRwkv, &kLlama, &kMistral, &kQwen2};
   return all;
 }
 

@@ -4,6 +4,7 @@
 # Face layout, their float64 logits for a seeded 37-token prompt, the 8 greedy tokens of
 # generate()). Run from anywhere: tests/golden/hf/make.sh [HF_REFERENCE_DIR]. The folders are
 # committed; tests read them (tests/integration/hf_golden_test.py) and never run this.
+# mamba2_groups4 holds llama.cpp's logits instead (llamacpp_reference.py).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 ref="${1:-$here/../../../../shared/hf_reference}"
@@ -24,3 +25,8 @@ make llama_rope_llama3 --arch llama \
 make mistral_window8 --arch mistral
 make qwen2_biases_tied --arch qwen2
 make falcon_mamba --arch falcon_mamba
+make mamba2 --arch mamba2
+# Several groups: transformers' multi-group Mamba-2 is wrong before v4.52 (llamacpp_reference.py
+# says how), so the weights are transformers' and the references llama.cpp's.
+make mamba2_groups4 --arch mamba2 --set n_groups=4 --set chunk_size=5
+"$here/llamacpp_reference.py" "$here/mamba2_groups4"
