@@ -207,45 +207,82 @@ void ScanHeads(const SsdScanParams& p, int64_t b, int64_t g, int64_t h0, int64_t
   }
 }
 
-// One decode step of batch row b, head h, its state (head_dim, dstate) updated in place: each
-// row of the state is dstate / 16 vectors; 16 rows' read-outs are summed side by side
-// (vec::Sum16, the same bits as vec::Sum of each).
+// One decode step of batch row b, head h, its state (head_dim, dstate) updated in place.
+// StepRows<NV>: dstate = 16·NV, B and C held in registers for the whole head, each state row
+// read, updated and written as NV vectors and read out with one horizontal sum. 24 layers x 64
+// rows of mamba2-130m's states (d_state 128), 2 threads: 44.2 ms with the state rows' read-outs
+// gathered 16 at a time in an array the compiler kept in memory, 25.9 ms so (1.06x the floor
+// of reading and writing every state float once: attnserve_ssd_scan_bench).
+template <int NV>
+ATTNSERVE_VEC_INLINE void StepRows(int64_t rows, float* state, const float* x, float dt,
+                                   Float16 decay, const float* bn, const float* cn, float d_skip,
+                                   float* out) {
+  Float16 b[NV], c[NV];
+  for (int v = 0; v < NV; ++v) {
+    b[v] = vec::Load(bn + v * kLanes);
+    c[v] = vec::Load(cn + v * kLanes);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    const Float16 dtx = vec::Broadcast(dt * x[i]);
+    float* s = state + i * NV * kLanes;
+    Float16 acc = Float16{};
+    for (int v = 0; v < NV; ++v) {
+      const Float16 h = decay * vec::Load(s + v * kLanes) + dtx * b[v];
+      vec::Store(s + v * kLanes, h);
+      acc += h * c[v];
+    }
+    out[i] = vec::Sum(acc) + d_skip * x[i];
+  }
+}
+
+// Any dstate: whole vectors, then a partial one.
+ATTNSERVE_VEC_INLINE void StepRowsAny(int64_t rows, int64_t n_state, float* state, const float* x,
+                                      float dt, Float16 decay, const float* bn, const float* cn,
+                                      float d_skip, float* out) {
+  const int64_t full = n_state / kLanes * kLanes;
+  const int tail = static_cast<int>(n_state - full);
+  for (int64_t i = 0; i < rows; ++i) {
+    const Float16 dtx = vec::Broadcast(dt * x[i]);
+    float* s = state + i * n_state;
+    Float16 acc = Float16{};
+    for (int64_t n = 0; n < full; n += kLanes) {
+      const Float16 h = decay * vec::Load(s + n) + dtx * vec::Load(bn + n);
+      vec::Store(s + n, h);
+      acc += h * vec::Load(cn + n);
+    }
+    if (tail > 0) {
+      const Float16 h = decay * vec::LoadPartial(s + full, tail) +
+                        dtx * vec::LoadPartial(bn + full, tail);
+      vec::StorePartial(s + full, h, tail);
+      acc += h * vec::LoadPartial(cn + full, tail);
+    }
+    out[i] = vec::Sum(acc) + d_skip * x[i];
+  }
+}
+
 ATTNSERVE_MULTIVERSION
 void StepHead(const SsdScanParams& p, int64_t b, int64_t h) {
   const int64_t P = p.head_dim, N = p.dstate, g = h / (p.heads / p.groups);
   float* state = (p.row_states ? p.row_states[b] : p.state + b * p.heads * P * N) + h * P * N;
   const float dt = SoftplusClamped(p.dt[b * p.dt_batch_stride + h] + p.dt_bias[h], p.dt_min,
                                    p.dt_max);
-  const float decay = std::exp(dt * p.A[h]);
-  const Float16 decay_v = vec::Broadcast(decay);
+  const Float16 decay = vec::Broadcast(std::exp(dt * p.A[h]));
   const float* x = p.x + b * p.x_batch_stride + h * P;
   const float* bn = p.B + b * p.bc_batch_stride + g * N;
   const float* cn = p.C + b * p.bc_batch_stride + g * N;
   float* out = p.out + b * p.heads * P + h * P;
-  const int64_t full = N / kLanes * kLanes;
-  const int tail = static_cast<int>(N - full);
-  for (int64_t i0 = 0; i0 < P; i0 += kLanes) {
-    const int rows = static_cast<int>(std::min<int64_t>(kLanes, P - i0));
-    Float16 acc[kLanes];
-    for (int r = 0; r < kLanes; ++r) {
-      acc[r] = Float16{};
-      if (r >= rows) continue;
-      const Float16 dtx = vec::Broadcast(dt * x[i0 + r]);
-      float* s = state + (i0 + r) * N;
-      for (int64_t n = 0; n < full; n += kLanes) {
-        const Float16 v = decay_v * vec::Load(s + n) + dtx * vec::Load(bn + n);
-        vec::Store(s + n, v);
-        acc[r] += v * vec::Load(cn + n);
-      }
-      if (tail > 0) {
-        const Float16 v = decay_v * vec::LoadPartial(s + full, tail) +
-                          dtx * vec::LoadPartial(bn + full, tail);
-        vec::StorePartial(s + full, v, tail);
-        acc[r] += v * vec::LoadPartial(cn + full, tail);
-      }
-    }
-    const Float16 y = vec::Sum16(acc);
-    for (int r = 0; r < rows; ++r) out[i0 + r] = y[r] + p.D[h] * x[i0 + r];
+  const float d = p.D[h];
+  switch (N) {
+    case 16:
+      return StepRows<1>(P, state, x, dt, decay, bn, cn, d, out);
+    case 32:
+      return StepRows<2>(P, state, x, dt, decay, bn, cn, d, out);
+    case 64:
+      return StepRows<4>(P, state, x, dt, decay, bn, cn, d, out);
+    case 128:
+      return StepRows<8>(P, state, x, dt, decay, bn, cn, d, out);
+    default:
+      return StepRowsAny(P, N, state, x, dt, decay, bn, cn, d, out);
   }
 }
 
