@@ -60,8 +60,13 @@ absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& python_j
   }
   v1::ModelConfig config;
   auto type = root.fields().find("model_type");
-  const std::string model_type =
+  std::string model_type =
       type != root.fields().end() ? type->second.string_value() : std::string();
+  // mamba_ssm's folders have no model_type; their config.json names the width d_model.
+  if (type == root.fields().end() && root.fields().count("d_model") &&
+      root.fields().count("n_layer")) {
+    model_type = "mamba_ssm";
+  }
   if (const architectures::Architecture* hf = architectures::FindArchitecture(model_type)) {
     absl::StatusOr<v1::ModelConfig> read = hf->read_config(root);
     if (!read.ok()) return read.status();

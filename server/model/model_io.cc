@@ -17,6 +17,7 @@
 #include "server/model/architectures/architecture.h"
 #include "server/model/model_config.h"
 #include "server/model/safetensors.h"
+#include "server/model/torch_pickle.h"
 
 namespace attnserve::model {
 namespace {
@@ -41,7 +42,8 @@ std::string ModelNameOf(const architectures::Architecture* architecture,
 }
 
 // The checkpoint's files: model.safetensors, or the shards model.safetensors.index.json's
-// weight_map names (every tensor in the one file the map gives it).
+// weight_map names (every tensor in the one file the map gives it), or, where neither is,
+// torch.save's pytorch_model.bin (mamba_ssm's folders; torch_pickle.h).
 struct Checkpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::vector<std::string> paths;
@@ -54,6 +56,14 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const fs::path& folder) {
   const fs::path single = folder / "model.safetensors";
   const fs::path index = folder / "model.safetensors.index.json";
   std::error_code ec;
+  const fs::path pickle = folder / "pytorch_model.bin";
+  if (!fs::exists(single, ec) && !fs::exists(index, ec) && fs::exists(pickle, ec)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, OpenTorchPickle(pickle.string()));
+    for (const std::string& name : file->names()) checkpoint.tensors.emplace_back(name, 0);
+    checkpoint.files.push_back(std::move(file));
+    checkpoint.paths.push_back(pickle.string());
+    return checkpoint;
+  }
   if (fs::exists(single, ec) || !fs::exists(index, ec)) {
     ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(single.string()));
     for (const std::string& name : file->names()) checkpoint.tensors.emplace_back(name, 0);

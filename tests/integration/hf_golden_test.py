@@ -80,6 +80,46 @@ def write_shards(src, dst, parts=2):
         json.dump({"metadata": {"total_size": len(blob)}, "weight_map": weight_map}, f)
 
 
+MAMBA_SSM = ("mamba", "mamba2", "mamba2_groups4")
+
+
+def write_mamba_ssm(src, dst):
+    """dst: src (a Mamba or Mamba-2 Hugging Face folder) as mamba_ssm saves it: its config.json
+    (d_model, n_layer, ssm_cfg) and torch.save's pytorch_model.bin, with the embedding spelt
+    backbone.embedding and the tied lm_head stored as the same tensor, as MambaLMHeadModel's
+    state_dict has it."""
+    import torch
+    os.makedirs(dst)
+    with open(os.path.join(src, "config.json")) as f:
+        c = json.load(f)
+    header, blob = read_safetensors(os.path.join(src, "model.safetensors"))
+    state = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        t = torch.frombuffer(bytearray(blob[begin:end]), dtype=torch.float32)
+        state[name.replace("backbone.embeddings.", "backbone.embedding.")] = \
+            t.reshape(entry["shape"]).clone()
+    tied = c.get("tie_word_embeddings", c["model_type"] == "mamba")
+    if tied:
+        state["lm_head.weight"] = state["backbone.embedding.weight"]
+    if c["model_type"] == "mamba2":
+        ssm = {"layer": "Mamba2", "d_state": c["state_size"], "d_conv": c["conv_kernel"],
+               "expand": c["expand"], "headdim": c["head_dim"], "ngroups": c["n_groups"],
+               "chunk_size": c["chunk_size"]}
+    else:
+        ssm = {"layer": "Mamba1", "d_state": c["state_size"], "d_conv": c["conv_kernel"],
+               "expand": c["expand"], "dt_rank": c["time_step_rank"]}
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump({"d_model": c["hidden_size"], "d_intermediate": 0,
+                   "n_layer": c["num_hidden_layers"], "vocab_size": c["vocab_size"],
+                   "ssm_cfg": ssm, "attn_layer_idx": [], "attn_cfg": {}, "rms_norm": True,
+                   "residual_in_fp32": True, "fused_add_norm": True,
+                   "pad_vocab_size_multiple": 8, "tie_embeddings": tied}, f)
+    torch.save(state, os.path.join(dst, "pytorch_model.bin"))
+
+
 class HfGoldenTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -95,6 +135,8 @@ class HfGoldenTest(unittest.TestCase):
         for case in cls.cases:
             os.symlink(os.path.join(golden_dir(), case), os.path.join(repo, case))
         write_shards(os.path.join(golden_dir(), "llama_gqa"), os.path.join(repo, "llama_sharded"))
+        for case in MAMBA_SSM:
+            write_mamba_ssm(os.path.join(golden_dir(), case), os.path.join(repo, "ssm_" + case))
         binary = os.path.join(os.path.abspath(common.ARGS.build_dir), "server", "attnserve-server")
         # Chunks of 8 tokens: prompts cut into several, and prefix-cache entries inside them.
         cls.server = common.Server(binary, "--model_repository=" + repo, "--max_batch_tokens=8")
@@ -236,6 +278,15 @@ class HfGoldenTest(unittest.TestCase):
         ref, want = self.reference("llama_gqa")
         got = self.logits(self.infer("llama_sharded", ref["tokens"]), len(ref["tokens"]))
         self.assertClose(got, want, "sharded llama_gqa")
+
+    def test_mamba_ssm_pickled_folders(self):
+        """mamba_ssm's layout (config.json with d_model and ssm_cfg, pytorch_model.bin) of the
+        same weights gives the same logits."""
+        for case in MAMBA_SSM:
+            with self.subTest(case=case):
+                ref, want = self.reference(case)
+                got = self.logits(self.infer("ssm_" + case, ref["tokens"]), len(ref["tokens"]))
+                self.assertClose(got, want, "mamba_ssm folder of " + case)
 
     def test_mamba2_state_size(self):
         pb = self.pb

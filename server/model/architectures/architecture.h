@@ -9,6 +9,7 @@
 //   mamba   MambaForCausalLM      mamba.cc     (mamba.h: the family's shared keys)
 //   falcon_mamba FalconMambaForCausalLM falcon_mamba.cc
 //   mamba2  Mamba2ForCausalLM     mamba2.cc
+//   (none, d_model) mamba_ssm's MambaLMHeadModel  mamba_ssm.cc (model_type "mamba_ssm" here)
 //   rwkv    RwkvForCausalLM       rwkv.cc
 //   llama   LlamaForCausalLM      llama.cc     (decoder_only.h: the Llama family's shared keys)
 //   mistral MistralForCausalLM    mistral.cc

@@ -6,6 +6,7 @@ namespace attnserve::model::architectures {
 extern const Architecture kMamba;
 extern const Architecture kFalconMamba;
 extern const Architecture kMamba2;
+extern const Architecture kMambaSsm;
 extern const Architecture kRwkv;
 extern const Architecture kLlama;
 extern const Architecture kMistral;
@@ -13,7 +14,7 @@ extern const Architecture kQwen2;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
-      &kMamba, &kFalconMamba, &kMamba2, &kRwkv, &kLlama, &kMistral, &kQwen2};
+      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv, &kLlama, &kMistral, &kQwen2};
   return all;
 }
 

@@ -25,6 +25,7 @@ make llama_rope_llama3 --arch llama \
 make mistral_window8 --arch mistral
 make qwen2_biases_tied --arch qwen2
 make falcon_mamba --arch falcon_mamba
+make mamba --arch mamba
 make mamba2 --arch mamba2
 # Several groups: transformers' multi-group Mamba-2 is wrong before v4.52 (llamacpp_reference.py
 # says how), so the weights are transformers' and the references llama.cpp's.
