@@ -11,6 +11,10 @@
 #include "kernels/mamba/causal_conv1d_cpu.h"
 #include "kernels/mamba2/gated_rms_norm_cpu.h"
 #include "kernels/mamba2/ssd_scan_cpu.h"
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+#include "kernels/mamba/mamba_cuda_torch.h"
+#include "kernels/mamba2/mamba2_cuda_torch.h"
+#endif
 
 namespace attnserve::kernels {
 namespace {
@@ -25,7 +29,8 @@ class Mamba2Mixer final : public Mixer {
         group_width_(config.ssm_groups * config.d_state),
         conv_dim_(config.d_inner() + 2 * config.ssm_groups * config.d_state),
         in_proj_(w.at("in_proj.weight"), config.weight_format),
-        conv_weight_t_(w.at("conv1d.weight").view({conv_dim_, config.d_conv}).t().contiguous()),
+        conv_weight_(w.at("conv1d.weight").view({conv_dim_, config.d_conv}).contiguous()),
+        conv_weight_t_(conv_weight_.t().contiguous()),
         conv_bias_(w.at("conv1d.bias")),
         dt_bias_(w.at("dt_bias")),
         a_((-at::exp(w.at("A_log"))).contiguous()),
@@ -125,7 +130,7 @@ class Mamba2Mixer final : public Mixer {
   // continued in place. Only `state`'s position is advanced here.
   at::Tensor Forward(const at::Tensor& x, MixerState* state,
                      const RowStates* rows = nullptr) const {
-    TORCH_CHECK(x.is_cpu(), "mamba2 has no CUDA kernels yet: serve this model on the CPU");
+    if (x.is_cuda()) return ForwardCuda(x, state);
     const int64_t batch = x.size(0), length = x.size(1);
     at::Tensor zxbcdt = in_proj_(x);  // (B, L, d_inner + conv_dim + H)
     const int64_t row = zxbcdt.size(2);
@@ -189,12 +194,36 @@ class Mamba2Mixer final : public Mixer {
     return out_proj_(y);
   }
 
+  // The same on a GPU (ssd_scan_cuda.h, mamba's conv kernel), the gated norm in ATen ops; a
+  // batch of sessions' steps comes gathered into one state (Mixer::StepBatch).
+  at::Tensor ForwardCuda(const at::Tensor& x, MixerState* state) const {
+#if defined(ATTNSERVE_WITH_CUDA_TORCH)
+    const int64_t batch = x.size(0), length = x.size(1);
+    at::Tensor zxbcdt = in_proj_(x);
+    at::Tensor xbc = mamba::CausalConv1dCuda(zxbcdt.narrow(2, d_inner_, conv_dim_), conv_weight_,
+                                             conv_bias_, state->tensors[0], /*silu=*/true);
+    at::Tensor y = mamba2::SsdScanCuda(
+        xbc.contiguous(), zxbcdt.narrow(2, d_inner_ + conv_dim_, heads_), heads_,
+        config_.ssm_groups, config_.d_state, dt_bias_, a_, d_skip_, config_.dt_min,
+        config_.dt_max, state->tensors[1]);
+    at::Tensor z = zxbcdt.narrow(2, 0, d_inner_);
+    at::Tensor v = (y * (z * at::sigmoid(z)))
+                       .view({batch, length, config_.ssm_groups, d_inner_ / config_.ssm_groups});
+    v = v * at::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon);
+    state->position += length;
+    return out_proj_(v.view({batch, length, d_inner_}) * norm_weight_);
+#else
+    (void)state;
+    TORCH_CHECK(false, "mamba2: a CUDA tensor ", x.sizes(), " reached a build without CUDA kernels");
+#endif
+  }
+
   const MixerConfig config_;
   const int64_t d_inner_, heads_, head_dim_, group_width_, conv_dim_;
   const LinearWeight in_proj_;
-  // conv_weight_t_ (d_conv, conv_dim): conv1d.weight transposed for the CPU kernel;
-  // a_ = -exp(A_log) (H).
-  const at::Tensor conv_weight_t_, conv_bias_, dt_bias_, a_, d_skip_, norm_weight_;
+  // conv_weight_ (conv_dim, d_conv) for the CUDA kernel, conv_weight_t_ (d_conv, conv_dim) for
+  // the CPU one; a_ = -exp(A_log) (H).
+  const at::Tensor conv_weight_, conv_weight_t_, conv_bias_, dt_bias_, a_, d_skip_, norm_weight_;
   const LinearWeight out_proj_;
 };
 

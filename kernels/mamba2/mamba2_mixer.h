@@ -9,8 +9,8 @@
 // dt = clamp(softplus(dt + dt_bias), time_step_limit) and A = -exp(A_log) (ssd_scan_cpu.h);
 // y + D·x through the gated RMSNorm of each group (gated_rms_norm_cpu.h); out_proj.
 // State (MixerState.tensors): {conv_state (B, conv_dim, d_conv), ssm_state (B, H, head_dim, N)},
-// fixed size, laid out as Hugging Face's Mamba2Cache. CPU only (no CUDA kernels yet: weights on
-// a GPU are refused at the first call).
+// fixed size, laid out as Hugging Face's Mamba2Cache. Runs where its weights are: the CPU
+// kernels, or, for weights on a GPU, the CUDA ones (ssd_scan_cuda.h) where the build has them.
 // Declared in kernels/common/mixer_registry.h: ExpectedMamba2Weights, RandomMamba2Weights,
 // CreateMamba2Mixer.
 #pragma once

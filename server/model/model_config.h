@@ -10,14 +10,12 @@
 
 namespace attnserve::model {
 
-// Parses config.json. With "model_type": "mamba" it reads Hugging Face's MambaConfig fields
-// (hidden_size, num_hidden_layers, state_size, conv_kernel, expand, time_step_rank,
-// vocab_size, layer_norm_epsilon, tie_word_embeddings); with "rwkv" its RwkvConfig's
-// (hidden_size, num_hidden_layers, attention_hidden_size, intermediate_size, vocab_size,
-// layer_norm_epsilon, rescale_every (absent: transformers' default 6), tie_word_embeddings):
-// rwkv layers, LayerNorms, an embedding norm, the final norm's epsilon 1e-5 (ln_out is
-// nn.LayerNorm's default in transformers); otherwise attnserve's ModelConfig.
-// Unknown fields are ignored. The result has its defaults filled in and is validated.
+// Parses config.json. A model_type of a registered Hugging Face architecture (mamba, mamba2,
+// falcon_mamba, rwkv, llama, ...: architectures/architecture.h) is read by that architecture's
+// reader; a config.json with no model_type but d_model and n_layer is mamba_ssm's own
+// (architectures/mamba_ssm.cc); any other is attnserve's ModelConfig, unknown fields ignored.
+// NaN and Infinity are read as Python's json writes them. The result has its defaults filled
+// in and is validated.
 absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& json);
 
 // Fills the fields left at zero with their defaults (norm_epsilon 1e-5, state_size 16, ...).

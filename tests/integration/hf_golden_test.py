@@ -288,6 +288,38 @@ class HfGoldenTest(unittest.TestCase):
                 got = self.logits(self.infer("ssm_" + case, ref["tokens"]), len(ref["tokens"]))
                 self.assertClose(got, want, "mamba_ssm folder of " + case)
 
+    def test_mamba2_bf16_and_int8_weights(self):
+        """--weight_precision=bf16 and int8 (the in_proj and out_proj matrices rounded) stay
+        near the float32 reference (a loose bound: the
+        tiny folders' random weights are large)."""
+        import grpc
+        from attnserve.v1 import inference_pb2_grpc
+        pb = self.pb
+        binary = os.path.join(os.path.abspath(common.ARGS.build_dir), "server", "attnserve-server")
+        repo = os.path.join(self.tmp, "models")
+        # Measured: bf16 0.013-0.015, int8 0.037-0.050 of max |logit| (random tiny weights).
+        for precision, tolerance in (("bf16", 4e-2), ("int8", 0.12)):
+            server = common.Server(binary, "--model_repository=" + repo,
+                                   "--weight_precision=" + precision)
+            try:
+                with grpc.insecure_channel(server.target) as channel:
+                    stub = inference_pb2_grpc.AttnServeStub(channel)
+                    for case in ("mamba2", "mamba2_groups4"):
+                        with self.subTest(case=case, precision=precision):
+                            ref, want = self.reference(case)
+                            response = stub.Infer(pb.InferRequest(
+                                model=case, tokens=ref["tokens"],
+                                output=pb.OutputSpec(kind=pb.OUTPUT_KIND_ALL_LOGITS)), timeout=60)
+                            got = self.logits(response, len(ref["tokens"]))
+                            err = np.abs(got - want).max() / np.abs(want).max()
+                            print("%s %s weights: %.3g of max |logit|" % (case, precision, err),
+                                  file=sys.stderr)
+                            self.assertLessEqual(err, tolerance, "%s %s: %.3g" % (
+                                case, precision, err))
+                            self.assertGreater(err, 0, "%s: no rounding at all" % precision)
+            finally:
+                server.kill()
+
     def test_mamba2_state_size(self):
         pb = self.pb
         for case in ("mamba2", "mamba2_groups4"):
