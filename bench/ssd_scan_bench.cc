@@ -1,7 +1,8 @@
 // attnserve_ssd_scan_bench: the Mamba-2 SSD scan on the CPU (kernels/mamba2/ssd_scan_cpu.h) at
 // mamba2-130m's shape (24 heads of 64, d_state 128, one group, chunk 256), in one run:
 //
-//   prefill  one sequence of L tokens: the chunked scan (matrix products within a chunk) against
+//   prefill  one sequence of L tokens: the chunked scan (matrix products within a chunk of
+//            min(--chunk, kSsdMaxCpuChunk) tokens) against
 //            the named baseline, the recurrence (the decode step's kernel, one token at a time);
 //            GFLOP/s of the chunked algorithm's multiply-adds (C·Bᵀ, M·x, C·S, Bᵀ·x: what it
 //            computes) and of the recurrence's (2·N·P a head and token: the minimum any
@@ -10,7 +11,7 @@
 //            layer) against the floor of reading and writing every state float once, on the
 //            same threads.
 //
-//   attnserve_ssd_scan_bench [--threads=2] [--repeats=10]
+//   attnserve_ssd_scan_bench [--threads=2] [--repeats=10] [--chunk=256]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -28,7 +29,8 @@ namespace {
 using attnserve::kernels::mamba2::SsdScanCpu;
 using attnserve::kernels::mamba2::SsdScanParams;
 
-constexpr int64_t kHeads = 24, kHeadDim = 64, kState = 128, kGroups = 1, kChunk = 256;
+constexpr int64_t kHeads = 24, kHeadDim = 64, kState = 128, kGroups = 1;
+int64_t kChunk = 256;  // --chunk
 
 template <typename Fn>
 double BestMs(const Fn& fn, int repeats) {
@@ -88,15 +90,17 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg.rfind("--threads=", 0) == 0) {
       threads = std::atoi(arg.c_str() + 10);
+    } else if (arg.rfind("--chunk=", 0) == 0) {
+      kChunk = std::atoll(arg.c_str() + 8);
     } else if (arg.rfind("--repeats=", 0) == 0) {
       repeats = std::atoi(arg.c_str() + 10);
     } else {
-      std::fprintf(stderr, "usage: attnserve_ssd_scan_bench [--threads=2] [--repeats=10]\n");
+      std::fprintf(stderr, "usage: attnserve_ssd_scan_bench [--threads=2] [--repeats=10] [--chunk=256]\n");
       return 2;
     }
   }
   at::set_num_threads(threads);
-  std::printf("SSD scan, %lld heads x %lld, d_state %lld, %lld group, chunk %lld, %d threads\n\n",
+  std::printf("SSD scan, %lld heads x %lld, d_state %lld, %lld group, chunk_size %lld, %d threads\n\n",
               static_cast<long long>(kHeads), static_cast<long long>(kHeadDim),
               static_cast<long long>(kState), static_cast<long long>(kGroups),
               static_cast<long long>(kChunk), threads);
@@ -123,7 +127,8 @@ int main(int argc, char** argv) {
           }
         },
         std::max(1, repeats / 4));
-    const double q = static_cast<double>(std::min(kChunk, len));
+    const double q = static_cast<double>(
+        std::min({kChunk, attnserve::kernels::mamba2::kSsdMaxCpuChunk, len}));
     const double chunk_flops = 2.0 * len *
                                (kGroups * q * kState / 2 +
                                 kHeads * (q * kHeadDim / 2 + 2.0 * kState * kHeadDim));

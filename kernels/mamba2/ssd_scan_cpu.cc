@@ -19,6 +19,11 @@ using vec::kLanes;
 
 constexpr int64_t Round16(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
+// kSsdMaxCpuChunk (ssd_scan_cpu.h), measured: one layer of mamba2-130m's heads (24 x 64, d_state 128), 4096 tokens, 2
+// threads (attnserve_ssd_scan_bench --chunk=Q): 26.8 ms at Q 256, 20.4 at 128, 17.2 at 64, 16.0
+// at 32, 17.2 at 16; at 512 tokens 64 and 32 tie. Past 64 the quadratic part (M·x, C·Bᵀ) grows
+// and a task's buffers (two Q x Q matrices) leave L2.
+
 // C[R rows, V·16 columns] (+)= A[R, k] · B[k, V·16], in registers (R·V accumulators).
 template <int R, int V>
 ATTNSERVE_VEC_INLINE void GemmTile(int64_t k, const float* a, int64_t lda, const float* b,
@@ -130,7 +135,7 @@ void DecayedScores(int64_t q, int64_t qp, const float* cb, const float* cum, con
 void ScanHeads(const SsdScanParams& p, int64_t b, int64_t g, int64_t h0, int64_t h1,
                ChunkBuffers& w) {
   const int64_t P = p.head_dim, N = p.dstate, L = p.seqlen;
-  const int64_t Q = std::min(p.chunk, L), Pp = Round16(P), Qp = Round16(Q);
+  const int64_t Q = std::min({p.chunk, kSsdMaxCpuChunk, L}), Pp = Round16(P), Qp = Round16(Q);
   const int64_t hb = h1 - h0;
   w.bt.assign(N * Qp, 0.0f);
   w.cb.assign(Q * Qp, 0.0f);

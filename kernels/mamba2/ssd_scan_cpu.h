@@ -27,9 +27,15 @@
 
 namespace attnserve::kernels::mamba2 {
 
+// The longest chunk the CPU scan takes, whatever the model's chunk_size (the result is the same
+// but for rounding): the fastest here (ssd_scan_cpu.cc has the measurements).
+constexpr int64_t kSsdMaxCpuChunk = 64;
+
 struct SsdScanParams {
   int64_t batch = 0, seqlen = 0, heads = 0, head_dim = 0, groups = 0, dstate = 0;
-  int64_t chunk = 256;  // tokens a chunk of a sequence (>= 1)
+  // Tokens a chunk of a sequence (>= 1): the model's chunk_size, an upper bound (the kernel
+  // takes at most kSsdMaxCpuChunk).
+  int64_t chunk = 256;
 
   const float* x = nullptr;  // (batch, seqlen, heads · head_dim), strides below
   int64_t x_batch_stride = 0, x_seq_stride = 0;
