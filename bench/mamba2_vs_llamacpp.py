@@ -5,7 +5,8 @@ One random-weight Hugging Face folder of mamba2-130m's shape (Mamba2ForCausalLM:
 hidden 768, 24 heads of 64, d_state 128, one group, chunk 256, vocab 50280, tied; bf16 as
 released), written by ../shared/hf_reference/make_hf_folder.py --shape mamba2-130m and converted
 by llama.cpp's own converter (../shared/peers/llamacpp.sh). For each precision (fp32 / F32,
-bf16 / BF16, int8 / Q8_0), attnserve's and llama.cpp's sides alternating --reps times, medians:
+bf16 / BF16, bf16dot (bfloat16 activations too: vdpbf16ps, as llama.cpp's BF16) / BF16, int8 /
+Q8_0), attnserve's and llama.cpp's sides alternating --reps times, medians:
 
   pp512        a unary Infer of 512 random tokens (prefix cache off) against llama-bench -p 512;
   tg128        one session appends 8 tokens and generates 128 greedily (attnserve_decode_bench
@@ -20,7 +21,7 @@ instruction's peak, decode at the bytes a step reads (weights once, plus every s
 the conv and SSM states read and written) at the read bandwidth.
 
   /usr/bin/python3 bench/mamba2_vs_llamacpp.py --build-dir build [--workdir DIR] [--reps 3]
-      [--precisions fp32,bf16,int8] [--lengths 512,4096,32768] [--json FILE]
+      [--precisions fp32,bf16,bf16dot,int8] [--lengths 512,4096,32768] [--json FILE]
 """
 
 import argparse
@@ -40,7 +41,7 @@ from prefill_pp512 import attnserve_prefill, llama_pp  # noqa: E402
 from llama_vs_llamacpp import LLAMA_PEAK, llama_bench  # noqa: E402
 
 MODEL = "mamba2-130m"
-BYTES = {"fp32": 4.0, "bf16": 2.0, "int8": 1.0 + 4.0 / 32}
+BYTES = {"fp32": 4.0, "bf16": 2.0, "bf16dot": 2.0, "int8": 1.0 + 4.0 / 32}
 
 
 def parse_args():
@@ -48,7 +49,7 @@ def parse_args():
     p.add_argument("--build-dir", default=str(REPO / "build"))
     p.add_argument("--llamacpp", default=str(REPO.parent / "shared" / "peers" / "llamacpp.sh"))
     p.add_argument("--hf-reference", default=str(REPO.parent / "shared" / "hf_reference"))
-    p.add_argument("--precisions", default="fp32,bf16,int8")
+    p.add_argument("--precisions", default="fp32,bf16,bf16dot,int8")
     p.add_argument("--lengths", default="512,4096,32768")
     p.add_argument("--workdir", default="")
     p.add_argument("--reps", type=int, default=3)

@@ -34,8 +34,12 @@ absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
   return CheckTensor(t, what, at::kFloat, shape, device);
 }
 
-absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType dtype,
-                         std::initializer_list<int64_t> shape, const at::Device& device) {
+namespace {
+
+// CheckTensor over any range of sizes.
+template <typename Shape>
+absl::Status CheckShapedTensor(const at::Tensor& t, const char* what, at::ScalarType dtype,
+                               const Shape& shape, const at::Device& device) {
   bool ok = t.defined() && t.scalar_type() == dtype && t.device() == device &&
             t.dim() == static_cast<int64_t>(shape.size());
   if (ok) {
@@ -63,6 +67,18 @@ absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType d
   return absl::InvalidArgumentError(absl::StrCat(
       what, ": expected ", DTypeName(dtype), " ", device.str(), " tensor of shape ", expected,
       ", got ", DTypeName(t.scalar_type()), " ", t.device().str(), " ", ShapeString(t.sizes())));
+}
+
+}  // namespace
+
+absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType dtype,
+                         std::initializer_list<int64_t> shape, const at::Device& device) {
+  return CheckShapedTensor(t, what, dtype, shape, device);
+}
+
+absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
+                              const std::vector<int64_t>& shape, const at::Device& device) {
+  return CheckShapedTensor(t, what, at::kFloat, shape, device);
 }
 
 }  // namespace attnserve::kernels

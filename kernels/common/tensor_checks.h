@@ -7,6 +7,7 @@
 #include <exception>
 #include <initializer_list>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -28,6 +29,9 @@ std::string DTypeName(at::ScalarType dtype);
 absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
                               std::initializer_list<int64_t> shape,
                               const at::Device& device = at::Device(at::kCPU));
+// The same with a shape held elsewhere (a vector).
+absl::Status CheckFloatTensor(const at::Tensor& t, const char* what,
+                              const std::vector<int64_t>& shape, const at::Device& device);
 // The same for a tensor of element type `dtype` ("expected bfloat16 cpu tensor ...").
 absl::Status CheckTensor(const at::Tensor& t, const char* what, at::ScalarType dtype,
                          std::initializer_list<int64_t> shape,

@@ -9,6 +9,7 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "kernels/mamba/causal_conv1d_cpu.h"
+#include "kernels/mamba/conv_ssm_mixer.h"
 #include "kernels/mamba/selective_scan_cpu.h"
 #if defined(ATTNSERVE_WITH_CUDA_TORCH)
 #include "kernels/mamba/mamba_cuda_torch.h"
@@ -20,10 +21,12 @@ namespace {
 // Runs where its weights are: on the CPU kernels (causal_conv1d_cpu, selective_scan_cpu), or,
 // for weights on a CUDA device, on the CUDA kernels (mamba_cuda_torch.h) when this build has
 // them. Inputs and states must be on the weights' device.
-class MambaMixer final : public Mixer {
+class MambaMixer final : public ConvSsmMixer {
  public:
   MambaMixer(const MixerConfig& config, const WeightMap& w)
-      : config_(config),
+      : ConvSsmMixer("mamba", {config.d_inner(), config.d_conv},
+                     {config.d_inner(), config.d_state}),
+        config_(config),
         d_inner_(config.d_inner()),
         dt_rank_(config.resolved_dt_rank()),
         in_proj_(w.at("in_proj.weight"), config.weight_format),
@@ -39,96 +42,12 @@ class MambaMixer final : public Mixer {
         out_proj_(w.at("out_proj.weight"), config.weight_format) {}
 
   const MixerConfig& config() const override { return config_; }
-  bool can_stream() const override { return true; }
-
-  absl::StatusOr<MixerState> InitialState(int64_t batch) const override {
-    if (batch <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
-    }
-    return GuardTorch("mamba InitialState", [&]() -> absl::StatusOr<MixerState> {
-      MixerState state;
-      const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
-      state.tensors = {at::zeros({batch, d_inner_, config_.d_conv}, options),
-                       at::zeros({batch, d_inner_, config_.d_state}, options)};
-      return state;
-    });
-  }
-
-  absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
-    RETURN_IF_ERROR(CheckFloatTensor(x, "mamba input x", {-1, -1, config_.d_model}, device()));
-    if (x.size(1) == 0) return absl::InvalidArgumentError("mamba input x: sequence is empty");
-    RETURN_IF_ERROR(CheckState(state, x.size(0)));
-    return GuardTorch("mamba Prefill", [&]() -> absl::StatusOr<at::Tensor> {
-      if (state != nullptr) return Forward(x, state);
-      ASSIGN_OR_RETURN(MixerState fresh, InitialState(x.size(0)));
-      return Forward(x, &fresh);
-    });
-  }
-
-  absl::StatusOr<at::Tensor> Step(const at::Tensor& x_t, MixerState* state) const override {
-    RETURN_IF_ERROR(CheckFloatTensor(x_t, "mamba step input x_t", {-1, config_.d_model}, device()));
-    if (state == nullptr) return absl::InvalidArgumentError("mamba Step needs a state");
-    RETURN_IF_ERROR(CheckState(state, x_t.size(0)));
-    return GuardTorch("mamba Step", [&]() -> absl::StatusOr<at::Tensor> {
-      return Forward(x_t.unsqueeze(1), state).squeeze(1);
-    });
-  }
-
-  // On the CPU, the kernels read and update each row's conv and ssm state where it lives
-  // (row_states): no gather or scatter; the projections run once over all B rows.
-  absl::StatusOr<at::Tensor> StepBatch(const at::Tensor& x_t,
-                                       const std::vector<MixerState*>& states) const override {
-    if (!x_t.is_cpu()) return Mixer::StepBatch(x_t, states);
-    RETURN_IF_ERROR(CheckStepBatch(x_t, states, config_.d_model, device()));
-    for (const MixerState* state : states) RETURN_IF_ERROR(CheckState(state, 1));
-    return GuardTorch("mamba StepBatch", [&]() -> absl::StatusOr<at::Tensor> {
-      std::vector<float*> conv_rows, ssm_rows;
-      for (MixerState* state : states) {
-        conv_rows.push_back(state->tensors[0].data_ptr<float>());
-        ssm_rows.push_back(state->tensors[1].data_ptr<float>());
-      }
-      RowStates rows{conv_rows.data(), ssm_rows.data()};
-      at::Tensor y = Forward(x_t.unsqueeze(1), nullptr, &rows).squeeze(1);
-      for (MixerState* state : states) state->position += 1;
-      return y;
-    });
-  }
-
-  bool StepReadsPosition() const override { return false; }
-
-  int64_t StateBytesPerSequence(int64_t) const override {
-    return d_inner_ * (config_.d_conv + config_.d_state) * static_cast<int64_t>(sizeof(float));
-  }
 
  private:
-  absl::Status CheckState(const MixerState* state, int64_t batch) const {
-    if (state == nullptr) return absl::OkStatus();
-    if (state->tensors.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mamba state: expected 2 tensors (conv_state, ssm_state), got ", state->tensors.size()));
-    }
-    RETURN_IF_ERROR(CheckFloatTensor(state->tensors[0], "mamba conv_state",
-                                     {batch, d_inner_, config_.d_conv}, device()));
-    RETURN_IF_ERROR(CheckFloatTensor(state->tensors[1], "mamba ssm_state",
-                                     {batch, d_inner_, config_.d_state}, device()));
-    if (!state->tensors[0].is_contiguous() || !state->tensors[1].is_contiguous()) {
-      return absl::InvalidArgumentError("mamba state tensors must be contiguous");
-    }
-    return absl::OkStatus();
-  }
+  at::Device device() const override { return in_proj_.device(); }
 
-  at::Device device() const { return in_proj_.device(); }
-
-  // One state per batch row (CPU kernels only), for StepBatch.
-  struct RowStates {
-    float* const* conv;
-    float* const* ssm;
-  };
-
-  // x (B, L, d_model) -> (B, L, d_model); `state` (or, when it is null, the row states) is
-  // continued in place. Only `state`'s position is advanced here.
   at::Tensor Forward(const at::Tensor& x, MixerState* state,
-                     const RowStates* rows = nullptr) const {
+                     const RowStates* rows) const override {
     static const at::Tensor kNone;
     const int64_t n_state = config_.d_state;
     at::Tensor xz = in_proj_(x);  // (B, L, 2·d_inner): x half, then z half

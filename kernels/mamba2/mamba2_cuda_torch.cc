@@ -36,17 +36,16 @@ at::Tensor SsdScanCuda(const at::Tensor& xbc, const at::Tensor& dt, int64_t head
   at::Tensor out = at::empty({batch, len, d_inner}, xbc.options());
   const float lo = static_cast<float>(dt_min);
   const float hi = static_cast<float>(std::min(dt_max, 3.0e38));
-  const float* x = xbc.data_ptr<float>();
-  if (len == 1) {
-    SsdStepCudaParams p;
+  // The fields both kernels' params share.
+  auto fill = [&](auto& p) {
     p.batch = batch;
     p.heads = heads;
     p.head_dim = head_dim;
     p.groups = groups;
     p.dstate = dstate;
-    p.x = x;
+    p.x = xbc.data_ptr<float>();
     p.x_batch_stride = xbc.stride(0);
-    p.B = x + d_inner;
+    p.B = p.x + d_inner;
     p.C = p.B + groups * dstate;
     p.bc_batch_stride = xbc.stride(0);
     p.dt = dt.data_ptr<float>();
@@ -59,34 +58,19 @@ at::Tensor SsdScanCuda(const at::Tensor& xbc, const at::Tensor& dt, int64_t head
     p.out = out.data_ptr<float>();
     p.state = ssm_state.data_ptr<float>();
     p.state_batch_stride = ssm_state.stride(0);
+  };
+  if (len == 1) {
+    SsdStepCudaParams p;
+    fill(p);
     cuda::ThrowIfError(LaunchSsdStep(p, cuda::CurrentStream()));
     return out;
   }
   SsdScanCudaParams p;
-  p.batch = batch;
+  fill(p);
   p.seqlen = len;
-  p.heads = heads;
-  p.head_dim = head_dim;
-  p.groups = groups;
-  p.dstate = dstate;
-  p.x = x;
-  p.x_batch_stride = xbc.stride(0);
   p.x_seq_stride = xbc.stride(1);
-  p.B = x + d_inner;
-  p.C = p.B + groups * dstate;
-  p.bc_batch_stride = xbc.stride(0);
   p.bc_seq_stride = xbc.stride(1);
-  p.dt = dt.data_ptr<float>();
-  p.dt_batch_stride = dt.stride(0);
   p.dt_seq_stride = dt.stride(1);
-  p.dt_bias = bias_c.data_ptr<float>();
-  p.dt_min = lo;
-  p.dt_max = hi;
-  p.A = a_c.data_ptr<float>();
-  p.D = d_c.data_ptr<float>();
-  p.out = out.data_ptr<float>();
-  p.state = ssm_state.data_ptr<float>();
-  p.state_batch_stride = ssm_state.stride(0);
   cuda::ThrowIfError(LaunchSsdScan(p, cuda::CurrentStream()));
   return out;
 }

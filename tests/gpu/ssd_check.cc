@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/mamba2/mamba2_cuda_torch.h"
@@ -76,62 +77,51 @@ Tensor SsdReference(const SsdInputs& in, int64_t heads, int64_t groups, int64_t 
 
 }  // namespace
 
+namespace {
+
+// One case: `batch` sequences of `len` tokens (len 1: the decode kernel, `batch` sessions) from
+// a random state, output and final state against SsdReference.
+void CheckSsd(const char* kernel, const std::string& shape, int64_t batch, int64_t len,
+              int64_t heads, int64_t head_dim, int64_t groups, int64_t dstate) {
+  RunCase(kernel, shape, "fp32", [&](Row& row) {
+    const SsdInputs in = MakeSsdInputs(batch, len, heads, head_dim, groups, dstate);
+    Tensor state = in.state.clone();
+    auto run = [&] {
+      return attnserve::kernels::mamba2::SsdScanCuda(in.xbc, in.dt, heads, groups, dstate,
+                                                     in.dt_bias, in.a, in.d, 0.0, INFINITY,
+                                                     state);
+    };
+    const Tensor out = run();
+    Tensor ref_state = in.state.to(at::kCPU, at::kDouble).contiguous();
+    const Tensor ref = SsdReference(in, heads, groups, dstate, ref_state);
+    row.err = std::max(RelErr(out.cpu(), ref), RelErr(state.cpu(), ref_state));
+    row.budget = kFloat32Budget;
+    const double p = static_cast<double>(head_dim), n = static_cast<double>(dstate);
+    const double bytes =
+        4.0 * (in.xbc.numel() + in.dt.numel() + out.numel()) + 8.0 * batch * heads * p * n;
+    // The prefill's chunk of 32: M·x (32·P/2), C·S (N·P), Bᵀ·x (N·P) a head and token; the
+    // step is timed against its bytes alone.
+    const double flops = len == 1 ? 0 : 2.0 * batch * len * heads * (16 * p + 2 * n * p);
+    Finish(row, [&] { run(); }, bytes, flops, false);
+  });
+}
+
+}  // namespace
+
 void CheckSsdScan(int64_t batch, int64_t len, int64_t heads, int64_t head_dim, int64_t groups,
                   int64_t dstate) {
-  RunCase("mamba2 ssd_scan",
-          Shape({{"B", batch}, {"L", len}, {"H", heads}, {"P", head_dim}, {"G", groups},
-                 {"N", dstate}}),
-          "fp32", [&](Row& row) {
-            const SsdInputs in = MakeSsdInputs(batch, len, heads, head_dim, groups, dstate);
-            Tensor state = in.state.clone();
-            const Tensor out = attnserve::kernels::mamba2::SsdScanCuda(
-                in.xbc, in.dt, heads, groups, dstate, in.dt_bias, in.a, in.d, 0.0, INFINITY,
-                state);
-            Tensor ref_state = in.state.to(at::kCPU, at::kDouble).contiguous();
-            const Tensor ref = SsdReference(in, heads, groups, dstate, ref_state);
-            row.err = std::max(RelErr(out.cpu(), ref), RelErr(state.cpu(), ref_state));
-            row.budget = kFloat32Budget;
-            const double p = static_cast<double>(head_dim), n = static_cast<double>(dstate);
-            const double bytes = 4.0 * (in.xbc.numel() + in.dt.numel() + batch * len * heads * p) +
-                                 8.0 * batch * heads * p * n;
-            // The chunk of 32's products: M·x (32·P/2), C·S (N·P), Bᵀ·x (N·P) a head and token.
-            const double flops = 2.0 * batch * len * heads * (16 * p + 2 * n * p);
-            Finish(
-                row,
-                [&] {
-                  attnserve::kernels::mamba2::SsdScanCuda(in.xbc, in.dt, heads, groups, dstate,
-                                                          in.dt_bias, in.a, in.d, 0.0, INFINITY,
-                                                          state);
-                },
-                bytes, flops, false);
-          });
+  CheckSsd("mamba2 ssd_scan",
+           Shape({{"B", batch}, {"L", len}, {"H", heads}, {"P", head_dim}, {"G", groups},
+                  {"N", dstate}}),
+           batch, len, heads, head_dim, groups, dstate);
 }
 
 void CheckSsdStep(int64_t sessions, int64_t heads, int64_t head_dim, int64_t groups,
                   int64_t dstate) {
-  RunCase("mamba2 ssd_step",
-          Shape({{"sessions", sessions}, {"H", heads}, {"P", head_dim}, {"G", groups},
-                 {"N", dstate}}),
-          "fp32", [&](Row& row) {
-            const SsdInputs in = MakeSsdInputs(sessions, 1, heads, head_dim, groups, dstate);
-            Tensor state = in.state.clone();
-            const Tensor out = attnserve::kernels::mamba2::SsdScanCuda(
-                in.xbc, in.dt, heads, groups, dstate, in.dt_bias, in.a, in.d, 0.0, INFINITY,
-                state);
-            Tensor ref_state = in.state.to(at::kCPU, at::kDouble).contiguous();
-            const Tensor ref = SsdReference(in, heads, groups, dstate, ref_state);
-            row.err = std::max(RelErr(out.cpu(), ref), RelErr(state.cpu(), ref_state));
-            row.budget = kFloat32Budget;
-            const double bytes = 8.0 * state.numel() + 4.0 * (in.xbc.numel() + out.numel());
-            Finish(
-                row,
-                [&] {
-                  attnserve::kernels::mamba2::SsdScanCuda(in.xbc, in.dt, heads, groups, dstate,
-                                                          in.dt_bias, in.a, in.d, 0.0, INFINITY,
-                                                          state);
-                },
-                bytes, 0, false);
-          });
+  CheckSsd("mamba2 ssd_step",
+           Shape({{"sessions", sessions}, {"H", heads}, {"P", head_dim}, {"G", groups},
+                  {"N", dstate}}),
+           sessions, 1, heads, head_dim, groups, dstate);
 }
 
 }  // namespace attnserve::gpu_check
