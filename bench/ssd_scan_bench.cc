@@ -22,27 +22,17 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/mamba2/ssd_scan_cpu.h"
 
 namespace {
 
+using attnserve::bench::MedianMs;
 using attnserve::kernels::mamba2::SsdScanCpu;
 using attnserve::kernels::mamba2::SsdScanParams;
 
 constexpr int64_t kHeads = 24, kHeadDim = 64, kState = 128, kGroups = 1;
 int64_t kChunk = 256;  // --chunk
-
-template <typename Fn>
-double BestMs(const Fn& fn, int repeats) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    const std::chrono::duration<double, std::milli> dt = std::chrono::steady_clock::now() - t0;
-    best = std::min(best, dt.count());
-  }
-  return best;
-}
 
 // Inputs of `rows` x `len` tokens laid out as the mixer lays them (x, B, C in one row of xBC;
 // dt its own tensor).
@@ -95,43 +85,43 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--repeats=", 0) == 0) {
       repeats = std::atoi(arg.c_str() + 10);
     } else {
-      std::fprintf(stderr, "usage: attnserve_ssd_scan_bench [--threads=2] [--repeats=10] [--chunk=256]\n");
+      std::fprintf(stderr,
+                   "usage: attnserve_ssd_scan_bench [--threads=2] [--repeats=10] [--chunk=256]\n");
       return 2;
     }
   }
   at::set_num_threads(threads);
-  std::printf("SSD scan, %lld heads x %lld, d_state %lld, %lld group, chunk_size %lld, %d threads\n\n",
-              static_cast<long long>(kHeads), static_cast<long long>(kHeadDim),
-              static_cast<long long>(kState), static_cast<long long>(kGroups),
-              static_cast<long long>(kChunk), threads);
-  std::printf("prefill | %6s | %10s %9s %9s | %14s %9s | %8s\n", "tokens", "chunked ms",
-              "GFLOP/s", "(min) /s", "recurrence ms", "GFLOP/s", "speed-up");
+  std::printf(
+      "SSD scan, %lld heads x %lld, d_state %lld, %lld group, chunk_size %lld, %d threads\n\n",
+      static_cast<long long>(kHeads), static_cast<long long>(kHeadDim),
+      static_cast<long long>(kState), static_cast<long long>(kGroups),
+      static_cast<long long>(kChunk), threads);
+  std::printf("prefill | %6s | %10s %9s %9s | %14s %9s | %8s\n", "tokens", "chunked ms", "GFLOP/s",
+              "(min) /s", "recurrence ms", "GFLOP/s", "speed-up");
   for (int64_t len : {512, 4096}) {
     Inputs in;
     SsdScanParams p = in.Params(1, len);
     at::Tensor state = at::zeros({1, kHeads, kHeadDim, kState});
     p.state = state.data_ptr<float>();
-    const double chunked = BestMs([&] { SsdScanCpu(p); }, repeats);
+    const double chunked = MedianMs(repeats, [&] { SsdScanCpu(p); });
     // The recurrence: the step kernel, token after token.
     SsdScanParams s = p;
     s.seqlen = 1;
-    const double recurrence = BestMs(
-        [&] {
-          for (int64_t t = 0; t < len; ++t) {
-            s.x = p.x + t * p.x_seq_stride;
-            s.B = p.B + t * p.bc_seq_stride;
-            s.C = p.C + t * p.bc_seq_stride;
-            s.dt = p.dt + t * p.dt_seq_stride;
-            s.out = p.out + t * kHeads * kHeadDim;
-            SsdScanCpu(s);
-          }
-        },
-        std::max(1, repeats / 4));
-    const double q = static_cast<double>(
-        std::min({kChunk, attnserve::kernels::mamba2::kSsdMaxCpuChunk, len}));
-    const double chunk_flops = 2.0 * len *
-                               (kGroups * q * kState / 2 +
-                                kHeads * (q * kHeadDim / 2 + 2.0 * kState * kHeadDim));
+    const double recurrence = MedianMs(std::max(1, repeats / 4), [&] {
+      for (int64_t t = 0; t < len; ++t) {
+        s.x = p.x + t * p.x_seq_stride;
+        s.B = p.B + t * p.bc_seq_stride;
+        s.C = p.C + t * p.bc_seq_stride;
+        s.dt = p.dt + t * p.dt_seq_stride;
+        s.out = p.out + t * kHeads * kHeadDim;
+        SsdScanCpu(s);
+      }
+    });
+    const double q =
+        static_cast<double>(std::min({kChunk, attnserve::kernels::mamba2::kSsdMaxCpuChunk, len}));
+    const double chunk_flops =
+        2.0 * len *
+        (kGroups * q * kState / 2 + kHeads * (q * kHeadDim / 2 + 2.0 * kState * kHeadDim));
     const double min_flops = 2.0 * len * kHeads * 2.0 * kState * kHeadDim;
     std::printf("        | %6lld | %10.2f %9.1f %9.1f | %14.2f %9.1f | %7.2fx\n",
                 static_cast<long long>(len), chunked, chunk_flops / chunked / 1e6,
@@ -152,27 +142,23 @@ int main(int argc, char** argv) {
         pointers[l].push_back(states.back().data_ptr<float>());
       }
     }
-    const double scan = BestMs(
-        [&] {
-          for (int64_t l = 0; l < kLayers; ++l) {
-            p.row_states = pointers[l].data();
-            SsdScanCpu(p);
-          }
-        },
-        repeats);
+    const double scan = MedianMs(repeats, [&] {
+      for (int64_t l = 0; l < kLayers; ++l) {
+        p.row_states = pointers[l].data();
+        SsdScanCpu(p);
+      }
+    });
     const int64_t per_row = kHeads * kHeadDim * kState;
-    const double floor = BestMs(
-        [&] {
-          for (int64_t l = 0; l < kLayers; ++l) {
-            at::parallel_for(0, rows * kHeads, 4, [&](int64_t begin, int64_t end) {
-              for (int64_t i = begin; i < end; ++i) {
-                float* s = pointers[l][i / kHeads] + (i % kHeads) * kHeadDim * kState;
-                for (int64_t k = 0; k < kHeadDim * kState; ++k) s[k] += 1e-30f;
-              }
-            });
+    const double floor = MedianMs(repeats, [&] {
+      for (int64_t l = 0; l < kLayers; ++l) {
+        at::parallel_for(0, rows * kHeads, 4, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            float* s = pointers[l][i / kHeads] + (i % kHeads) * kHeadDim * kState;
+            for (int64_t k = 0; k < kHeadDim * kState; ++k) s[k] += 1e-30f;
           }
-        },
-        repeats);
+        });
+      }
+    });
     const double bytes = 2.0 * 4 * kLayers * rows * per_row;
     std::printf("        | %6lld %5lld %9.1f | %8.3f %7.1f | %8.3f %7.1f | %9.2fx\n",
                 static_cast<long long>(kLayers), static_cast<long long>(rows), bytes / 2 / 1e6,

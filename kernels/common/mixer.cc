@@ -39,10 +39,9 @@ const char* MixerKindName(MixerKind kind) {
 bool MixerOwnsNorms(MixerKind kind) { return kind == MixerKind::kRwkv; }
 
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
-  for (MixerKind kind :
-       {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba,
-        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv, MixerKind::kSparse,
-        MixerKind::kMamba2}) {
+  for (MixerKind kind : {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear,
+                         MixerKind::kMamba, MixerKind::kSlidingWindow, MixerKind::kPerformer,
+                         MixerKind::kRwkv, MixerKind::kSparse, MixerKind::kMamba2}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -66,18 +65,18 @@ absl::Status ValidateMamba2Config(const MixerConfig& c) {
     }
   }
   if (c.d_inner() % c.ssm_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("d_inner (expand · d_model = ", c.d_inner(),
-                     ") must be a multiple of ssm_heads (", c.ssm_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("d_inner (expand · d_model = ", c.d_inner(),
+                                                   ") must be a multiple of ssm_heads (",
+                                                   c.ssm_heads, ")"));
   }
   if (c.ssm_heads % c.ssm_groups != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ssm_heads (", c.ssm_heads, ") must be a multiple of ssm_groups (", c.ssm_groups, ")"));
   }
   if (!(c.dt_min >= 0) || !(c.dt_max > c.dt_min)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "time_step_limit must be [min, max] with 0 <= min < max, got [", c.dt_min, ", ",
-        c.dt_max, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("time_step_limit must be [min, max] with 0 <= min < max, got [", c.dt_min,
+                     ", ", c.dt_max, "]"));
   }
   if (!(c.norm_epsilon > 0)) {
     return absl::InvalidArgumentError(

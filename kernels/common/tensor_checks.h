@@ -7,8 +7,8 @@
 #include <exception>
 #include <initializer_list>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -21,7 +21,9 @@ std::vector<int64_t> WithBatch(int64_t batch, const std::vector<int64_t>& shape)
 
 ConvSsmMixer::ConvSsmMixer(std::string name, std::vector<int64_t> conv_shape,
                            std::vector<int64_t> ssm_shape)
-    : name_(std::move(name)), conv_shape_(std::move(conv_shape)), ssm_shape_(std::move(ssm_shape)) {}
+    : name_(std::move(name)),
+      conv_shape_(std::move(conv_shape)),
+      ssm_shape_(std::move(ssm_shape)) {}
 
 absl::StatusOr<MixerState> ConvSsmMixer::InitialState(int64_t batch) const {
   if (batch <= 0) {
@@ -86,15 +88,14 @@ int64_t ConvSsmMixer::StateBytesPerSequence(int64_t) const {
 absl::Status ConvSsmMixer::CheckState(const MixerState* state, int64_t batch) const {
   if (state == nullptr) return absl::OkStatus();
   if (state->tensors.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name_, " state: expected 2 tensors (conv_state, ssm_state), got ",
-                     state->tensors.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, " state: expected 2 tensors (conv_state, ssm_state), got ", state->tensors.size()));
   }
   const std::string conv = name_ + " conv_state", ssm = name_ + " ssm_state";
-  RETURN_IF_ERROR(CheckFloatTensor(state->tensors[0], conv.c_str(),
-                                   WithBatch(batch, conv_shape_), device()));
-  RETURN_IF_ERROR(CheckFloatTensor(state->tensors[1], ssm.c_str(),
-                                   WithBatch(batch, ssm_shape_), device()));
+  RETURN_IF_ERROR(
+      CheckFloatTensor(state->tensors[0], conv.c_str(), WithBatch(batch, conv_shape_), device()));
+  RETURN_IF_ERROR(
+      CheckFloatTensor(state->tensors[1], ssm.c_str(), WithBatch(batch, ssm_shape_), device()));
   if (!state->tensors[0].is_contiguous() || !state->tensors[1].is_contiguous()) {
     return absl::InvalidArgumentError(name_ + " state tensors must be contiguous");
   }

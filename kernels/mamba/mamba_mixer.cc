@@ -46,8 +46,7 @@ class MambaMixer final : public ConvSsmMixer {
  private:
   at::Device device() const override { return in_proj_.device(); }
 
-  at::Tensor Forward(const at::Tensor& x, MixerState* state,
-                     const RowStates* rows) const override {
+  at::Tensor Forward(const at::Tensor& x, MixerState* state, const RowStates* rows) const override {
     static const at::Tensor kNone;
     const int64_t n_state = config_.d_state;
     at::Tensor xz = in_proj_(x);  // (B, L, 2·d_inner): x half, then z half

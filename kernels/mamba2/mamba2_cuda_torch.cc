@@ -11,9 +11,9 @@ namespace attnserve::kernels::mamba2 {
 
 using cuda::CheckCudaTensor;
 
-at::Tensor SsdScanCuda(const at::Tensor& xbc, const at::Tensor& dt, int64_t heads,
-                       int64_t groups, int64_t dstate, const at::Tensor& dt_bias,
-                       const at::Tensor& a, const at::Tensor& d, double dt_min, double dt_max,
+at::Tensor SsdScanCuda(const at::Tensor& xbc, const at::Tensor& dt, int64_t heads, int64_t groups,
+                       int64_t dstate, const at::Tensor& dt_bias, const at::Tensor& a,
+                       const at::Tensor& d, double dt_min, double dt_max,
                        const at::Tensor& ssm_state) {
   TORCH_CHECK(xbc.defined() && xbc.is_cuda(), "ssd scan: xbc must be a CUDA tensor");
   const at::Device device = xbc.device();

@@ -14,9 +14,9 @@ namespace attnserve::kernels::mamba2 {
 // a (= -exp(A_log)), d (H) float32; ssm_state (B, H, P, N) float32 contiguous, continued and
 // updated in place. L = 1 runs the decode kernel, L > 1 the chunked prefill. Returns y + D·x
 // (B, L, H·P).
-at::Tensor SsdScanCuda(const at::Tensor& xbc, const at::Tensor& dt, int64_t heads,
-                       int64_t groups, int64_t dstate, const at::Tensor& dt_bias,
-                       const at::Tensor& a, const at::Tensor& d, double dt_min, double dt_max,
+at::Tensor SsdScanCuda(const at::Tensor& xbc, const at::Tensor& dt, int64_t heads, int64_t groups,
+                       int64_t dstate, const at::Tensor& dt_bias, const at::Tensor& a,
+                       const at::Tensor& d, double dt_min, double dt_max,
                        const at::Tensor& ssm_state);
 
 }  // namespace attnserve::kernels::mamba2

@@ -48,8 +48,7 @@ class Mamba2Mixer final : public ConvSsmMixer {
  private:
   at::Device device() const override { return in_proj_.device(); }
 
-  at::Tensor Forward(const at::Tensor& x, MixerState* state,
-                     const RowStates* rows) const override {
+  at::Tensor Forward(const at::Tensor& x, MixerState* state, const RowStates* rows) const override {
     if (x.is_cuda()) return ForwardCuda(x, state);
     const int64_t batch = x.size(0), length = x.size(1);
     at::Tensor zxbcdt = in_proj_(x);  // (B, L, d_inner + conv_dim + H)
@@ -164,10 +163,10 @@ class Mamba2Mixer final : public ConvSsmMixer {
     at::Tensor zxbcdt = in_proj_(x);
     at::Tensor xbc = mamba::CausalConv1dCuda(zxbcdt.narrow(2, d_inner_, conv_dim_), conv_weight_,
                                              conv_bias_, state->tensors[0], /*silu=*/true);
-    at::Tensor y = mamba2::SsdScanCuda(
-        xbc.contiguous(), zxbcdt.narrow(2, d_inner_ + conv_dim_, heads_), heads_,
-        config_.ssm_groups, config_.d_state, dt_bias_, a_, d_skip_, config_.dt_min,
-        config_.dt_max, state->tensors[1]);
+    at::Tensor y =
+        mamba2::SsdScanCuda(xbc.contiguous(), zxbcdt.narrow(2, d_inner_ + conv_dim_, heads_),
+                            heads_, config_.ssm_groups, config_.d_state, dt_bias_, a_, d_skip_,
+                            config_.dt_min, config_.dt_max, state->tensors[1]);
     at::Tensor z = zxbcdt.narrow(2, 0, d_inner_);
     at::Tensor v = (y * (z * at::sigmoid(z)))
                        .view({batch, length, config_.ssm_groups, d_inner_ / config_.ssm_groups});
@@ -176,7 +175,8 @@ class Mamba2Mixer final : public ConvSsmMixer {
     return out_proj_(v.view({batch, length, d_inner_}) * norm_weight_);
 #else
     (void)state;
-    TORCH_CHECK(false, "mamba2: a CUDA tensor ", x.sizes(), " reached a build without CUDA kernels");
+    TORCH_CHECK(false, "mamba2: a CUDA tensor ", x.sizes(),
+                " reached a build without CUDA kernels");
 #endif
   }
 

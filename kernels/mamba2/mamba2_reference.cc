@@ -26,7 +26,8 @@ at::Tensor Mamba2Reference(const MixerConfig& c, const WeightMap& weights, const
   xbc = xbc * at::sigmoid(xbc);
   at::Tensor xs = xbc.narrow(2, 0, d_inner).reshape({batch, len, heads, p});
   at::Tensor b_mat = xbc.narrow(2, d_inner, groups * n).reshape({batch, len, groups, n});
-  at::Tensor c_mat = xbc.narrow(2, d_inner + groups * n, groups * n).reshape({batch, len, groups, n});
+  at::Tensor c_mat =
+      xbc.narrow(2, d_inner + groups * n, groups * n).reshape({batch, len, groups, n});
   // Group g's B and C serve heads [g·H/G, (g+1)·H/G).
   b_mat = b_mat.repeat_interleave(heads / groups, 2);
   c_mat = c_mat.repeat_interleave(heads / groups, 2);

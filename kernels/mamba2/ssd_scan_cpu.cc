@@ -19,10 +19,10 @@ using vec::kLanes;
 
 constexpr int64_t Round16(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
-// kSsdMaxCpuChunk (ssd_scan_cpu.h), measured: one layer of mamba2-130m's heads (24 x 64, d_state 128), 4096 tokens, 2
-// threads (attnserve_ssd_scan_bench --chunk=Q): 26.8 ms at Q 256, 20.4 at 128, 17.2 at 64, 16.0
-// at 32, 17.2 at 16; at 512 tokens 64 and 32 tie. Past 64 the quadratic part (M·x, C·Bᵀ) grows
-// and a task's buffers (two Q x Q matrices) leave L2.
+// kSsdMaxCpuChunk (ssd_scan_cpu.h), measured: one layer of mamba2-130m's heads (24 x 64, d_state
+// 128), 4096 tokens, 2 threads (attnserve_ssd_scan_bench --chunk=Q): 26.8 ms at Q 256, 20.4 at
+// 128, 17.2 at 64, 16.0 at 32, 17.2 at 16; at 512 tokens 64 and 32 tie. Past 64 the quadratic part
+// (M·x, C·Bᵀ) grows and a task's buffers (two Q x Q matrices) leave L2.
 
 // C[R rows, V·16 columns] (+)= A[R, k] · B[k, V·16], in registers (R·V accumulators).
 template <int R, int V>
@@ -256,8 +256,8 @@ ATTNSERVE_VEC_INLINE void StepRowsAny(int64_t rows, int64_t n_state, float* stat
       acc += h * vec::Load(cn + n);
     }
     if (tail > 0) {
-      const Float16 h = decay * vec::LoadPartial(s + full, tail) +
-                        dtx * vec::LoadPartial(bn + full, tail);
+      const Float16 h =
+          decay * vec::LoadPartial(s + full, tail) + dtx * vec::LoadPartial(bn + full, tail);
       vec::StorePartial(s + full, h, tail);
       acc += h * vec::LoadPartial(cn + full, tail);
     }
@@ -269,8 +269,8 @@ ATTNSERVE_MULTIVERSION
 void StepHead(const SsdScanParams& p, int64_t b, int64_t h) {
   const int64_t P = p.head_dim, N = p.dstate, g = h / (p.heads / p.groups);
   float* state = (p.row_states ? p.row_states[b] : p.state + b * p.heads * P * N) + h * P * N;
-  const float dt = SoftplusClamped(p.dt[b * p.dt_batch_stride + h] + p.dt_bias[h], p.dt_min,
-                                   p.dt_max);
+  const float dt =
+      SoftplusClamped(p.dt[b * p.dt_batch_stride + h] + p.dt_bias[h], p.dt_min, p.dt_max);
   const Float16 decay = vec::Broadcast(std::exp(dt * p.A[h]));
   const float* x = p.x + b * p.x_batch_stride + h * P;
   const float* bn = p.B + b * p.bc_batch_stride + g * N;
@@ -311,8 +311,8 @@ void SsdScanCpu(const SsdScanParams& p) {
   // (twice over), since a block computes its chunks' C·Bᵀ once for all its heads.
   const int64_t per_group = p.heads / p.groups;
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
-  const int64_t want = std::max<int64_t>(1, (2 * threads + p.batch * p.groups - 1) /
-                                                (p.batch * p.groups));
+  const int64_t want =
+      std::max<int64_t>(1, (2 * threads + p.batch * p.groups - 1) / (p.batch * p.groups));
   const int64_t blocks = std::min(per_group, want);
   const int64_t block = (per_group + blocks - 1) / blocks;
   const int64_t tasks = p.batch * p.groups * blocks;

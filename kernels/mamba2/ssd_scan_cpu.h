@@ -39,8 +39,8 @@ struct SsdScanParams {
 
   const float* x = nullptr;  // (batch, seqlen, heads · head_dim), strides below
   int64_t x_batch_stride = 0, x_seq_stride = 0;
-  const float* B = nullptr;  // (batch, seqlen, groups · dstate)
-  const float* C = nullptr;  // (batch, seqlen, groups · dstate)
+  const float* B = nullptr;                        // (batch, seqlen, groups · dstate)
+  const float* C = nullptr;                        // (batch, seqlen, groups · dstate)
   int64_t bc_batch_stride = 0, bc_seq_stride = 0;  // shared by B and C (slices of one row)
   const float* dt = nullptr;  // (batch, seqlen, heads), before bias, softplus and clamp
   int64_t dt_batch_stride = 0, dt_seq_stride = 0;

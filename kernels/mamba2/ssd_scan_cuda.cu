@@ -1,15 +1,14 @@
-#include "kernels/mamba2/ssd_scan_cuda.h"
-
 #include <string>
 
 #include "kernels/common/cuda_math.cuh"
+#include "kernels/mamba2/ssd_scan_cuda.h"
 
 namespace attnserve::kernels::mamba2 {
 namespace {
 
-constexpr int kChunk = 32;          // tokens a chunk of the prefill kernel
-constexpr int kScanThreads = 256;   // a prefill block
-constexpr int kStepThreads = 128;   // a decode block: 4 warps
+constexpr int kChunk = 32;         // tokens a chunk of the prefill kernel
+constexpr int kScanThreads = 256;  // a prefill block
+constexpr int kStepThreads = 128;  // a decode block: 4 warps
 
 __device__ __forceinline__ float StepSize(float raw, float bias, float lo, float hi) {
   return fminf(fmaxf(cuda::Softplus(raw + bias), lo), hi);
@@ -26,11 +25,11 @@ __global__ void SsdScanKernel(SsdScanCudaParams p) {
   const int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
   const int P = static_cast<int>(p.head_dim), N = static_cast<int>(p.dstate);
   const int g = h / static_cast<int>(p.heads / p.groups);
-  float* S = smem;                   // (P, N)
-  float* xs = S + P * N;             // (Q, P)
-  float* bs = xs + kChunk * P;       // (Q, N)
-  float* cs = bs + kChunk * N;       // (Q, N)
-  float* m = cs + kChunk * N;        // (Q, Q + 1)
+  float* S = smem;                         // (P, N)
+  float* xs = S + P * N;                   // (Q, P)
+  float* bs = xs + kChunk * P;             // (Q, N)
+  float* cs = bs + kChunk * N;             // (Q, N)
+  float* m = cs + kChunk * N;              // (Q, Q + 1)
   float* dts = m + kChunk * (kChunk + 1);  // (Q)
   float* cum = dts + kChunk;               // (Q)
   float* state = p.state + b * p.state_batch_stride + static_cast<int64_t>(h) * P * N;
@@ -92,7 +91,8 @@ __global__ void SsdScanKernel(SsdScanCudaParams p) {
     for (int i = tid; i < P * N; i += blockDim.x) {
       const int j = i / N, n = i % N;
       float acc = 0.0f;
-      for (int s = 0; s < q; ++s) acc += __expf(last - cum[s]) * dts[s] * xs[s * P + j] * bs[s * N + n];
+      for (int s = 0; s < q; ++s)
+        acc += __expf(last - cum[s]) * dts[s] * xs[s * P + j] * bs[s * N + n];
       S[i] = __expf(last) * S[i] + acc;
     }
   }
@@ -121,7 +121,8 @@ __global__ void SsdStepKernel(SsdStepCudaParams p) {
       row[n] = s;
       acc += s * cn[n];
     }
-    for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    for (int offset = 16; offset > 0; offset >>= 1)
+      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
     if (lane == 0) p.out[b * p.heads * P + static_cast<int64_t>(h) * P + j] = acc + p.D[h] * x[j];
   }
 }

@@ -40,7 +40,8 @@ void FillModelConfigDefaults(v1::ModelConfig* c) {
   if (std::find(c->layers().begin(), c->layers().end(), "mamba2") != c->layers().end()) {
     if (c->ssm_n_groups() == 0) c->set_ssm_n_groups(1);
     if (c->ssm_chunk_size() == 0) c->set_ssm_chunk_size(256);
-    if (c->ssm_num_heads() == 0) c->set_ssm_num_heads(std::max<int64_t>(1, c->expand() * c->hidden_size() / 64));
+    if (c->ssm_num_heads() == 0)
+      c->set_ssm_num_heads(std::max<int64_t>(1, c->expand() * c->hidden_size() / 64));
   }
   if (std::find(c->layers().begin(), c->layers().end(), "sparse") != c->layers().end()) {
     if (c->sparse_pattern().empty()) c->set_sparse_pattern("strided");
@@ -144,9 +145,9 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
                      c.rwkv_attention_size()));
   }
   if (c.time_step_limit_size() != 0 && c.time_step_limit_size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config: time_step_limit must be [min, max] (or absent), got ", c.time_step_limit_size(),
-        " values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: time_step_limit must be [min, max] (or absent), got ",
+                     c.time_step_limit_size(), " values"));
   }
   if (c.attention_windows_size() != 0 && c.attention_windows_size() != c.layers_size()) {
     return absl::InvalidArgumentError(

@@ -42,8 +42,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenTorchPickle(const std::stri
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (bytes.size() < 4 || std::memcmp(bytes.data(), "PK\x03\x04", 4) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a zip archive written by torch.save (the legacy format of "
-                           "torch < 1.6 is not read; re-save it or convert it to safetensors)"));
+        absl::StrCat(path,
+                     ": not a zip archive written by torch.save (the legacy format of "
+                     "torch < 1.6 is not read; re-save it or convert it to safetensors)"));
   }
   c10::IValue value;
   try {
@@ -60,9 +61,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenTorchPickle(const std::stri
   std::map<std::string, at::Tensor> tensors;  // name order: deterministic offsets
   for (const auto& entry : value.toGenericDict()) {
     if (!entry.key().isString() || !entry.value().isTensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": expected a dict of name -> tensor, found an entry of ", entry.key().tagKind(),
-          " -> ", entry.value().tagKind()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": expected a dict of name -> tensor, found an entry of ",
+                       entry.key().tagKind(), " -> ", entry.value().tagKind()));
     }
     at::Tensor t = entry.value().toTensor();
     const std::string name = entry.key().toStringRef();
@@ -78,7 +79,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> OpenTorchPickle(const std::stri
   std::vector<std::string> entries;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    const char* dtype = t.scalar_type() == at::kFloat ? "F32"
+    const char* dtype = t.scalar_type() == at::kFloat  ? "F32"
                         : t.scalar_type() == at::kHalf ? "F16"
                                                        : "BF16";
     const uint64_t size = t.numel() * t.element_size();

@@ -6,8 +6,9 @@
 // float64 narrowed to float32; any other element type refused by name).
 //
 // Memory: the whole file is read, and the tensors are copied once more into the safetensors
-// bytes (about twice the checkpoint at the peak of a load). A pickle can run code in Python; 
-// LibTorch's unpickler only builds tensors and containers and refuses any other global.
+// bytes (about twice the checkpoint at the peak of a load). A pickle can run code in Python;
+// LibTorch's unpickler is C++ and runs none: it rebuilds the fixed set of globals torch.save
+// writes (tensors, storages, containers) and fails on anything else.
 #pragma once
 
 #include <memory>

@@ -139,5 +139,4 @@ void MeasureFloors() {
       g_floors.bf16_flops_per_s * 1e-12);
 }
 
-
 }  // namespace attnserve::gpu_check

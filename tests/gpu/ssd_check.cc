@@ -20,13 +20,13 @@ struct SsdInputs {
   Tensor xbc, dt, dt_bias, a, d, state;  // on the GPU, float32
 };
 
-SsdInputs MakeSsdInputs(int64_t batch, int64_t len, int64_t heads, int64_t head_dim,
-                        int64_t groups, int64_t dstate) {
+SsdInputs MakeSsdInputs(int64_t batch, int64_t len, int64_t heads, int64_t head_dim, int64_t groups,
+                        int64_t dstate) {
   SsdInputs in;
   in.xbc = at::randn({batch, len, heads * head_dim + 2 * groups * dstate}, Cuda()) * 0.5;
   in.dt = at::randn({batch, len, heads}, Cuda()) - 3.0;
-  const Tensor dt = at::exp(at::rand({heads}, Cuda()) * (std::log(0.1) - std::log(1e-3)) +
-                            std::log(1e-3));
+  const Tensor dt =
+      at::exp(at::rand({heads}, Cuda()) * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
   in.dt_bias = dt + at::log(-at::expm1(-dt));
   in.a = -(at::rand({heads}, Cuda()) * 15 + 1);
   in.d = at::rand({heads}, Cuda()) + 0.5;
@@ -88,8 +88,7 @@ void CheckSsd(const char* kernel, const std::string& shape, int64_t batch, int64
     Tensor state = in.state.clone();
     auto run = [&] {
       return attnserve::kernels::mamba2::SsdScanCuda(in.xbc, in.dt, heads, groups, dstate,
-                                                     in.dt_bias, in.a, in.d, 0.0, INFINITY,
-                                                     state);
+                                                     in.dt_bias, in.a, in.d, 0.0, INFINITY, state);
     };
     const Tensor out = run();
     Tensor ref_state = in.state.to(at::kCPU, at::kDouble).contiguous();
@@ -102,7 +101,8 @@ void CheckSsd(const char* kernel, const std::string& shape, int64_t batch, int64
     // The prefill's chunk of 32: M·x (32·P/2), C·S (N·P), Bᵀ·x (N·P) a head and token; the
     // step is timed against its bytes alone.
     const double flops = len == 1 ? 0 : 2.0 * batch * len * heads * (16 * p + 2 * n * p);
-    Finish(row, [&] { run(); }, bytes, flops, false);
+    Finish(
+        row, [&] { run(); }, bytes, flops, false);
   });
 }
 
@@ -110,18 +110,19 @@ void CheckSsd(const char* kernel, const std::string& shape, int64_t batch, int64
 
 void CheckSsdScan(int64_t batch, int64_t len, int64_t heads, int64_t head_dim, int64_t groups,
                   int64_t dstate) {
-  CheckSsd("mamba2 ssd_scan",
-           Shape({{"B", batch}, {"L", len}, {"H", heads}, {"P", head_dim}, {"G", groups},
-                  {"N", dstate}}),
-           batch, len, heads, head_dim, groups, dstate);
+  CheckSsd(
+      "mamba2 ssd_scan",
+      Shape(
+          {{"B", batch}, {"L", len}, {"H", heads}, {"P", head_dim}, {"G", groups}, {"N", dstate}}),
+      batch, len, heads, head_dim, groups, dstate);
 }
 
 void CheckSsdStep(int64_t sessions, int64_t heads, int64_t head_dim, int64_t groups,
                   int64_t dstate) {
-  CheckSsd("mamba2 ssd_step",
-           Shape({{"sessions", sessions}, {"H", heads}, {"P", head_dim}, {"G", groups},
-                  {"N", dstate}}),
-           sessions, 1, heads, head_dim, groups, dstate);
+  CheckSsd(
+      "mamba2 ssd_step",
+      Shape({{"sessions", sessions}, {"H", heads}, {"P", head_dim}, {"G", groups}, {"N", dstate}}),
+      sessions, 1, heads, head_dim, groups, dstate);
 }
 
 }  // namespace attnserve::gpu_check

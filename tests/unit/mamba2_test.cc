@@ -64,9 +64,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, Mamba2ReferenceTest,
     ::testing::Values(Mamba2Shape{1, 37, 64, 4, 1, 16, 8}, Mamba2Shape{2, 50, 64, 2, 2, 64, 16},
                       Mamba2Shape{1, 33, 128, 2, 1, 128, 256},
-                      Mamba2Shape{1, 70, 64, 1, 1, 256, 32},
-                      Mamba2Shape{2, 45, 128, 8, 8, 32, 13}, Mamba2Shape{1, 9, 48, 3, 1, 16, 1},
-                      Mamba2Shape{3, 64, 96, 6, 3, 48, 64},
+                      Mamba2Shape{1, 70, 64, 1, 1, 256, 32}, Mamba2Shape{2, 45, 128, 8, 8, 32, 13},
+                      Mamba2Shape{1, 9, 48, 3, 1, 16, 1}, Mamba2Shape{3, 64, 96, 6, 3, 48, 64},
                       Mamba2Shape{1, 130, 64, 4, 2, 16, 64, 3}));
 
 TEST(Mamba2Test, TimeStepLimitClampsDt) {
@@ -104,10 +103,14 @@ TEST(Mamba2Test, StateIsHuggingFacesMamba2CacheLayoutAndSize) {
 
 TEST(Mamba2Test, WeightsHaveHuggingFaceNamesAndShapes) {
   MixerConfig c = Mamba2Config({1, 1, 64, 8, 2, 16, 8});
-  std::map<std::string, std::vector<int64_t>> want = {
-      {"in_proj.weight", {128 + 128 + 64 + 8, 64}}, {"conv1d.weight", {192, 1, 4}},
-      {"conv1d.bias", {192}}, {"dt_bias", {8}}, {"A_log", {8}}, {"D", {8}},
-      {"norm.weight", {128}}, {"out_proj.weight", {64, 128}}};
+  std::map<std::string, std::vector<int64_t>> want = {{"in_proj.weight", {128 + 128 + 64 + 8, 64}},
+                                                      {"conv1d.weight", {192, 1, 4}},
+                                                      {"conv1d.bias", {192}},
+                                                      {"dt_bias", {8}},
+                                                      {"A_log", {8}},
+                                                      {"D", {8}},
+                                                      {"norm.weight", {128}},
+                                                      {"out_proj.weight", {64, 128}}};
   std::map<std::string, std::vector<int64_t>> got;
   for (const WeightSpec& spec : ExpectedWeights(c)) got[spec.name] = spec.shape;
   EXPECT_EQ(got, want);

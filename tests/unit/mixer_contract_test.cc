@@ -68,8 +68,7 @@ MixerConfig FalconMamba(int64_t d_model, int64_t d_state) {
 // shorter than the contract's pieces (so pieces cross chunk edges and end mid-chunk), d_state
 // not a multiple of 16 (the step's partial vector) and head_dim not one either (the padded
 // columns of the chunk's products).
-MixerConfig Mamba2(int64_t d_model, int64_t heads, int64_t groups, int64_t d_state,
-                   int64_t chunk) {
+MixerConfig Mamba2(int64_t d_model, int64_t heads, int64_t groups, int64_t d_state, int64_t chunk) {
   MixerConfig c = Config(MixerKind::kMamba2, d_model, 1);
   c.ssm_heads = heads;
   c.ssm_groups = groups;

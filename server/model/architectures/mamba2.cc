@@ -2,11 +2,11 @@
 // src/transformers/models/mamba2/{configuration,modeling}_mamba2.py (v4.47.1's pure-torch
 // Mamba-2 disagreed with its own cached steps; #35154 fixed it in v4.48.0), and, for several
 // groups, the file at commit 020a37d2264e60dc7beb9634c3e87ad870073e2c (B and C
-// repeated to the heads with repeat_interleave, #37533). Every layer the mamba2 mixer (kernels/mamba2/), no
-// MLP, RMSNorms, the Mamba tensor names (backbone.layers.N.mixer.*, backbone.embeddings,
-// backbone.norm_f, lm_head; mamba_ssm's backbone.embedding too). The gated norm is per group
-// (mamba_ssm's); transformers up to v4.51 spans all of d_inner, which equals it for one group
-// only (docs/models.md).
+// repeated to the heads with repeat_interleave, #37533). Every layer the mamba2 mixer
+// (kernels/mamba2/), no MLP, RMSNorms, the Mamba tensor names (backbone.layers.N.mixer.*,
+// backbone.embeddings, backbone.norm_f, lm_head; mamba_ssm's backbone.embedding too). The gated
+// norm is per group (mamba_ssm's); transformers up to v4.51 spans all of d_inner, which equals it
+// for one group only (docs/models.md).
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "server/model/architectures/mamba.h"
