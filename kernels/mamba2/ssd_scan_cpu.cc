@@ -131,7 +131,10 @@ void DecayedScores(int64_t q, int64_t qp, const float* cb, const float* cum, con
   }
 }
 
-// Batch row b, group g, heads [h0, h1) of that group, over the whole sequence.
+// Batch row b, group g, heads [h0, h1) of that group, over the whole sequence. Multiversioned
+// for the copies and scalings between the products (in baseline x86-64 code they were 7.2% of a
+// bf16-activation pp512's samples; one layer at 512 tokens: 1.84 -> 1.69 ms).
+ATTNSERVE_MULTIVERSION
 void ScanHeads(const SsdScanParams& p, int64_t b, int64_t g, int64_t h0, int64_t h1,
                ChunkBuffers& w) {
   const int64_t P = p.head_dim, N = p.dstate, L = p.seqlen;
