@@ -90,6 +90,14 @@ absl::StatusOr<std::vector<std::string>> StringListKey(const ConfigJson& json, c
   return out;
 }
 
+absl::StatusOr<int64_t> IntOrAutoKey(const ConfigJson& json, const char* key) {
+  const Value* v = Find(json, key);
+  if (v != nullptr && v->kind_case() == Value::kStringValue && v->string_value() == "auto") {
+    return 0;
+  }
+  return IntKey(json, key, 0);
+}
+
 absl::StatusOr<ConfigJson> ObjectKey(const ConfigJson& json, const char* key, bool* present) {
   const Value* v = Find(json, key);
   if (present != nullptr) *present = v != nullptr;

@@ -23,6 +23,9 @@ absl::StatusOr<double> NumberKey(const ConfigJson& json, const char* key, double
 absl::StatusOr<bool> BoolKey(const ConfigJson& json, const char* key, bool fallback);
 absl::StatusOr<std::string> StringKey(const ConfigJson& json, const char* key,
                                       const std::string& fallback);
+// A size that may also be the string "auto" (Mamba's time_step_rank, mamba_ssm's dt_rank):
+// 0 for "auto", absent or null (the reader's default then applies), else the number.
+absl::StatusOr<int64_t> IntOrAutoKey(const ConfigJson& json, const char* key);
 // A list of numbers; absent or null: empty.
 absl::StatusOr<std::vector<double>> NumberListKey(const ConfigJson& json, const char* key);
 // A list of strings; absent or null: empty.

@@ -25,13 +25,9 @@ absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json) {
   c.set_expand(expand);
   c.set_vocab_size(vocab);
   for (int64_t i = 0; i < layers; ++i) c.add_layers("mamba");
-  // time_step_rank may be "auto" (ceil(hidden_size / 16)) or a number.
-  auto rank = json.fields().find("time_step_rank");
-  if (rank != json.fields().end() &&
-      rank->second.kind_case() == google::protobuf::Value::kNumberValue) {
-    ASSIGN_OR_RETURN(const int64_t r, IntKey(json, "time_step_rank", 0));
-    c.set_time_step_rank(r);
-  }
+  // time_step_rank may be "auto" (0 here: ceil(hidden_size / 16)) or a number.
+  ASSIGN_OR_RETURN(const int64_t rank, IntOrAutoKey(json, "time_step_rank"));
+  c.set_time_step_rank(rank);
   ASSIGN_OR_RETURN(const double eps, NumberKey(json, "layer_norm_epsilon", 1e-5));
   c.set_norm_epsilon(eps);
   ASSIGN_OR_RETURN(const bool tie, BoolKey(json, "tie_word_embeddings", true));

@@ -60,13 +60,8 @@ absl::StatusOr<v1::ModelConfig> ReadMambaSsmConfig(const ConfigJson& json) {
   c.set_tie_word_embeddings(tie);
   for (int64_t i = 0; i < layers; ++i) c.add_layers(mamba2 ? "mamba2" : "mamba");
   if (!mamba2) {
-    if (Has(ssm, "dt_rank")) {
-      auto rank = ssm.fields().find("dt_rank");
-      if (rank->second.kind_case() == google::protobuf::Value::kNumberValue) {
-        ASSIGN_OR_RETURN(const int64_t r, IntKey(ssm, "dt_rank", 0));
-        c.set_time_step_rank(r);
-      }
-    }
+    ASSIGN_OR_RETURN(const int64_t rank, IntOrAutoKey(ssm, "dt_rank"));
+    c.set_time_step_rank(rank);
     return c;
   }
   ASSIGN_OR_RETURN(const int64_t head_dim, IntKey(ssm, "headdim", 64));
