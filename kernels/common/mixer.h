@@ -81,6 +81,9 @@ struct MixerConfig {
   // mamba: > 0: RMSNorms without weights of dt, B and C right after x_proj, with this epsilon
   // (Falcon-Mamba's mixer_rms_eps; 0: none, Mamba's).
   double bcdt_rms_epsilon = 0;
+  // mamba, with bcdt_rms_epsilon > 0: the norms have weights (Jamba's dt_layernorm.weight
+  // (dt_rank), b_layernorm.weight and c_layernorm.weight (d_state)); false: none (Falcon-Mamba).
+  bool bcdt_norm_weights = false;
   int64_t d_conv = 4;
   int64_t expand = 2;
   int64_t dt_rank = 0;

@@ -39,7 +39,13 @@ class MambaMixer final : public ConvSsmMixer {
         a_((-at::exp(w.at("A_log"))).contiguous()),
         a_t_(a_.t().contiguous()),
         d_skip_(w.at("D")),
-        out_proj_(w.at("out_proj.weight"), config.weight_format) {}
+        out_proj_(w.at("out_proj.weight"), config.weight_format) {
+    if (config.bcdt_norm_weights) {
+      bcdt_norm_weight_ = at::cat({w.at("dt_layernorm.weight"), w.at("b_layernorm.weight"),
+                                   w.at("c_layernorm.weight")})
+                              .contiguous();
+    }
+  }
 
   const MixerConfig& config() const override { return config_; }
 
@@ -66,16 +72,20 @@ class MambaMixer final : public ConvSsmMixer {
   }
 
   // Falcon-Mamba: dt, B and C each divided by its root mean square (no weight), as
-  // transformers' rms_forward: x · rsqrt(mean(x²) + ε), in float32.
+  // transformers' rms_forward: x · rsqrt(mean(x²) + ε), in float32. Jamba: then times the
+  // norms' weights (JambaRMSNorm's dt_layernorm, b_layernorm, c_layernorm).
   at::Tensor NormDtBC(const at::Tensor& x_dbl) const {
     const double eps = config_.bcdt_rms_epsilon;
     const auto rms = [eps](const at::Tensor& t) {
       return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + eps);
     };
     const int64_t n = config_.d_state;
-    return at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)), rms(x_dbl.narrow(2, dt_rank_, n)),
-                    rms(x_dbl.narrow(2, dt_rank_ + n, n))},
-                   2);
+    at::Tensor normed = at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)),
+                                 rms(x_dbl.narrow(2, dt_rank_, n)),
+                                 rms(x_dbl.narrow(2, dt_rank_ + n, n))},
+                                2);
+    if (bcdt_norm_weight_.defined()) normed.mul_(bcdt_norm_weight_);
+    return normed;
   }
 
   // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.
@@ -162,13 +172,14 @@ class MambaMixer final : public ConvSsmMixer {
   const LinearWeight x_proj_, dt_proj_weight_;
   const at::Tensor dt_proj_bias_, a_, a_t_, d_skip_;
   const LinearWeight out_proj_;
+  at::Tensor bcdt_norm_weight_;  // (dt_rank + 2·d_state): Jamba's norm weights; or undefined
 };
 
 }  // namespace
 
 std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& c) {
   const int64_t d_inner = c.d_inner(), r = c.resolved_dt_rank();
-  return {{"in_proj.weight", {2 * d_inner, c.d_model}},
+  std::vector<WeightSpec> specs = {{"in_proj.weight", {2 * d_inner, c.d_model}},
           {"conv1d.weight", {d_inner, 1, c.d_conv}},
           {"conv1d.bias", {d_inner}},
           {"x_proj.weight", {r + 2 * c.d_state, d_inner}},
@@ -177,6 +188,12 @@ std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& c) {
           {"A_log", {d_inner, c.d_state}},
           {"D", {d_inner}},
           {"out_proj.weight", {c.d_model, d_inner}}};
+  if (c.bcdt_norm_weights) {
+    specs.push_back({"dt_layernorm.weight", {r}});
+    specs.push_back({"b_layernorm.weight", {c.d_state}});
+    specs.push_back({"c_layernorm.weight", {c.d_state}});
+  }
+  return specs;
 }
 
 // The initialisation of mamba_ssm's Mamba block: S4D-real A, dt log-uniform in [1e-3, 1e-1].
@@ -199,6 +216,11 @@ WeightMap RandomMambaWeights(const MixerConfig& c, at::Generator& gen) {
   w["A_log"] = at::log(at::arange(1, c.d_state + 1, at::kFloat)).repeat({d_inner, 1});
   w["D"] = at::ones({d_inner}, at::kFloat);
   w["out_proj.weight"] = uniform({c.d_model, d_inner}, 1.0 / std::sqrt(d_inner));
+  if (c.bcdt_norm_weights) {  // around 1, not 1: a test then sees each weight applied
+    w["dt_layernorm.weight"] = 1 + uniform({r}, 0.25);
+    w["b_layernorm.weight"] = 1 + uniform({c.d_state}, 0.25);
+    w["c_layernorm.weight"] = 1 + uniform({c.d_state}, 0.25);
+  }
   return w;
 }
 

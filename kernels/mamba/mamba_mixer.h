@@ -4,6 +4,8 @@
 //   dt_proj.weight (d_inner, dt_rank)            dt_proj.bias (d_inner)
 //   A_log (d_inner, d_state)                     D (d_inner)
 //   out_proj.weight (d_model, d_inner)
+// and with bcdt_norm_weights (Jamba): dt_layernorm.weight (dt_rank), b_layernorm.weight and
+// c_layernorm.weight (d_state).
 // State (MixerState.tensors): {conv_state (B, d_inner, d_conv), ssm_state (B, d_inner,
 // d_state)}, fixed size, laid out as Hugging Face's MambaCache.
 // Declared in kernels/common/mixer_registry.h: ExpectedMambaWeights, RandomMambaWeights,

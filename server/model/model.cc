@@ -111,6 +111,17 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
     a.clear_conv_kernel();
     a.clear_expand();
   }
+  if (a.num_experts() == 0) {
+    a.clear_num_experts_per_tok();
+    a.clear_moe_router();
+    a.clear_expert_layers();
+  } else {
+    if (a.moe_router() == "softmax_topk") a.clear_moe_router();  // the default, spelt out
+    bool all = true;
+    for (bool e : a.expert_layers()) all = all && e;
+    if (all) a.clear_expert_layers();
+  }
+  if (!mamba || a.mamba_bcdt_rms_eps() == 0) a.clear_mamba_bcdt_norm_weights();
   if (!mamba) {
     a.clear_time_step_rank();
     a.clear_mamba_bcdt_rms_eps();
@@ -167,7 +178,13 @@ std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
       spec.name = prefix + "mixer." + spec.name;
       specs.push_back(std::move(spec));
     }
-    if (mlp > 0 && !owns_norms) {
+    if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
+      norm(prefix + "mlp_norm");
+      for (WeightSpec spec : kernels::MoeMlp::ExpectedWeights(LayerMoeConfig(c))) {
+        spec.name = prefix + "mlp." + spec.name;
+        specs.push_back(std::move(spec));
+      }
+    } else if (mlp > 0 && !owns_norms) {
       norm(prefix + "mlp_norm");
       specs.push_back({prefix + "mlp.gate_proj.weight", {mlp, hidden}});
       specs.push_back({prefix + "mlp.up_proj.weight", {mlp, hidden}});
@@ -207,7 +224,14 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
     for (auto& [name, t] : kernels::RandomWeights(mixer, mixer_seed)) {
       w[prefix + "mixer." + name] = t;
     }
-    if (mlp > 0 && !owns_norms) {
+    if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
+      norm(prefix + "mlp_norm");
+      const uint64_t moe_seed = static_cast<uint64_t>(
+          at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>());
+      for (auto& [name, t] : kernels::MoeMlp::RandomWeights(LayerMoeConfig(c), moe_seed)) {
+        w[prefix + "mlp." + name] = t;
+      }
+    } else if (mlp > 0 && !owns_norms) {
       norm(prefix + "mlp_norm");
       w[prefix + "mlp.gate_proj.weight"] =
           at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
@@ -389,16 +413,25 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }
     if (c.intermediate_size() > 0 && !owns_norms) {
       layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());
-      layer.gate_up = kernels::LinearWeight(
-          at::cat({w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight")}, 0),
-          format);
-      layer.down = kernels::LinearWeight(w(prefix + "mlp.down_proj.weight"), format);
-      if (c.mlp_bias()) {
-        layer.gate_up_bias =
-            at::cat({w(prefix + "mlp.gate_proj.bias"), w(prefix + "mlp.up_proj.bias")}, 0);
-        layer.down_bias = w(prefix + "mlp.down_proj.bias");
+      const bool gelu_tanh = c.hidden_act() == "gelu_pytorch_tanh";
+      if (LayerHasExperts(c, i)) {
+        kernels::WeightMap moe_weights;
+        const std::string mlp_prefix = prefix + "mlp.";
+        for (const auto& [tensor_name, t] : weights) {
+          if (tensor_name.compare(0, mlp_prefix.size(), mlp_prefix) == 0) {
+            moe_weights[tensor_name.substr(mlp_prefix.size())] = t.contiguous();
+          }
+        }
+        layer.moe = std::make_unique<kernels::MoeMlp>(LayerMoeConfig(c), moe_weights, format);
+      } else {
+        auto bias = [&](const char* proj) {
+          return c.mlp_bias() ? w(prefix + "mlp." + proj + ".bias") : at::Tensor();
+        };
+        layer.mlp = kernels::GatedMlp(w(prefix + "mlp.gate_proj.weight"),
+                                      w(prefix + "mlp.up_proj.weight"),
+                                      w(prefix + "mlp.down_proj.weight"), format, gelu_tanh,
+                                      bias("gate_proj"), bias("up_proj"), bias("down_proj"));
       }
-      layer.gelu_tanh = c.hidden_act() == "gelu_pytorch_tanh";
     }
     m->layers_.push_back(std::move(layer));
   }
@@ -529,14 +562,9 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
 }
 
 at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
-  if (!layer.gate_up.defined()) return x;  // no MLP, or a mixer that owns its norms
-  at::Tensor gu = layer.gate_up(Norm(x, layer.mlp_norm));
-  if (layer.gate_up_bias.defined()) gu.add_(layer.gate_up_bias);
-  const int64_t width = layer.down.in_features();
-  at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-  at::Tensor down = layer.down((layer.gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
-  if (layer.down_bias.defined()) down.add_(layer.down_bias);
-  return x + down;
+  if (layer.moe) return x + (*layer.moe)(Norm(x, layer.mlp_norm));
+  if (!layer.mlp.defined()) return x;  // no MLP, or a mixer that owns its norms
+  return x + layer.mlp(Norm(x, layer.mlp_norm));
 }
 
 absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,

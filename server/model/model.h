@@ -1,5 +1,6 @@
 // A served model: embedding [-> norm] -> N x (norm -> mixer -> residual [-> norm -> gated MLP
-// (SiLU or GeLU-tanh, biases optional) -> residual]) -> norm -> lm_head, the norms RMSNorm or
+// (SiLU or GeLU-tanh, biases optional), or a mixture of such experts (kernels/moe/) -> residual])
+// -> norm -> lm_head, the norms RMSNorm or
 // LayerNorm (config.norm). A layer whose mixer is a whole block with its norms inside
 // (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. Each layer
 // names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and safe to
@@ -13,6 +14,8 @@
 //   backbone.layers.{i}.norm.weight              backbone.layers.{i}.mixer.<mixer tensor>
 //   backbone.layers.{i}.mlp_norm.weight          backbone.layers.{i}.mlp.{gate,up,down}_proj.weight
 //                                                (and .bias each with mlp_bias)
+//   with experts (config.expert_layers):         backbone.layers.{i}.mlp.router.weight,
+//                                                backbone.layers.{i}.mlp.experts.{e}.{gate,up,down}_proj.weight
 //   backbone.norm_f.weight                       lm_head.weight (absent when tied)
 // Hugging Face checkpoints' names map onto these (server/model/architectures/: Llama's
 // model.layers.{i}.self_attn.q_proj.weight is backbone.layers.{i}.mixer.q_proj.weight, ...).
@@ -33,6 +36,8 @@
 #include "attnserve/v1/model_config.pb.h"
 #include "kernels/common/linear.h"
 #include "kernels/common/mixer.h"
+#include "kernels/moe/gated_mlp.h"
+#include "kernels/moe/moe_mlp.h"
 #include "server/model/model_text.h"
 
 namespace attnserve::model {
@@ -209,9 +214,8 @@ class Model {
     NormWeights norm;  // undefined for a mixer that owns its norms
     std::unique_ptr<kernels::Mixer> mixer;
     NormWeights mlp_norm;
-    kernels::LinearWeight gate_up, down;  // gate_up: gate_proj and up_proj stacked
-    at::Tensor gate_up_bias, down_bias;   // mlp_bias; undefined without
-    bool gelu_tanh = false;               // hidden_act gelu_pytorch_tanh, else SiLU
+    kernels::GatedMlp mlp;                 // the dense MLP; undefined without one
+    std::unique_ptr<kernels::MoeMlp> moe;  // instead, on a layer with experts
   };
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;

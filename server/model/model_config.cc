@@ -43,6 +43,7 @@ void FillModelConfigDefaults(v1::ModelConfig* c) {
     if (c->ssm_num_heads() == 0)
       c->set_ssm_num_heads(std::max<int64_t>(1, c->expand() * c->hidden_size() / 64));
   }
+  if (c->num_experts() > 0 && c->num_experts_per_tok() == 0) c->set_num_experts_per_tok(2);
   if (std::find(c->layers().begin(), c->layers().end(), "sparse") != c->layers().end()) {
     if (c->sparse_pattern().empty()) c->set_sparse_pattern("strided");
     if (c->sparse_stride() == 0) c->set_sparse_stride(128);
@@ -84,6 +85,57 @@ absl::StatusOr<v1::ModelConfig> ParseModelConfigJson(const std::string& python_j
   FillModelConfigDefaults(&config);
   if (absl::Status s = ValidateModelConfig(config); !s.ok()) return s;
   return config;
+}
+
+namespace {
+
+absl::Status ValidateExperts(const v1::ModelConfig& c) {
+  if (c.num_experts() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: num_experts must be >= 0 (0: dense MLPs), got ", c.num_experts()));
+  }
+  if (c.num_experts() == 0) {
+    if (c.expert_layers_size() > 0 || c.num_experts_per_tok() != 0 || !c.moe_router().empty()) {
+      return absl::InvalidArgumentError(
+          "config: expert_layers, num_experts_per_tok and moe_router need num_experts > 0");
+    }
+    return absl::OkStatus();
+  }
+  if (c.num_experts_per_tok() < 1 || c.num_experts_per_tok() > c.num_experts()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: num_experts_per_tok must be in [1, num_experts = ", c.num_experts(),
+                     "], got ", c.num_experts_per_tok()));
+  }
+  if (c.intermediate_size() <= 0) {
+    return absl::InvalidArgumentError("config: experts need intermediate_size > 0");
+  }
+  if (c.expert_layers_size() != 0 && c.expert_layers_size() != c.layers_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: expert_layers has ", c.expert_layers_size(), " entries for ",
+                     c.layers_size(), " layers (one per layer, or none: every layer)"));
+  }
+  if (absl::StatusOr<kernels::RouterKind> r = kernels::ParseRouterKind(c.moe_router()); !r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config: ", r.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool LayerHasExperts(const v1::ModelConfig& c, int layer) {
+  if (c.num_experts() <= 0 || c.intermediate_size() <= 0) return false;
+  return c.expert_layers_size() == 0 || (layer < c.expert_layers_size() && c.expert_layers(layer));
+}
+
+kernels::MoeConfig LayerMoeConfig(const v1::ModelConfig& c) {
+  kernels::MoeConfig m;
+  m.d_model = c.hidden_size();
+  m.d_ff = c.intermediate_size();
+  m.num_experts = c.num_experts();
+  m.top_k = c.num_experts_per_tok();
+  m.router = kernels::ParseRouterKind(c.moe_router()).value_or(kernels::RouterKind::kSoftmaxTopK);
+  m.gelu_tanh = c.hidden_act() == "gelu_pytorch_tanh";
+  return m;
 }
 
 absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
@@ -178,6 +230,11 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
                        "layers take sliding_window)"));
     }
   }
+  if (absl::Status s = ValidateExperts(c); !s.ok()) return s;
+  if (c.mamba_bcdt_norm_weights() && !(c.mamba_bcdt_rms_eps() > 0)) {
+    return absl::InvalidArgumentError(
+        "config: mamba_bcdt_norm_weights needs the norms: mamba_bcdt_rms_eps > 0");
+  }
   for (int i = 0; i < c.layers_size(); ++i) {
     absl::StatusOr<kernels::MixerKind> kind = kernels::ParseMixerKind(c.layers(i));
     if (!kind.ok()) {
@@ -212,6 +269,7 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.expand = c.expand();
   m.dt_rank = c.time_step_rank();
   m.bcdt_rms_epsilon = m.kind == kernels::MixerKind::kMamba ? c.mamba_bcdt_rms_eps() : 0.0;
+  m.bcdt_norm_weights = m.bcdt_rms_epsilon > 0 && c.mamba_bcdt_norm_weights();
   if (m.kind == kernels::MixerKind::kMamba2) {
     m.ssm_heads = c.ssm_num_heads();
     m.ssm_groups = c.ssm_n_groups();

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "attnserve/v1/model_config.pb.h"
 #include "kernels/common/mixer.h"
+#include "kernels/moe/moe_mlp.h"
 
 namespace attnserve::model {
 
@@ -27,6 +28,13 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& config);
 // The kernels' config of layer `layer` (its mixer kind must parse; see ValidateModelConfig).
 // Its norm_epsilon is RwkvLayerNormEpsilon's for an rwkv layer.
 kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& config, int layer);
+
+// Whether layer `layer`'s MLP is a mixture of experts (num_experts > 0 and expert_layers marks
+// it, or expert_layers is empty; the layer has an MLP: intermediate_size > 0).
+bool LayerHasExperts(const v1::ModelConfig& config, int layer);
+
+// The experts' config of the layers that have them (moe_router must parse: ValidateModelConfig).
+kernels::MoeConfig LayerMoeConfig(const v1::ModelConfig& config);
 
 // The rotary positions of the config's standard layers (disabled when rope_theta is 0).
 kernels::RotaryConfig RotaryConfigOf(const v1::ModelConfig& config);

@@ -64,6 +64,12 @@ MixerConfig FalconMamba(int64_t d_model, int64_t d_state) {
   return c;
 }
 
+MixerConfig JambaMamba(int64_t d_model, int64_t d_state) {
+  MixerConfig c = FalconMamba(d_model, d_state);
+  c.bcdt_norm_weights = true;
+  return c;
+}
+
 // Mamba-2: heads of head_dim = 2·d_model / heads, groups sharing B and C, chunks of the scan
 // shorter than the contract's pieces (so pieces cross chunk edges and end mid-chunk), d_state
 // not a multiple of 16 (the step's partial vector) and head_dim not one either (the padded
@@ -115,6 +121,7 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba_ragged_block", Mamba(21, 16)},
           {"mamba_narrow_state", Mamba(40, 12)},
           {"falcon_mamba_norms", FalconMamba(40, 16)},
+          {"jamba_mamba_norm_weights", JambaMamba(36, 16)},
           {"mamba2", Mamba2(64, 8, 1, 16, 16)},
           {"mamba2_groups_wide_state", Mamba2(64, 4, 2, 32, 7)},
           {"mamba2_odd_head_dim_and_state", Mamba2(36, 3, 3, 12, 64)},

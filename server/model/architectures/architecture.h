@@ -14,6 +14,7 @@
 //   llama   LlamaForCausalLM      llama.cc     (decoder_only.h: the Llama family's shared keys)
 //   mistral MistralForCausalLM    mistral.cc
 //   qwen2   Qwen2ForCausalLM      qwen2.cc
+//   jamba   JambaForCausalLM      jamba.cc     (Mamba-1 + GQA attention + mixture of experts)
 // A config.json of any other model_type is attnserve's own schema.
 #pragma once
 

@@ -11,10 +11,11 @@ extern const Architecture kRwkv;
 extern const Architecture kLlama;
 extern const Architecture kMistral;
 extern const Architecture kQwen2;
+extern const Architecture kJamba;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
-      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv, &kLlama, &kMistral, &kQwen2};
+      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv, &kLlama, &kMistral, &kQwen2, &kJamba};
   return all;
 }
 

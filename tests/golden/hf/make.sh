@@ -27,6 +27,7 @@ make qwen2_biases_tied --arch qwen2
 make falcon_mamba --arch falcon_mamba
 make mamba --arch mamba
 make mamba2 --arch mamba2
+make jamba --arch jamba
 # Several groups: transformers' multi-group Mamba-2 is wrong before v4.52 (llamacpp_reference.py
 # says how), so the weights are transformers' and the references llama.cpp's.
 make mamba2_groups4 --arch mamba2 --set n_groups=4 --set chunk_size=5

@@ -1,0 +1,36 @@
+// The gated MLP of a transformer block, down(act(gate(x)) * up(x)) with optional biases: the
+// dense MLP of Model's layers and each expert of a mixture-of-experts layer (moe_mlp.h).
+//
+// Shapes: x (..., d_model) float32, contiguous, on the weights' device; the result has x's shape.
+// Each product is a LinearWeight (kernels/common/linear.h), so a row's result does not depend on
+// the other rows given with it (a decode step's batch, a prefill chunk, an expert's group of
+// tokens). Immutable after construction; safe to call from many threads at once.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "kernels/common/linear.h"
+
+namespace attnserve::kernels {
+
+struct GatedMlp {
+  LinearWeight gate_up;                // gate_proj and up_proj stacked: (2 · d_ff, d_model)
+  LinearWeight down;                   // (d_model, d_ff)
+  at::Tensor gate_up_bias, down_bias;  // (2 · d_ff), (d_model); undefined without biases
+  bool gelu_tanh = false;              // act: GeLU (tanh approximation), else SiLU
+
+  GatedMlp() = default;
+  // From Hugging Face's gate_proj, up_proj and down_proj weights (out, in) and, optionally,
+  // their biases (undefined: none), kept as `format` (linear.h).
+  GatedMlp(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+           WeightFormat format, bool gelu_tanh, const at::Tensor& gate_bias = {},
+           const at::Tensor& up_bias = {}, const at::Tensor& down_bias = {});
+
+  bool defined() const { return gate_up.defined(); }
+  int64_t d_ff() const { return down.in_features(); }
+  // Bytes of its matrices as kept.
+  int64_t Bytes() const { return gate_up.Bytes() + down.Bytes(); }
+  at::Tensor operator()(const at::Tensor& x) const;
+};
+
+}  // namespace attnserve::kernels
