@@ -27,7 +27,6 @@ the conv and SSM states read and written) at the read bandwidth.
 import argparse
 import json
 import random
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -35,10 +34,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from batched_decode import (GGUF_TYPE, PRECISION_FLAGS, PRODUCT_PEAK, Server,  # noqa: E402
-                            cpu_description, cpu_peaks, decode_bench, llama_batched, run)
+                            cpu_description, cpu_peaks, run)
 from bench_server import attnserve_stubs  # noqa: E402
-from prefill_pp512 import attnserve_prefill, llama_pp  # noqa: E402
-from llama_vs_llamacpp import LLAMA_PEAK, llama_bench  # noqa: E402
+from hf_folder_vs_llamacpp import measure_precision, print_comparison  # noqa: E402
+from prefill_pp512 import attnserve_prefill  # noqa: E402
+from llama_vs_llamacpp import LLAMA_PEAK  # noqa: E402
 
 MODEL = "mamba2-130m"
 BYTES = {"fp32": 4.0, "bf16": 2.0, "bf16dot": 2.0, "int8": 1.0 + 4.0 / 32}
@@ -98,55 +98,26 @@ def main():
     report = {"cpu": cpu, "peaks": peaks, "config": config, "rows": [], "lengths": {}}
     rng = random.Random(5)
     for precision in args.precisions.split(","):
-        gguf = work / f"{MODEL}-{GGUF_TYPE[precision]}.gguf"
-        if not gguf.exists():
-            run([script, "convert", folder, gguf, GGUF_TYPE[precision]])
-        ours = {"pp512": [], "tg128": [], "16": [], "64": []}
-        theirs = {"pp512": [], "tg128": [], "16": []}
-        for _ in range(args.reps):
-            server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
-                            "--prefix_cache_bytes=0", *PRECISION_FLAGS[precision])
-            try:
-                stubs = (grpc, pb, pb_grpc, server.target)
-                ours["pp512"].append(attnserve_prefill(stubs, 512, 3, rng, MODEL, vocab))
-                rows = decode_bench(build, server.target, MODEL, "1,16,64", 8, 128, vocab)
-                ours["tg128"].append(rows[1]["aggregate_tok_s"])
-                ours["16"].append(rows[16]["aggregate_tok_s"])
-                ours["64"].append(rows[64]["aggregate_tok_s"])
-            finally:
-                server.stop()
-            theirs["pp512"].append(llama_pp(script, gguf, 512, 3))
-            theirs["tg128"].append(llama_bench(script, gguf, "-p", "0", "-n", "128"))
-            theirs["16"].append(llama_batched(script, gguf, "16", "8", "128")[16]["S_TG"])
-        med = {k: statistics.median(v) for k, v in ours.items()}
-        lmed = {k: statistics.median(v) for k, v in theirs.items()}
+        med, lmed, raw = measure_precision(
+            build, script, repo, MODEL, folder, work, precision, args.reps, rng,
+            lambda server: (grpc, pb, pb_grpc, server.target), vocab)
         weights = (matrices + head) * BYTES[precision]
         flops = 2 * matrices + 2 * head / 512 + 2 * scan
         peak = peaks.get(PRODUCT_PEAK[precision], {}).get("gops_all")
         lpeak = peaks.get(LLAMA_PEAK[precision], {}).get("gops_all")
-        report["rows"].append({"precision": precision, "ours": ours, "llama": theirs})
+        report["rows"].append(raw)
         print(f"## {precision} / {GGUF_TYPE[precision].upper()}: weights {weights / 1e6:.0f} MB a "
               f"step, state {state / 1e6:.1f} MB a session (read and written)")
-        print("| test | attnserve tok/s | llama.cpp tok/s | ratio | target | attnserve / bound | "
-              "llama.cpp / bound |")
-        print("|---|---|---|---|---|---|---|")
-        targets = {"pp512": 2.5, "tg128": 1.5, "16": 3.0}
-        for test in ("pp512", "tg128", "16"):
-            if test == "pp512":
-                bound = peak * 1e9 / flops if peak else None
-                lbound = lpeak * 1e9 / flops if lpeak else None
-            else:
-                n = 16 if test == "16" else 1
-                bound = lbound = read_gbs * 1e9 / (weights + 2 * n * state) * n if read_gbs else None
-            ratio = med[test] / lmed[test]
-            share = f"{med[test] / bound:.2f}" if bound else "-"
-            lshare = f"{lmed[test] / lbound:.2f}" if lbound else "-"
-            name = {"16": "16 sessions (S_TG)"}.get(test, test)
-            print(f"| {name} | {med[test]:.1f} | {lmed[test]:.1f} | **{ratio:.2f}x** | "
-                  f">= {targets[test]}x {'met' if ratio >= targets[test] else 'MISSED'} | "
-                  f"{share} | {lshare} |", flush=True)
+
+        def decode_bound(n):
+            return read_gbs * 1e9 / (weights + 2 * n * state) * n if read_gbs else None
+        bounds = {"pp512": (peak * 1e9 / flops if peak else None,
+                            lpeak * 1e9 / flops if lpeak else None),
+                  "tg128": (decode_bound(1), decode_bound(1)),
+                  "16": (decode_bound(16), decode_bound(16))}
+        print_comparison(med, lmed, {"pp512": 2.5, "tg128": 1.5, "16": 3.0}, bounds)
         scale = med["64"] / med["tg128"]
-        bound64 = read_gbs * 1e9 / (weights + 2 * 64 * state) * 64 if read_gbs else None
+        bound64 = decode_bound(64)
         share64 = f"{med['64'] / bound64:.2f}" if bound64 else "-"
         print(f"| 64 sessions | {med['64']:.1f} | - | **{scale:.2f}x one session** | >= 8x "
               f"{'met' if scale >= 8 else 'MISSED'} | "
