@@ -84,7 +84,9 @@ def check_logits(build, repo, folder, grpc, pb, pb_grpc):
     server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
                     *PRECISION_FLAGS["fp32"])
     try:
-        with grpc.insecure_channel(server.target) as channel:
+        # 16 x 65536 float logits: past gRPC's default 4 MiB a message.
+        options = [("grpc.max_receive_message_length", 64 << 20)]
+        with grpc.insecure_channel(server.target, options=options) as channel:
             response = pb_grpc.AttnServeStub(channel).Infer(pb.InferRequest(
                 model=MODEL, tokens=ref["tokens"],
                 output=pb.OutputSpec(kind=pb.OUTPUT_KIND_ALL_LOGITS)), timeout=600)

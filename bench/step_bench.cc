@@ -83,7 +83,10 @@ int main(int argc, char** argv) {
     if (!m->can_stream()) continue;
     if (!models.empty() && models.find("," + m->name() + ",") == std::string::npos) continue;
     for (const int64_t b : *batch_sizes) {
-      std::vector<int64_t> tokens(b, 1);
+      // A different token a row (spread over the vocabulary): rows of one token would all route
+      // to the same experts of a mixture-of-experts layer, reading fewer weights than sessions do.
+      std::vector<int64_t> tokens(b);
+      for (int64_t i = 0; i < b; ++i) tokens[i] = (1 + 7919 * i) % m->vocab_size();
       // Each part count in turn, so that the machine's drift touches all, each on fresh states
       // (a KV cache's step grows with its position).
       for (int64_t parts : *part_counts) {

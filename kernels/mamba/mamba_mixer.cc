@@ -73,19 +73,42 @@ class MambaMixer final : public ConvSsmMixer {
 
   // Falcon-Mamba: dt, B and C each divided by its root mean square (no weight), as
   // transformers' rms_forward: x · rsqrt(mean(x²) + ε), in float32. Jamba: then times the
-  // norms' weights (JambaRMSNorm's dt_layernorm, b_layernorm, c_layernorm).
-  at::Tensor NormDtBC(const at::Tensor& x_dbl) const {
+  // norms' weights (JambaRMSNorm's dt_layernorm, b_layernorm, c_layernorm). On the CPU in place,
+  // one pass a row (a decode step's rows are a few: six ATen operations a section cost more
+  // than the arithmetic); each row's result is its own.
+  at::Tensor NormDtBC(at::Tensor x_dbl) const {
     const double eps = config_.bcdt_rms_epsilon;
-    const auto rms = [eps](const at::Tensor& t) {
-      return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + eps);
-    };
-    const int64_t n = config_.d_state;
-    at::Tensor normed = at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)),
-                                 rms(x_dbl.narrow(2, dt_rank_, n)),
-                                 rms(x_dbl.narrow(2, dt_rank_ + n, n))},
-                                2);
-    if (bcdt_norm_weight_.defined()) normed.mul_(bcdt_norm_weight_);
-    return normed;
+    const int64_t n = config_.d_state, width = dt_rank_ + 2 * n;
+    if (!x_dbl.is_cpu()) {
+      const auto rms = [eps](const at::Tensor& t) {
+        return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + eps);
+      };
+      at::Tensor normed = at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)),
+                                   rms(x_dbl.narrow(2, dt_rank_, n)),
+                                   rms(x_dbl.narrow(2, dt_rank_ + n, n))},
+                                  2);
+      if (bcdt_norm_weight_.defined()) normed.mul_(bcdt_norm_weight_);
+      return normed;
+    }
+    x_dbl = x_dbl.contiguous();
+    float* data = x_dbl.data_ptr<float>();
+    const float* weight =
+        bcdt_norm_weight_.defined() ? bcdt_norm_weight_.data_ptr<float>() : nullptr;
+    const int64_t begins[3] = {0, dt_rank_, dt_rank_ + n}, sizes[3] = {dt_rank_, n, n};
+    for (int64_t row = 0; row < x_dbl.numel() / width; ++row) {
+      float* x = data + row * width;
+      for (int part = 0; part < 3; ++part) {
+        float* seg = x + begins[part];
+        double squares = 0;
+        for (int64_t i = 0; i < sizes[part]; ++i) squares += double{seg[i]} * seg[i];
+        const float scale = static_cast<float>(1.0 / std::sqrt(squares / sizes[part] + eps));
+        for (int64_t i = 0; i < sizes[part]; ++i) {
+          seg[i] *= scale;
+          if (weight != nullptr) seg[i] *= weight[begins[part] + i];
+        }
+      }
+    }
+    return x_dbl;
   }
 
   // silu(causal_conv1d(x_in)) continuing from conv_state, which is updated in place.

@@ -203,6 +203,9 @@ class Model {
   // Set once, when the model is loaded, before it is shared.
   const ModelText* text() const { return text_ ? &*text_ : nullptr; }
   void set_text(std::optional<ModelText> text) { text_ = std::move(text); }
+  // Without text: why (MissingTokenizerReason), for the messages of text requests.
+  const std::string& missing_text_reason() const { return missing_text_reason_; }
+  void set_missing_text_reason(std::string reason) { missing_text_reason_ = std::move(reason); }
 
  private:
   // RMSNorm (no bias) or LayerNorm (with one); undefined weight: no norm.
@@ -247,6 +250,7 @@ class Model {
   int64_t decode_weight_bytes_ = 0;
   int64_t interpolates_past_ = 0;  // the shortest interpolating Linformer's max_len; 0: none
   std::optional<ModelText> text_;
+  std::string missing_text_reason_ = "no tokenizer.json in its folder";
 };
 
 }  // namespace attnserve::model

@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
   ASSIGN_OR_RETURN(std::optional<ModelText> text, LoadModelText(dir, config->vocab_size()));
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                    Model::Create(std::move(name), *std::move(config), std::move(weights), options));
+  if (!text) model->set_missing_text_reason(MissingTokenizerReason(dir));
   model->set_text(std::move(text));
   return model;
 }

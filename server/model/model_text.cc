@@ -101,6 +101,16 @@ absl::StatusOr<std::optional<ModelText>> LoadModelText(const std::string& dir,
   return std::optional<ModelText>(std::move(text));
 }
 
+std::string MissingTokenizerReason(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "tokenizer.model", ec)) {
+    return "its folder has only a SentencePiece tokenizer.model, which attnserve does not read; "
+           "save the tokenizer as tokenizer.json (transformers' AutoTokenizer.from_pretrained("
+           "folder).save_pretrained(folder) writes one)";
+  }
+  return "no tokenizer.json in its folder";
+}
+
 std::string ByteLevelTokenizerJson() {
   Struct root;
   auto& f = *root.mutable_fields();

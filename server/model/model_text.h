@@ -29,6 +29,12 @@ struct ModelText {
 absl::StatusOr<std::optional<ModelText>> LoadModelText(const std::string& dir,
                                                        int64_t model_vocab_size);
 
+// Why a model folder without tokenizer.json takes token ids only, for the messages of text
+// requests: "no tokenizer.json in its folder", or, where the folder holds only SentencePiece's
+// tokenizer.model (Jamba's and Llama 2's carry both), that attnserve does not read that format
+// and how to get a tokenizer.json from it.
+std::string MissingTokenizerReason(const std::string& dir);
+
 // The default models' tokenizer: every byte is a token (ids 0-255, in GPT-2's byte-level
 // alphabet), <|endoftext|> is 256 and ends generation. Ids 257 and above (the default models
 // have 4096) have no text.

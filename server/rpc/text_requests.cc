@@ -9,6 +9,12 @@
 
 namespace attnserve::server {
 
+absl::Status NoTokenizerError(const model::Model& model, absl::string_view instead) {
+  return absl::FailedPreconditionError(absl::StrCat("model '", model.name(),
+                                                    "' has no tokenizer (",
+                                                    model.missing_text_reason(), "): ", instead));
+}
+
 absl::StatusOr<std::vector<int64_t>> TokenizeForModel(const model::Model& model,
                                                       absl::string_view text,
                                                       bool add_special_tokens, int64_t max_tokens,
@@ -16,9 +22,7 @@ absl::StatusOr<std::vector<int64_t>> TokenizeForModel(const model::Model& model,
                                                       absl::string_view what) {
   const model::ModelText* mt = model.text();
   if (mt == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model.name(), "' has no tokenizer (no tokenizer.json in its folder): send ",
-        "token ids instead of ", what));
+    return NoTokenizerError(model, absl::StrCat("send token ids instead of ", what));
   }
   if (static_cast<int64_t>(text.size()) > limits.max_text_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -68,8 +72,7 @@ absl::StatusOr<std::shared_ptr<text::GenerationText>> AttachGenerationText(
     scheduler::Job* job) {
   const model::ModelText* mt = model.text();
   if (!stops.stop_strings.empty() && mt == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model.name(), "' has no tokenizer: stop strings need one (use stop_token_ids)"));
+    return NoTokenizerError(model, "stop strings need one (use stop_token_ids)");
   }
   RETURN_IF_ERROR(text::CheckStopStrings(stops.stop_strings, limits.max_stop_strings,
                                          limits.max_stop_string_bytes));

@@ -31,6 +31,10 @@ struct TextLimits {
   int max_stop_string_bytes = 256;            // --max_stop_string_bytes
 };
 
+// FAILED_PRECONDITION for a text request to a model without a tokenizer: "model 'NAME' has no
+// tokenizer (REASON): INSTEAD", REASON the model's missing_text_reason().
+absl::Status NoTokenizerError(const model::Model& model, absl::string_view instead);
+
 // The ids of `text` with `model`'s tokenizer. FAILED_PRECONDITION naming the model when it has
 // none; RESOURCE_EXHAUSTED above limits.max_text_bytes (before tokenizing) or above
 // `max_tokens` ids; INVALID_ARGUMENT for invalid UTF-8 (with the byte offset) or an empty text.

@@ -136,6 +136,10 @@ class TextTest(common.ServerProcesses, unittest.TestCase):
         cls.neox_json = neox_tokenizer(common.ARGS.source_dir)
         write_attention_folder(os.path.join(cls.repo, "neox"), NEOX_VOCAB, 1, cls.neox_json, eos=0)
         write_attention_folder(os.path.join(cls.repo, "ids_only"), 300, 2)
+        # A folder with only SentencePiece's tokenizer.model (bytes attnserve never parses).
+        write_attention_folder(os.path.join(cls.repo, "sentencepiece_only"), 300, 3)
+        with open(os.path.join(cls.repo, "sentencepiece_only", "tokenizer.model"), "wb") as f:
+            f.write(b"\x0a\x0b\x0a\x05<unk>\x15\x00\x00\x00\x00\x18\x02")
         subprocess.run([os.path.join(build, "server", "model", "attnserve-export-model"),
                         "--models=mamba", "--out=" + cls.repo], check=True, capture_output=True)
         cls.server = common.Server(cls.binary, "--model_repository=" + cls.repo,
@@ -308,7 +312,12 @@ class TextTest(common.ServerProcesses, unittest.TestCase):
         pb, C = self.pb, self.grpc.StatusCode
         code, msg = self.code(lambda: self.stub.Infer(pb.InferRequest(model="ids_only", text=b"hi"), timeout=30))
         self.assertEqual(code, C.FAILED_PRECONDITION)
-        self.assertIn("model 'ids_only' has no tokenizer", msg)
+        self.assertIn("model 'ids_only' has no tokenizer (no tokenizer.json in its folder)", msg)
+        code, msg = self.code(lambda: self.stub.Infer(
+            pb.InferRequest(model="sentencepiece_only", text=b"hi"), timeout=30))
+        self.assertEqual(code, C.FAILED_PRECONDITION)
+        self.assertIn("only a SentencePiece tokenizer.model, which attnserve does not read", msg)
+        self.assertIn("tokenizer.json", msg)
         code, msg = self.code(lambda: self.stub.Infer(pb.InferRequest(model="neox", text=b"abc\xc3("), timeout=30))
         self.assertEqual((code, msg), (C.INVALID_ARGUMENT, "text is not valid UTF-8 at byte 3"))
         code, msg = self.code(lambda: self.stub.Infer(pb.InferRequest(model="neox", text=b"a", tokens=[1]), timeout=30))

@@ -72,8 +72,7 @@ grpc::ServerUnaryReactor* AttnServeService::Detokenize(grpc::CallbackServerConte
         ASSIGN_OR_RETURN(const model::Model* m, NamedModel(request->model()));
         const model::ModelText* text = m->text();
         if (text == nullptr) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "model '", m->name(), "' has no tokenizer (no tokenizer.json in its folder)"));
+          return NoTokenizerError(*m, "send and read token ids");
         }
         if (request->tokens_size() > options_.max_tokens_per_request) {
           return absl::ResourceExhaustedError(absl::StrCat(

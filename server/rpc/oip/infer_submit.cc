@@ -117,8 +117,7 @@ absl::Status OipService::Submit(Call call) {
   }
   std::shared_ptr<Session> session = job->session ? job->session->get() : nullptr;
   if (wants_text && job->model->text() == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", job->model->name(), "' has no tokenizer: ask for output_ids, not text_output"));
+    return NoTokenizerError(*job->model, "ask for output_ids, not text_output");
   }
   job->tokens = IdsTensor(ids);
   job->output = parsed->logits == LogitsOutput::kAll ? model::OutputKind::kAllLogits
