@@ -166,6 +166,45 @@ TEST(MoeModelTest, ConfigAndRefusals) {
   }
 }
 
+// JambaForCausalLM's config.json (architectures/jamba.cc): the periods to layers and experts,
+// the Mamba norms with weights, num_experts 1 as dense MLPs, and the refusals by name.
+TEST(JambaConfigTest, PeriodsAndRefusals) {
+  auto c = ParseModelConfigJson(R"({"model_type": "jamba", "vocab_size": 65536,
+      "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 16,
+      "num_attention_heads": 8, "num_key_value_heads": 2, "num_experts": 8,
+      "num_experts_per_tok": 2, "mamba_dt_rank": 32, "sliding_window": null})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(c->layers(i), i % 8 == 4 ? "standard" : "mamba") << i;  // attn period 8, offset 4
+    EXPECT_EQ(LayerHasExperts(*c, i), i % 2 == 1) << i;                // expert period 2, offset 1
+  }
+  EXPECT_EQ(c->max_sequence_length(), 262144);
+  EXPECT_FALSE(c->tie_word_embeddings());
+  const kernels::MixerConfig mamba = LayerMixerConfig(*c, 0);
+  EXPECT_TRUE(mamba.bcdt_norm_weights);
+  EXPECT_DOUBLE_EQ(mamba.bcdt_rms_epsilon, 1e-6);
+  EXPECT_EQ(mamba.resolved_dt_rank(), 32);
+  const kernels::MixerConfig attention = LayerMixerConfig(*c, 4);
+  EXPECT_EQ(attention.kv_heads(), 2);
+  EXPECT_FALSE(attention.rope.enabled());
+  auto dense = ParseModelConfigJson(R"({"model_type": "jamba", "num_experts": 1,
+      "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2})");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  EXPECT_FALSE(LayerHasExperts(*dense, 1));
+  for (const auto& [json, message] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"model_type": "jamba", "sliding_window": 4096})", "'sliding_window': 4096"},
+           {R"({"model_type": "jamba", "mamba_proj_bias": true})", "'mamba_proj_bias'"},
+           {R"({"model_type": "jamba", "mamba_conv_bias": false})", "'mamba_conv_bias'"},
+           {R"({"model_type": "jamba", "hidden_act": "gelu"})", "'hidden_act'"},
+           {R"({"model_type": "jamba", "attn_layer_offset": 8})", "'attn_layer_offset'"},
+           {R"({"model_type": "jamba", "num_experts": 4, "num_experts_per_tok": 5})",
+            "num_experts_per_tok"}}) {
+    auto bad = ParseModelConfigJson(json);
+    ASSERT_FALSE(bad.ok()) << json;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << bad.status();
+  }
+}
+
 TEST(MoeModelTest, ChunksStepsAndBatchedRowsEqualOneWholePass) {
   auto config = ParseModelConfigJson(kMoeHybrid);
   ASSERT_TRUE(config.ok()) << config.status();
