@@ -13,11 +13,30 @@ sides alternating `reps` times:
   N sessions   attnserve's aggregate at each other N of `sessions` (no peer figure).
 """
 
+import argparse
 import statistics
+from pathlib import Path
 
 from batched_decode import GGUF_TYPE, PRECISION_FLAGS, Server, decode_bench, llama_batched, run
 from llama_vs_llamacpp import llama_bench
 from prefill_pp512 import attnserve_prefill, llama_pp
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def argument_parser(doc):
+    """The flags every such benchmark takes: --build-dir, --llamacpp, --hf-reference,
+    --precisions, --workdir (the folder and GGUFs are kept there), --reps, --json."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    p.add_argument("--build-dir", default=str(REPO / "build"))
+    p.add_argument("--llamacpp", default=str(REPO.parent / "shared" / "peers" / "llamacpp.sh"))
+    p.add_argument("--hf-reference", default=str(REPO.parent / "shared" / "hf_reference"))
+    p.add_argument("--precisions", default="fp32,bf16,bf16dot,int8")
+    p.add_argument("--workdir", default="")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--json", metavar="FILE")
+    return p
 
 
 def measure_precision(build, script, repo, model, folder, work, precision, reps, rng, stubs_of,

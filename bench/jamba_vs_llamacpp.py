@@ -20,7 +20,6 @@ read bandwidth. Prints the CPU and the memory of a session.
       [--precisions fp32,bf16,bf16dot,int8] [--json FILE]
 """
 
-import argparse
 import json
 import random
 import sys
@@ -34,7 +33,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from batched_decode import (GGUF_TYPE, PRECISION_FLAGS, PRODUCT_PEAK, Server,  # noqa: E402
                             cpu_description, cpu_peaks, run)
 from bench_server import attnserve_stubs  # noqa: E402
-from hf_folder_vs_llamacpp import measure_precision, print_comparison  # noqa: E402
+from hf_folder_vs_llamacpp import (argument_parser, measure_precision,  # noqa: E402
+                                   print_comparison)
 from llama_vs_llamacpp import LLAMA_PEAK  # noqa: E402
 
 MODEL = "jamba-tiny-dev"
@@ -48,14 +48,7 @@ SHAPE = {"vocab_size": 65536, "hidden_size": 512, "intermediate_size": 2048,
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build-dir", default=str(REPO / "build"))
-    p.add_argument("--llamacpp", default=str(REPO.parent / "shared" / "peers" / "llamacpp.sh"))
-    p.add_argument("--hf-reference", default=str(REPO.parent / "shared" / "hf_reference"))
-    p.add_argument("--precisions", default="fp32,bf16,bf16dot,int8")
-    p.add_argument("--workdir", default="")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--json", metavar="FILE")
+    p = argument_parser(__doc__)
     return p.parse_args()
 
 

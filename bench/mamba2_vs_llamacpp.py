@@ -24,7 +24,6 @@ the conv and SSM states read and written) at the read bandwidth.
       [--precisions fp32,bf16,bf16dot,int8] [--lengths 512,4096,32768] [--json FILE]
 """
 
-import argparse
 import json
 import random
 import sys
@@ -36,7 +35,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from batched_decode import (GGUF_TYPE, PRECISION_FLAGS, PRODUCT_PEAK, Server,  # noqa: E402
                             cpu_description, cpu_peaks, run)
 from bench_server import attnserve_stubs  # noqa: E402
-from hf_folder_vs_llamacpp import measure_precision, print_comparison  # noqa: E402
+from hf_folder_vs_llamacpp import (argument_parser, measure_precision,  # noqa: E402
+                                   print_comparison)
 from prefill_pp512 import attnserve_prefill  # noqa: E402
 from llama_vs_llamacpp import LLAMA_PEAK  # noqa: E402
 
@@ -45,15 +45,8 @@ BYTES = {"fp32": 4.0, "bf16": 2.0, "bf16dot": 2.0, "int8": 1.0 + 4.0 / 32}
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--build-dir", default=str(REPO / "build"))
-    p.add_argument("--llamacpp", default=str(REPO.parent / "shared" / "peers" / "llamacpp.sh"))
-    p.add_argument("--hf-reference", default=str(REPO.parent / "shared" / "hf_reference"))
-    p.add_argument("--precisions", default="fp32,bf16,bf16dot,int8")
+    p = argument_parser(__doc__)
     p.add_argument("--lengths", default="512,4096,32768")
-    p.add_argument("--workdir", default="")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--json", metavar="FILE")
     return p.parse_args()
 
 

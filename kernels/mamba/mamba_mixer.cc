@@ -83,10 +83,10 @@ class MambaMixer final : public ConvSsmMixer {
       const auto rms = [eps](const at::Tensor& t) {
         return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + eps);
       };
-      at::Tensor normed = at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)),
-                                   rms(x_dbl.narrow(2, dt_rank_, n)),
-                                   rms(x_dbl.narrow(2, dt_rank_ + n, n))},
-                                  2);
+      at::Tensor normed =
+          at::cat({rms(x_dbl.narrow(2, 0, dt_rank_)), rms(x_dbl.narrow(2, dt_rank_, n)),
+                   rms(x_dbl.narrow(2, dt_rank_ + n, n))},
+                  2);
       if (bcdt_norm_weight_.defined()) normed.mul_(bcdt_norm_weight_);
       return normed;
     }
@@ -203,14 +203,14 @@ class MambaMixer final : public ConvSsmMixer {
 std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& c) {
   const int64_t d_inner = c.d_inner(), r = c.resolved_dt_rank();
   std::vector<WeightSpec> specs = {{"in_proj.weight", {2 * d_inner, c.d_model}},
-          {"conv1d.weight", {d_inner, 1, c.d_conv}},
-          {"conv1d.bias", {d_inner}},
-          {"x_proj.weight", {r + 2 * c.d_state, d_inner}},
-          {"dt_proj.weight", {d_inner, r}},
-          {"dt_proj.bias", {d_inner}},
-          {"A_log", {d_inner, c.d_state}},
-          {"D", {d_inner}},
-          {"out_proj.weight", {c.d_model, d_inner}}};
+                                   {"conv1d.weight", {d_inner, 1, c.d_conv}},
+                                   {"conv1d.bias", {d_inner}},
+                                   {"x_proj.weight", {r + 2 * c.d_state, d_inner}},
+                                   {"dt_proj.weight", {d_inner, r}},
+                                   {"dt_proj.bias", {d_inner}},
+                                   {"A_log", {d_inner, c.d_state}},
+                                   {"D", {d_inner}},
+                                   {"out_proj.weight", {c.d_model, d_inner}}};
   if (c.bcdt_norm_weights) {
     specs.push_back({"dt_layernorm.weight", {r}});
     specs.push_back({"b_layernorm.weight", {c.d_state}});

@@ -32,8 +32,8 @@ at::Tensor MambaReference(const MixerConfig& c, const WeightMap& weights, const 
         {rms(x_dbl.narrow(2, 0, r)), rms(x_dbl.narrow(2, r, n)), rms(x_dbl.narrow(2, r + n, n))},
         2);
     if (c.bcdt_norm_weights) {  // Jamba: the norms' weights
-      x_dbl = x_dbl * at::cat({w("dt_layernorm.weight"), w("b_layernorm.weight"),
-                               w("c_layernorm.weight")});
+      x_dbl = x_dbl *
+              at::cat({w("dt_layernorm.weight"), w("b_layernorm.weight"), w("c_layernorm.weight")});
     }
   }
   at::Tensor dt = at::matmul(x_dbl.narrow(2, 0, r), w("dt_proj.weight").t()) + w("dt_proj.bias");

@@ -77,14 +77,12 @@ at::Tensor MoeMlp::operator()(const at::Tensor& x) const {
   for (int64_t e = 0; e < n_experts; ++e) {
     const std::vector<int64_t>& chosen = expert_tokens[e];
     if (chosen.empty()) continue;
-    const at::Tensor index =
-        at::from_blob(const_cast<int64_t*>(chosen.data()), {static_cast<int64_t>(chosen.size())},
-                      at::kLong)
-            .to(rows.device());
-    const at::Tensor scale =
-        at::from_blob(expert_weights[e].data(), {static_cast<int64_t>(chosen.size()), 1},
-                      at::kFloat)
-            .to(rows.device());
+    const at::Tensor index = at::from_blob(const_cast<int64_t*>(chosen.data()),
+                                           {static_cast<int64_t>(chosen.size())}, at::kLong)
+                                 .to(rows.device());
+    const at::Tensor scale = at::from_blob(expert_weights[e].data(),
+                                           {static_cast<int64_t>(chosen.size()), 1}, at::kFloat)
+                                 .to(rows.device());
     at::Tensor y = experts_[e](rows.index_select(0, index));
     out.index_add_(0, index, y.mul_(scale));
   }

@@ -12,9 +12,10 @@ namespace attnserve::kernels {
 absl::StatusOr<RouterKind> ParseRouterKind(absl::string_view name) {
   if (name.empty() || name == "softmax_topk") return RouterKind::kSoftmaxTopK;
   if (name == "topk_softmax") return RouterKind::kTopKSoftmax;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "moe_router \"", name, "\" is not supported (softmax_topk: Jamba's; topk_softmax: "
-      "Mixtral's and Granite's)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("moe_router \"", name,
+                   "\" is not supported (softmax_topk: Jamba's; topk_softmax: "
+                   "Mixtral's and Granite's)"));
 }
 
 void RouteTokens(const float* logits, int64_t tokens, int64_t experts, int64_t k, RouterKind kind,
@@ -37,7 +38,8 @@ void RouteTokens(const float* logits, int64_t tokens, int64_t experts, int64_t k
     }
     for (int64_t j = 0; j < k; ++j) {
       ids[t * k + j] = order[j];
-      weights[t * k + j] = static_cast<float>(std::exp(static_cast<double>(row[order[j]] - top)) / sum);
+      weights[t * k + j] =
+          static_cast<float>(std::exp(static_cast<double>(row[order[j]] - top)) / sum);
     }
   }
 }

@@ -2,7 +2,8 @@
 // logits (one per expert). The families' variants, named in ModelConfig.moe_router:
 //   kSoftmaxTopK ("softmax_topk"; Jamba, transformers' JambaSparseMoeBlock): p = softmax over all
 //                E logits (float32), the k largest p as they are (they sum to less than 1).
-//   kTopKSoftmax ("topk_softmax"; Mixtral renormalised, Granite-4.0-H's GraniteMoeHybridTopKGating):
+//   kTopKSoftmax ("topk_softmax"; Mixtral renormalised, Granite-4.0-H's
+//   GraniteMoeHybridTopKGating):
 //                the k largest logits, weights softmax over those k only (they sum to 1).
 // Both choose the same experts (softmax is monotonic); ties go to the lower expert index. A
 // token's choice depends on its own logits only.

@@ -427,10 +427,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
         auto bias = [&](const char* proj) {
           return c.mlp_bias() ? w(prefix + "mlp." + proj + ".bias") : at::Tensor();
         };
-        layer.mlp = kernels::GatedMlp(w(prefix + "mlp.gate_proj.weight"),
-                                      w(prefix + "mlp.up_proj.weight"),
-                                      w(prefix + "mlp.down_proj.weight"), format, gelu_tanh,
-                                      bias("gate_proj"), bias("up_proj"), bias("down_proj"));
+        layer.mlp =
+            kernels::GatedMlp(w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight"),
+                              w(prefix + "mlp.down_proj.weight"), format, gelu_tanh,
+                              bias("gate_proj"), bias("up_proj"), bias("down_proj"));
       }
     }
     m->layers_.push_back(std::move(layer));

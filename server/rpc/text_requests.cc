@@ -10,8 +10,7 @@
 namespace attnserve::server {
 
 absl::Status NoTokenizerError(const model::Model& model, absl::string_view instead) {
-  return absl::FailedPreconditionError(absl::StrCat("model '", model.name(),
-                                                    "' has no tokenizer (",
+  return absl::FailedPreconditionError(absl::StrCat("model '", model.name(), "' has no tokenizer (",
                                                     model.missing_text_reason(), "): ", instead));
 }
 

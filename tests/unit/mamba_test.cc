@@ -20,7 +20,7 @@ MixerConfig MambaConfig(int64_t d_model, int64_t d_state, int64_t d_conv = 4) {
 
 struct MambaShape {
   int64_t batch, len, d_model, d_state, d_conv;
-  double bcdt_rms_epsilon = 0;  // > 0: Falcon-Mamba's norms of dt, B and C
+  double bcdt_rms_epsilon = 0;     // > 0: Falcon-Mamba's norms of dt, B and C
   bool bcdt_norm_weights = false;  // Jamba's: those norms with weights
 };
 

@@ -68,14 +68,13 @@ TEST_P(MoeReferenceTest, MatchesFloat64Reference) {
 
 // One token (a decode step), fewer tokens than experts, top-1, all experts chosen (k = E),
 // widths off the 32-row panels, and a prefill-sized group.
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, MoeReferenceTest,
-    ::testing::Values(MoeShape{1, 32, 64, 4, 2, RouterKind::kSoftmaxTopK},
-                      MoeShape{3, 40, 72, 8, 2, RouterKind::kSoftmaxTopK},
-                      MoeShape{17, 64, 96, 4, 1, RouterKind::kSoftmaxTopK},
-                      MoeShape{9, 24, 40, 3, 3, RouterKind::kTopKSoftmax},
-                      MoeShape{70, 64, 160, 8, 2, RouterKind::kTopKSoftmax},
-                      MoeShape{33, 48, 80, 16, 4, RouterKind::kSoftmaxTopK}));
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeReferenceTest,
+                         ::testing::Values(MoeShape{1, 32, 64, 4, 2, RouterKind::kSoftmaxTopK},
+                                           MoeShape{3, 40, 72, 8, 2, RouterKind::kSoftmaxTopK},
+                                           MoeShape{17, 64, 96, 4, 1, RouterKind::kSoftmaxTopK},
+                                           MoeShape{9, 24, 40, 3, 3, RouterKind::kTopKSoftmax},
+                                           MoeShape{70, 64, 160, 8, 2, RouterKind::kTopKSoftmax},
+                                           MoeShape{33, 48, 80, 16, 4, RouterKind::kSoftmaxTopK}));
 
 TEST(MoeRouterTest, VariantsWeighAlike) {
   // Logits of 2 tokens over 4 experts; the second has a tie at the top.
@@ -176,7 +175,7 @@ TEST(JambaConfigTest, PeriodsAndRefusals) {
   ASSERT_TRUE(c.ok()) << c.status();
   for (int i = 0; i < 16; ++i) {
     EXPECT_EQ(c->layers(i), i % 8 == 4 ? "standard" : "mamba") << i;  // attn period 8, offset 4
-    EXPECT_EQ(LayerHasExperts(*c, i), i % 2 == 1) << i;                // expert period 2, offset 1
+    EXPECT_EQ(LayerHasExperts(*c, i), i % 2 == 1) << i;               // expert period 2, offset 1
   }
   EXPECT_EQ(c->max_sequence_length(), 262144);
   EXPECT_FALSE(c->tie_word_embeddings());
@@ -216,9 +215,9 @@ TEST(MoeModelTest, ChunksStepsAndBatchedRowsEqualOneWholePass) {
   std::vector<ModelState> states;
   for (int64_t b = 0; b < 4; ++b) {
     states.push_back(*m.NewState());
-    ASSERT_TRUE(m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 20), &states[b],
-                          OutputKind::kLastLogits)
-                    .ok());
+    ASSERT_TRUE(
+        m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 20), &states[b], OutputKind::kLastLogits)
+            .ok());
   }
   for (int64_t t = 20; t < 30; ++t) {
     // Rows 0-3 together; row 0 then alone on a copy of its state: the same bits.
