@@ -14,13 +14,13 @@ std::vector<WeightSpec> AttentionProjectionSpecs(const MixerConfig& config) {
   std::vector<WeightSpec> specs = {{"q_proj.weight", {q_width, config.d_model}},
                                    {"k_proj.weight", {kv_width, config.d_model}},
                                    {"v_proj.weight", {kv_width, config.d_model}},
-                                   {"o_proj.weight", {config.d_model, q_width}}};
+                                   {"o_proj.weight", {config.output_dim(), q_width}}};
   if (config.qkv_bias) {
     specs.push_back({"q_proj.bias", {q_width}});
     specs.push_back({"k_proj.bias", {kv_width}});
     specs.push_back({"v_proj.bias", {kv_width}});
   }
-  if (config.o_bias) specs.push_back({"o_proj.bias", {config.d_model}});
+  if (config.o_bias) specs.push_back({"o_proj.bias", {config.output_dim()}});
   return specs;
 }
 
@@ -52,6 +52,21 @@ AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
 
 AttentionProjections AttentionProjections::FromConfig(const MixerConfig& config,
                                                       const WeightMap& weights) {
+  if (config.attention_scale > 0) {
+    // softmax(s · q·k) = softmax(d^-1/2 · (s·√d · q)·k): q_proj's rows (and bias) scaled, the
+    // kernels' own d^-1/2 kept.
+    const double factor = config.attention_scale * std::sqrt(static_cast<double>(config.head_dim()));
+    WeightMap scaled = weights;
+    scaled["q_proj.weight"] = weights.at("q_proj.weight") * factor;
+    if (IsBfloat16(config.weight_format)) {  // the panels take bfloat16-exact values
+      scaled["q_proj.weight"] = scaled["q_proj.weight"].to(at::kBFloat16).to(at::kFloat);
+    }
+    if (weights.count("q_proj.bias")) scaled["q_proj.bias"] = weights.at("q_proj.bias") * factor;
+    AttentionProjections p = FromWeights(scaled, config.weight_format);
+    p.kv_heads = config.kv_heads();
+    p.head_dim = config.head_dim();
+    return p;
+  }
   AttentionProjections p = FromWeights(weights, config.weight_format);
   p.kv_heads = config.kv_heads();
   p.head_dim = config.head_dim();

@@ -105,6 +105,12 @@ absl::Status ValidateStandardAttentionConfig(const MixerConfig& c) {
     return absl::InvalidArgumentError(
         absl::StrCat("the attention window must be >= 0 (0: none), got ", c.attention_window));
   }
+  if (!(c.attention_scale >= 0) || c.out_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the attention scale (0: head_dim^-1/2) and output width (0: d_model) must "
+                     "be >= 0, got ",
+                     c.attention_scale, " and ", c.out_dim));
+  }
   if (c.attention_window > 0 && !c.causal) {
     return absl::InvalidArgumentError("an attention window needs causal attention");
   }
@@ -194,6 +200,11 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
       if (c.dt_rank < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("dt_rank must be >= 0 (0: ceil(d_model / 16)), got ", c.dt_rank));
+      }
+      if (c.mamba_heads < 1 || c.d_inner() % c.mamba_heads != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("mamba heads (", c.mamba_heads, ") must be >= 1 and divide d_inner (",
+                         c.d_inner(), ")"));
       }
       return absl::OkStatus();
     case MixerKind::kMamba2:

@@ -84,6 +84,9 @@ struct MixerConfig {
   // mamba, with bcdt_rms_epsilon > 0: the norms have weights (Jamba's dt_layernorm.weight
   // (dt_rank), b_layernorm.weight and c_layernorm.weight (d_state)); false: none (Falcon-Mamba).
   bool bcdt_norm_weights = false;
+  // mamba: > 1: Zamba's multi-head Mamba-1 (mamba_mixer.h): the d_inner channels in this many
+  // heads, each with its own x_proj (so its own dt, B and C), dt_proj, A and D; Zamba's layout.
+  int64_t mamba_heads = 1;
   int64_t d_conv = 4;
   int64_t expand = 2;
   int64_t dt_rank = 0;
@@ -124,11 +127,19 @@ struct MixerConfig {
   bool o_bias = false;
   RotaryConfig rope;
   int64_t attention_window = 0;
+  // standard: the scores' scale, softmax(scale · q·k); 0: head_dim^-1/2. Folded into q_proj's
+  // rows (and bias) at load: every kernel keeps its head_dim^-1/2 (Zamba's (head_dim / 2)^-1/2,
+  // Granite's attention_multiplier).
+  double attention_scale = 0;
+  // standard: o_proj's output width (0: d_model): an attention reading a wider input than it
+  // writes (Zamba's shared block reads concat(hidden, embeddings), 2·hidden, and writes hidden).
+  int64_t out_dim = 0;
 
   int64_t head_dim() const {
     return attention_head_dim > 0 ? attention_head_dim : d_model / num_heads;
   }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  int64_t output_dim() const { return out_dim > 0 ? out_dim : d_model; }
   int64_t d_inner() const { return expand * d_model; }
   int64_t ssm_head_dim() const { return ssm_heads > 0 ? d_inner() / ssm_heads : 0; }
   int64_t resolved_dt_rank() const { return dt_rank > 0 ? dt_rank : (d_model + 15) / 16; }

@@ -1,5 +1,6 @@
 #include "kernels/common/rms_norm.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -53,6 +54,18 @@ void RmsNormRows(const float* x, int64_t x_stride, int64_t rows, int64_t width, 
   at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
     NormRows(x, x_stride, begin, end, width, weight, epsilon, out);
   });
+}
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double epsilon) {
+  if (x.is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() && weight.is_cpu() &&
+      weight.scalar_type() == at::kFloat && weight.is_contiguous() && x.numel() > 0) {
+    const int64_t width = x.size(-1);
+    at::Tensor out = at::empty_like(x);
+    RmsNormRows(x.data_ptr<float>(), width, x.numel() / width, width, weight.data_ptr<float>(),
+                static_cast<float>(epsilon), out.data_ptr<float>());
+    return out;
+  }
+  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + epsilon) * weight;
 }
 
 }  // namespace attnserve::kernels

@@ -12,11 +12,17 @@
 // threads when there are enough of them to pay for a parallel region.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 
 namespace attnserve::kernels {
 
 void RmsNormRows(const float* x, int64_t x_stride, int64_t rows, int64_t width, const float* weight,
                  float epsilon, float* out);
+
+// x (..., width) -> RMSNorm over the last dimension times weight (width): RmsNormRows for
+// contiguous float32 CPU tensors, ATen's operations otherwise (a device's tensors).
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double epsilon);
 
 }  // namespace attnserve::kernels

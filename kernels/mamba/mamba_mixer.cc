@@ -29,17 +29,26 @@ class MambaMixer final : public ConvSsmMixer {
         config_(config),
         d_inner_(config.d_inner()),
         dt_rank_(config.resolved_dt_rank()),
-        in_proj_(w.at("in_proj.weight"), config.weight_format),
+        heads_(config.mamba_heads),
+        head_dim_(d_inner_ / heads_),
+        in_proj_(InProj(config, w), config.weight_format),
         conv_weight_(w.at("conv1d.weight").view({d_inner_, config.d_conv}).contiguous()),
         conv_weight_t_(conv_weight_.t().contiguous()),
         conv_bias_(w.at("conv1d.bias")),
-        x_proj_(w.at("x_proj.weight"), config.weight_format),
-        dt_proj_weight_(w.at("dt_proj.weight"), config.weight_format),
-        dt_proj_bias_(w.at("dt_proj.bias")),
-        a_((-at::exp(w.at("A_log"))).contiguous()),
+        dt_proj_bias_(w.at(heads_ > 1 ? "dt_proj_bias" : "dt_proj.bias").reshape({-1})),
+        a_((-at::exp(w.at("A_log"))).reshape({d_inner_, config.d_state}).contiguous()),
         a_t_(a_.t().contiguous()),
-        d_skip_(w.at("D")),
+        d_skip_(w.at("D").reshape({-1})),
         out_proj_(w.at("out_proj.weight"), config.weight_format) {
+    // Each head's x_proj and dt_proj (one head: the whole matrices), and its A transposed.
+    for (int64_t h = 0; h < heads_; ++h) {
+      const bool one = heads_ == 1;
+      x_proj_.emplace_back(one ? w.at("x_proj.weight") : w.at("x_proj_weight")[h],
+                           config.weight_format);
+      dt_proj_weight_.emplace_back(one ? w.at("dt_proj.weight") : w.at("dt_proj_weight")[h],
+                                   config.weight_format);
+      a_t_heads_.push_back(one ? a_t_ : a_t_.narrow(1, h * head_dim_, head_dim_).contiguous());
+    }
     if (config.bcdt_norm_weights) {
       bcdt_norm_weight_ = at::cat({w.at("dt_layernorm.weight"), w.at("b_layernorm.weight"),
                                    w.at("c_layernorm.weight")})
@@ -59,16 +68,28 @@ class MambaMixer final : public ConvSsmMixer {
     at::Tensor x_in = xz.narrow(2, 0, d_inner_);
     at::Tensor z = xz.narrow(2, d_inner_, d_inner_);
     at::Tensor u = ConvSilu(x_in, state ? state->tensors[0] : kNone, rows ? rows->conv : nullptr);
-    at::Tensor x_dbl = x_proj_(u);  // (B, L, dt_rank + 2·d_state)
-    if (config_.bcdt_rms_epsilon > 0) x_dbl = NormDtBC(x_dbl);
-    // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
-    at::Tensor delta = dt_proj_weight_(x_dbl.narrow(2, 0, dt_rank_));
-    at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
-    at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
-    at::Tensor y = Scan(u, delta, z, b_mat, c_mat, state ? state->tensors[1] : kNone,
-                        rows ? rows->ssm : nullptr);
+    TORCH_CHECK(heads_ == 1 || !u.is_cuda(), "mamba: multi-head (Zamba) layers run on the CPU");
+    std::vector<at::Tensor> ys;
+    for (int64_t h = 0; h < heads_; ++h) {
+      const at::Tensor u_h = heads_ == 1 ? u : u.narrow(2, h * head_dim_, head_dim_).contiguous();
+      at::Tensor x_dbl = x_proj_[h](u_h);  // (B, L, dt_rank + 2·d_state)
+      if (config_.bcdt_rms_epsilon > 0) x_dbl = NormDtBC(x_dbl);
+      // dt_proj without its bias: the scan adds the bias and applies softplus on the fly.
+      at::Tensor delta = dt_proj_weight_[h](x_dbl.narrow(2, 0, dt_rank_));
+      at::Tensor b_mat = x_dbl.narrow(2, dt_rank_, n_state);
+      at::Tensor c_mat = x_dbl.narrow(2, dt_rank_ + n_state, n_state);
+      ys.push_back(Scan(h, u, delta, z, b_mat, c_mat, state ? state->tensors[1] : kNone,
+                        rows ? rows->ssm : nullptr));
+    }
     if (state != nullptr) state->position += x.size(1);
-    return out_proj_(y);
+    return out_proj_(heads_ == 1 ? ys[0] : at::cat(ys, 2));
+  }
+
+  // in_proj as [x | z] rows: Zamba's interleaved rows (2i: x, 2i + 1: z) regrouped.
+  static at::Tensor InProj(const MixerConfig& c, const WeightMap& w) {
+    const at::Tensor& in_proj = w.at("in_proj.weight");
+    if (c.mamba_heads == 1) return in_proj;
+    return in_proj.view({c.d_inner(), 2, c.d_model}).transpose(0, 1).reshape({-1, c.d_model});
   }
 
   // Falcon-Mamba: dt, B and C each divided by its root mean square (no weight), as
@@ -140,10 +161,11 @@ class MambaMixer final : public ConvSsmMixer {
     return u;
   }
 
-  // The selective scan with softplus(delta + bias), the D skip and the silu(z) gate, continuing
-  // from ssm_state (or row_states, as in ConvSilu), which is updated in place. b_mat and c_mat are
-  // views into one x_dbl row.
-  at::Tensor Scan(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& z,
+  // The selective scan of head `head`'s channels (all of them with one head) with
+  // softplus(delta + bias), the D skip and the silu(z) gate, continuing from ssm_state (or
+  // row_states, as in ConvSilu), which is updated in place. u and z hold every channel; delta
+  // the head's; b_mat and c_mat are views into one x_dbl row. Returns (B, L, head's channels).
+  at::Tensor Scan(int64_t head, const at::Tensor& u, const at::Tensor& delta, const at::Tensor& z,
                   const at::Tensor& b_mat, const at::Tensor& c_mat, const at::Tensor& ssm_state,
                   float* const* row_states) const {
     if (u.is_cuda()) {
@@ -154,21 +176,32 @@ class MambaMixer final : public ConvSsmMixer {
       TORCH_CHECK(false, "mamba: a CUDA tensor reached a build without CUDA kernels");
 #endif
     }
-    at::Tensor y = at::empty({u.size(0), u.size(1), d_inner_}, u.options());
+    const int64_t first = head * head_dim_, n_state = config_.d_state;
+    at::Tensor y = at::empty({u.size(0), u.size(1), head_dim_}, u.options());
+    // A head of several: its rows of each batch row's state, as row states.
+    std::vector<float*> head_states;
+    if (heads_ > 1) {
+      for (int64_t b = 0; b < u.size(0); ++b) {
+        float* whole =
+            row_states ? row_states[b] : ssm_state.data_ptr<float>() + b * d_inner_ * n_state;
+        head_states.push_back(whole + first * n_state);
+      }
+      row_states = head_states.data();
+    }
     mamba::SelectiveScanParams scan;
     scan.batch = u.size(0);
     scan.seqlen = u.size(1);
-    scan.dim = d_inner_;
-    scan.dstate = config_.d_state;
-    scan.u = u.data_ptr<float>();
+    scan.dim = head_dim_;
+    scan.dstate = n_state;
+    scan.u = u.data_ptr<float>() + first;
     scan.u_batch_stride = u.stride(0);
     scan.u_seq_stride = u.stride(1);
     scan.delta = delta.data_ptr<float>();
     scan.delta_batch_stride = delta.stride(0);
     scan.delta_seq_stride = delta.stride(1);
-    scan.delta_bias = dt_proj_bias_.data_ptr<float>();
+    scan.delta_bias = dt_proj_bias_.data_ptr<float>() + first;
     scan.delta_softplus = true;
-    scan.z = z.data_ptr<float>();
+    scan.z = z.data_ptr<float>() + first;
     scan.z_batch_stride = z.stride(0);
     scan.z_seq_stride = z.stride(1);
     scan.B = b_mat.data_ptr<float>();
@@ -176,9 +209,9 @@ class MambaMixer final : public ConvSsmMixer {
     // B and C are narrowed from the same rows, so they share the row strides.
     scan.bc_batch_stride = b_mat.stride(0);
     scan.bc_seq_stride = b_mat.stride(1);
-    scan.A_t = a_t_.data_ptr<float>();
-    scan.A = a_.data_ptr<float>();
-    scan.D = d_skip_.data_ptr<float>();
+    scan.A_t = a_t_heads_[head].data_ptr<float>();
+    scan.A = a_.data_ptr<float>() + first * n_state;
+    scan.D = d_skip_.data_ptr<float>() + first;
     scan.out = y.data_ptr<float>();
     scan.state = row_states ? nullptr : ssm_state.data_ptr<float>();
     scan.row_states = row_states;
@@ -187,14 +220,16 @@ class MambaMixer final : public ConvSsmMixer {
   }
 
   const MixerConfig config_;
-  const int64_t d_inner_, dt_rank_;
+  const int64_t d_inner_, dt_rank_, heads_, head_dim_;
   // conv_weight_ (d_inner, d_conv) for the CUDA kernel, conv_weight_t_ (d_conv, d_inner) for
   // the CPU one; a_ = -exp(A_log) (d_inner, d_state) and its transpose likewise.
   const LinearWeight in_proj_;
   const at::Tensor conv_weight_, conv_weight_t_, conv_bias_;
-  const LinearWeight x_proj_, dt_proj_weight_;
-  const at::Tensor dt_proj_bias_, a_, a_t_, d_skip_;
+  const at::Tensor dt_proj_bias_, a_, a_t_, d_skip_;  // every head's, flat over d_inner
   const LinearWeight out_proj_;
+  // Per head (one entry with one head): x_proj, dt_proj, and A transposed (d_state, P).
+  std::vector<LinearWeight> x_proj_, dt_proj_weight_;
+  std::vector<at::Tensor> a_t_heads_;
   at::Tensor bcdt_norm_weight_;  // (dt_rank + 2·d_state): Jamba's norm weights; or undefined
 };
 
@@ -202,6 +237,18 @@ class MambaMixer final : public ConvSsmMixer {
 
 std::vector<WeightSpec> ExpectedMambaWeights(const MixerConfig& c) {
   const int64_t d_inner = c.d_inner(), r = c.resolved_dt_rank();
+  if (c.mamba_heads > 1) {  // Zamba's multi-head layout
+    const int64_t h = c.mamba_heads, p = d_inner / h;
+    return {{"in_proj.weight", {2 * d_inner, c.d_model}},
+            {"conv1d.weight", {d_inner, 1, c.d_conv}},
+            {"conv1d.bias", {d_inner}},
+            {"x_proj_weight", {h, r + 2 * c.d_state, p}},
+            {"dt_proj_weight", {h, p, r}},
+            {"dt_proj_bias", {h, p}},
+            {"A_log", {h, p, c.d_state}},
+            {"D", {h, p}},
+            {"out_proj.weight", {c.d_model, d_inner}}};
+  }
   std::vector<WeightSpec> specs = {{"in_proj.weight", {2 * d_inner, c.d_model}},
                                    {"conv1d.weight", {d_inner, 1, c.d_conv}},
                                    {"conv1d.bias", {d_inner}},
@@ -239,6 +286,16 @@ WeightMap RandomMambaWeights(const MixerConfig& c, at::Generator& gen) {
   w["A_log"] = at::log(at::arange(1, c.d_state + 1, at::kFloat)).repeat({d_inner, 1});
   w["D"] = at::ones({d_inner}, at::kFloat);
   w["out_proj.weight"] = uniform({c.d_model, d_inner}, 1.0 / std::sqrt(d_inner));
+  if (c.mamba_heads > 1) {  // Zamba's layout of the same draws: each head's slices
+    const int64_t h = c.mamba_heads, p = d_inner / h;
+    const at::Tensor x_proj = w.at("x_proj.weight");  // (r + 2N, d_inner)
+    w["x_proj_weight"] = x_proj.view({-1, h, p}).permute({1, 0, 2}).contiguous();
+    w["dt_proj_weight"] = w.at("dt_proj.weight").view({h, p, r}).contiguous();
+    w["dt_proj_bias"] = w.at("dt_proj.bias").view({h, p}).contiguous();
+    w["A_log"] = w.at("A_log").view({h, p, c.d_state}).contiguous();
+    w["D"] = w.at("D").view({h, p}).contiguous();
+    for (const char* name : {"x_proj.weight", "dt_proj.weight", "dt_proj.bias"}) w.erase(name);
+  }
   if (c.bcdt_norm_weights) {  // around 1, not 1: a test then sees each weight applied
     w["dt_layernorm.weight"] = 1 + uniform({r}, 0.25);
     w["b_layernorm.weight"] = 1 + uniform({c.d_state}, 0.25);

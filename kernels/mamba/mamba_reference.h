@@ -1,5 +1,6 @@
 // A plain float64 Mamba-1 mixer written straight from the formulas (a loop over time), the
-// reference the fused CPU and CUDA kernels are checked against. Slow by design.
+// reference the fused CPU and CUDA kernels are checked against. Slow by design. With
+// config.mamba_heads > 1, Zamba's multi-head form and layout (mamba_mixer.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

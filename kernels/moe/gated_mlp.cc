@@ -4,10 +4,19 @@
 
 namespace attnserve::kernels {
 
+MlpActivation ParseMlpActivation(const std::string& hidden_act, bool* known) {
+  if (known != nullptr) *known = true;
+  if (hidden_act.empty() || hidden_act == "silu") return MlpActivation::kSilu;
+  if (hidden_act == "gelu_pytorch_tanh") return MlpActivation::kGeluTanh;
+  if (hidden_act == "gelu") return MlpActivation::kGelu;
+  if (known != nullptr) *known = false;
+  return MlpActivation::kSilu;
+}
+
 GatedMlp::GatedMlp(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down_weight,
-                   WeightFormat format, bool gelu, const at::Tensor& gate_bias,
+                   WeightFormat format, MlpActivation activation, const at::Tensor& gate_bias,
                    const at::Tensor& up_bias, const at::Tensor& down_b)
-    : gate_up(at::cat({gate, up}, 0), format), down(down_weight, format), gelu_tanh(gelu) {
+    : gate_up(at::cat({gate, up}, 0), format), down(down_weight, format), act(activation) {
   if (gate_bias.defined()) gate_up_bias = at::cat({gate_bias, up_bias}, 0).contiguous();
   if (down_b.defined()) down_bias = down_b.contiguous();
 }
@@ -17,7 +26,10 @@ at::Tensor GatedMlp::operator()(const at::Tensor& x) const {
   if (gate_up_bias.defined()) gu.add_(gate_up_bias);
   const int64_t width = d_ff();
   at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-  at::Tensor y = down((gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
+  const at::Tensor gated = act == MlpActivation::kSilu       ? at::silu(gate)
+                           : act == MlpActivation::kGeluTanh ? at::gelu(gate, "tanh")
+                                                             : at::gelu(gate);
+  at::Tensor y = down(gated * up);
   if (down_bias.defined()) y.add_(down_bias);
   return y;
 }

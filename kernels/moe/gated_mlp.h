@@ -9,21 +9,30 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
+
 #include "kernels/common/linear.h"
 
 namespace attnserve::kernels {
+
+// act of the gate (a config's hidden_act): "silu" (SwiGLU), "gelu_pytorch_tanh" (GeLU's tanh
+// approximation), "gelu" (exact, erf).
+enum class MlpActivation { kSilu, kGeluTanh, kGelu };
+
+// hidden_act -> MlpActivation; "" is silu; anything else kSilu with *known false when given.
+MlpActivation ParseMlpActivation(const std::string& hidden_act, bool* known = nullptr);
 
 struct GatedMlp {
   LinearWeight gate_up;                // gate_proj and up_proj stacked: (2 · d_ff, d_model)
   LinearWeight down;                   // (d_model, d_ff)
   at::Tensor gate_up_bias, down_bias;  // (2 · d_ff), (d_model); undefined without biases
-  bool gelu_tanh = false;              // act: GeLU (tanh approximation), else SiLU
+  MlpActivation act = MlpActivation::kSilu;
 
   GatedMlp() = default;
   // From Hugging Face's gate_proj, up_proj and down_proj weights (out, in) and, optionally,
   // their biases (undefined: none), kept as `format` (linear.h).
   GatedMlp(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
-           WeightFormat format, bool gelu_tanh, const at::Tensor& gate_bias = {},
+           WeightFormat format, MlpActivation act, const at::Tensor& gate_bias = {},
            const at::Tensor& up_bias = {}, const at::Tensor& down_bias = {});
 
   bool defined() const { return gate_up.defined(); }

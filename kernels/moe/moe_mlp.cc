@@ -20,7 +20,7 @@ MoeMlp::MoeMlp(const MoeConfig& config, const WeightMap& w, WeightFormat format)
     : config_(config), router_(w.at("router.weight"), WeightFormat::kFloat32) {
   for (int64_t e = 0; e < config.num_experts; ++e) {
     experts_.emplace_back(w.at(ExpertName(e, "gate_proj")), w.at(ExpertName(e, "up_proj")),
-                          w.at(ExpertName(e, "down_proj")), format, config.gelu_tanh);
+                          w.at(ExpertName(e, "down_proj")), format, config.act);
   }
 }
 

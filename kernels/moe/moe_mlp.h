@@ -35,7 +35,7 @@ struct MoeConfig {
   int64_t num_experts = 0;
   int64_t top_k = 2;
   RouterKind router = RouterKind::kSoftmaxTopK;
-  bool gelu_tanh = false;  // the experts' activation: GeLU (tanh), else SiLU
+  MlpActivation act = MlpActivation::kSilu;  // the experts'
 };
 
 class MoeMlp {

@@ -104,7 +104,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::Step(const at::Tensor& x_t,
       rows.push_back({state->tensors[0], state->tensors[1], i, state->position, &state->shared});
     }
     ASSIGN_OR_RETURN(const at::Tensor heads, AttendCaches(q, rows));
-    return projections_.ProjectOutput(heads).view({b, config_.d_model});
+    return projections_.ProjectOutput(heads).view({b, config_.output_dim()});
   });
 }
 
@@ -132,7 +132,7 @@ absl::StatusOr<at::Tensor> KvCacheAttentionMixer::StepBatch(
       rows.push_back({state.tensors[0], state.tensors[1], 0, state.position, &state.shared});
     }
     ASSIGN_OR_RETURN(const at::Tensor heads, AttendCaches(q, rows));
-    return projections_.ProjectOutput(heads).view({b, config_.d_model});
+    return projections_.ProjectOutput(heads).view({b, config_.output_dim()});
   });
 }
 

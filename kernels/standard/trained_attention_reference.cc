@@ -59,7 +59,9 @@ absl::StatusOr<at::Tensor> TrainedAttentionReference(const MixerConfig& c, const
     }
     k = k.repeat_interleave(h / hkv, 1);
     v = v.repeat_interleave(h / hkv, 1);
-    at::Tensor scores = at::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(d));
+    const double scale =
+        c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(d));
+    at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
     // Query i sees keys j with j <= i and, with a window W, i - j < W.
     const at::Tensor i = at::arange(l, at::kLong).unsqueeze(1), j = at::arange(l, at::kLong);
     at::Tensor hidden = j > i;

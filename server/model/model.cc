@@ -15,6 +15,8 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
 #include "server/model/model_config.h"
+#include "server/model/model_fingerprint.h"
+#include "server/model/shared_block.h"
 
 namespace attnserve::model {
 namespace {
@@ -23,122 +25,6 @@ using kernels::ShapeString;
 using kernels::WeightSpec;
 
 std::string LayerPrefix(int i) { return absl::StrCat("backbone.layers.", i, "."); }
-
-// FNV-1a, 64 bit.
-uint64_t Fnv(uint64_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-// The fields of a config that change what the model computes: a state stays valid across a
-// rewrite of config.json (ours to Hugging Face's, a new max_sequence_length, defaults of
-// mixers the model does not use).
-v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
-  v1::ModelConfig a = config;
-  a.clear_model_type();
-  a.clear_max_sequence_length();
-  if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
-  bool attention = false, linformer = false, mamba = false, mamba2 = false, rwkv = false,
-       window = false, performer = false, sparse = false, only_rwkv = true;
-  for (const std::string& layer : a.layers()) {
-    attention = attention || (layer != "mamba" && layer != "rwkv" && layer != "mamba2");
-    linformer = linformer || layer == "linformer";
-    mamba = mamba || layer == "mamba";
-    mamba2 = mamba2 || layer == "mamba2";
-    rwkv = rwkv || layer == "rwkv";
-    window = window || layer == "sliding_window";
-    sparse = sparse || layer == "sparse";
-    performer = performer || layer == "performer";
-    only_rwkv = only_rwkv && layer == "rwkv";
-  }
-  if (!window) {
-    a.clear_sliding_window();
-    a.clear_sliding_window_sinks();
-  }
-  if (!performer) a.clear_performer_seed();
-  if (!sparse) {
-    a.clear_sparse_pattern();
-    a.clear_sparse_stride();
-  }
-  if (a.sparse_pattern() != "fixed") a.clear_sparse_c();  // only fixed reads it
-  if (a.final_norm_epsilon() == a.norm_epsilon()) a.clear_final_norm_epsilon();  // spelt out
-  // Rescaling with no halving before ln_out and every block at scale 1 is none.
-  if (a.rwkv_rescale_every() > a.layers_size()) a.clear_rwkv_rescale_every();
-  // In rwkv layers intermediate_size 0 means 4 * hidden_size (the channel mixing's width);
-  // with no other layer to read it as "no MLP", the two spellings are one model.
-  if (only_rwkv && a.intermediate_size() == 0) a.set_intermediate_size(4 * a.hidden_size());
-  if (!rwkv) {
-    a.clear_rwkv_attention_size();
-  } else if (a.rwkv_attention_size() == 0) {
-    a.set_rwkv_attention_size(a.hidden_size());
-  }
-  if (a.hidden_act() == "silu") a.clear_hidden_act();  // the default, spelt out
-  if (a.num_key_value_heads() == a.num_heads()) a.clear_num_key_value_heads();
-  if (a.num_heads() > 0 && a.head_dim() * a.num_heads() == a.hidden_size()) a.clear_head_dim();
-  bool windows = false;
-  for (int64_t w : a.attention_windows()) windows = windows || w != 0;
-  if (!windows) a.clear_attention_windows();
-  if (!attention) {
-    a.clear_num_heads();
-    a.clear_bidirectional();
-    a.clear_num_key_value_heads();
-    a.clear_head_dim();
-    a.clear_attention_qkv_bias();
-    a.clear_attention_out_bias();
-    a.clear_rope_theta();
-    a.clear_partial_rotary_factor();
-    a.clear_rope_scaling();
-    a.clear_attention_windows();
-  }
-  if (!(a.rope_theta() > 0)) {
-    a.clear_partial_rotary_factor();
-    a.clear_rope_scaling();
-    a.clear_max_position_embeddings();
-    a.clear_original_max_position_embeddings();
-  }
-  if (a.intermediate_size() == 0) {
-    a.clear_hidden_act();
-    a.clear_mlp_bias();
-  }
-  if (!linformer) {
-    a.clear_linformer_k();
-    a.clear_linformer_max_len();
-    a.clear_linformer_extend();
-  }
-  if (!mamba && !mamba2) {
-    a.clear_state_size();
-    a.clear_conv_kernel();
-    a.clear_expand();
-  }
-  if (a.num_experts() == 0) {
-    a.clear_num_experts_per_tok();
-    a.clear_moe_router();
-    a.clear_expert_layers();
-  } else {
-    if (a.moe_router() == "softmax_topk") a.clear_moe_router();  // the default, spelt out
-    bool all = true;
-    for (bool e : a.expert_layers()) all = all && e;
-    if (all) a.clear_expert_layers();
-  }
-  if (!mamba || a.mamba_bcdt_rms_eps() == 0) a.clear_mamba_bcdt_norm_weights();
-  if (!mamba) {
-    a.clear_time_step_rank();
-    a.clear_mamba_bcdt_rms_eps();
-  } else if (a.time_step_rank() == 0) {
-    a.set_time_step_rank((a.hidden_size() + 15) / 16);
-  }
-  a.clear_ssm_chunk_size();  // how a prefill is scanned, not what it computes
-  if (!mamba2) {
-    a.clear_ssm_num_heads();
-    a.clear_ssm_n_groups();
-    a.clear_time_step_limit();
-  } else if (a.time_step_limit_size() == 2 && a.time_step_limit(0) == 0 &&
-             std::isinf(a.time_step_limit(1))) {
-    a.clear_time_step_limit();  // the default, spelt out
-  }
-  return a;
-}
 
 }  // namespace
 
@@ -161,8 +47,12 @@ ModelState ModelState::Clone() const {
   return copy;
 }
 
+Model::~Model() = default;
+
 std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
-  const int64_t hidden = c.hidden_size(), mlp = c.intermediate_size();
+  const int64_t hidden = c.hidden_size();
+  // With a shared block, intermediate_size is its MLP's: the layers have none.
+  const int64_t mlp = UsesSharedBlock(c) ? 0 : c.intermediate_size();
   std::vector<WeightSpec> specs = {{"backbone.embeddings.weight", {c.vocab_size(), hidden}}};
   auto norm = [&](const std::string& name) {
     specs.push_back({name + ".weight", {hidden}});
@@ -178,6 +68,7 @@ std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
       spec.name = prefix + "mixer." + spec.name;
       specs.push_back(std::move(spec));
     }
+    if (LayerUsesSharedBlock(c, i)) specs.push_back({prefix + "shared_linear.weight", {hidden, hidden}});
     if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
       norm(prefix + "mlp_norm");
       for (WeightSpec spec : kernels::MoeMlp::ExpectedWeights(LayerMoeConfig(c))) {
@@ -196,6 +87,9 @@ std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
       }
     }
   }
+  if (UsesSharedBlock(c)) {
+    for (WeightSpec spec : SharedBlock::ExpectedTensors(c)) specs.push_back(std::move(spec));
+  }
   norm("backbone.norm_f");
   if (!c.tie_word_embeddings()) specs.push_back({"lm_head.weight", {c.vocab_size(), hidden}});
   return specs;
@@ -204,7 +98,8 @@ std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
 std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c, uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::map<std::string, at::Tensor> w;
-  const int64_t hidden = c.hidden_size(), mlp = c.intermediate_size();
+  const int64_t hidden = c.hidden_size();
+  const int64_t mlp = UsesSharedBlock(c) ? 0 : c.intermediate_size();
   // std 0.02 as Hugging Face initialises embeddings: a tied lm_head then gives spread-out
   // next-token distributions rather than echoing the input token.
   w["backbone.embeddings.weight"] = at::normal(0.0, 0.02, {c.vocab_size(), hidden}, gen);
@@ -223,6 +118,10 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
         at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>());
     for (auto& [name, t] : kernels::RandomWeights(mixer, mixer_seed)) {
       w[prefix + "mixer." + name] = t;
+    }
+    if (LayerUsesSharedBlock(c, i)) {
+      w[prefix + "shared_linear.weight"] =
+          at::normal(0.0, 1.0 / std::sqrt(hidden), {hidden, hidden}, gen);
     }
     if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
       norm(prefix + "mlp_norm");
@@ -246,35 +145,17 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
       }
     }
   }
+  if (UsesSharedBlock(c)) {
+    SharedBlock::AddRandomWeights(
+        c, static_cast<uint64_t>(at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>()),
+        &w);
+  }
   norm("backbone.norm_f");
   if (!c.tie_word_embeddings()) {
     w["lm_head.weight"] = at::normal(0.0, 1.0 / std::sqrt(hidden), {c.vocab_size(), hidden}, gen);
   }
   return w;
 }
-
-namespace {
-
-// Config architecture and a strided sample of every weight, FNV-1a hashed.
-uint64_t Fingerprint(const v1::ModelConfig& config, const std::vector<WeightSpec>& specs,
-                     const std::map<std::string, at::Tensor>& weights) {
-  std::string config_bytes;
-  ArchitectureOf(config).SerializeToString(&config_bytes);
-  uint64_t h = Fnv(1469598103934665603ull, config_bytes.data(), config_bytes.size());
-  for (const WeightSpec& spec : specs) {
-    const at::Tensor& t = weights.at(spec.name);
-    h = Fnv(h, spec.name.data(), spec.name.size());
-    // A strided sample of each tensor: cheap for large checkpoints, and any retraining or
-    // reinitialisation changes it.
-    const at::Tensor flat = t.contiguous().view(-1);
-    const int64_t step = std::max<int64_t>(1, flat.numel() / 1024);
-    const float* data = flat.data_ptr<float>();
-    for (int64_t j = 0; j < flat.numel(); j += step) h = Fnv(h, data + j, sizeof(float));
-  }
-  return h;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::ModelConfig config,
                                                      std::map<std::string, at::Tensor> weights,
@@ -379,6 +260,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   m->embeddings_in_lm_head_ =
       c.tie_word_embeddings() && !kernels::IsInt8(format) && device.is_cpu();
   if (!m->embeddings_in_lm_head_) m->embedding_ = embedding;
+  int64_t shared_uses = 0;  // the shared block's uses so far: its KV slots follow the layers'
+  if (UsesSharedBlock(c)) {
+    absl::StatusOr<std::unique_ptr<SharedBlock>> block =
+        SharedBlock::Create(c, weights, format, options.kv_cache_dtype);
+    if (!block.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("model '", m->name_, "': ", block.status().message()));
+    }
+    m->shared_ = *std::move(block);
+  }
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
     Layer layer;
@@ -411,9 +301,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
                                   ? mixer_config.max_len
                                   : std::min(m->interpolates_past_, mixer_config.max_len);
     }
-    if (c.intermediate_size() > 0 && !owns_norms) {
+    if (LayerUsesSharedBlock(c, i)) {
+      layer.shared_linear = kernels::LinearWeight(w(prefix + "shared_linear.weight"), format);
+      layer.shared_slot = c.layers_size() + shared_uses++;
+    }
+    if (c.intermediate_size() > 0 && !owns_norms && !UsesSharedBlock(c)) {
       layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());
-      const bool gelu_tanh = c.hidden_act() == "gelu_pytorch_tanh";
+      const kernels::MlpActivation act = kernels::ParseMlpActivation(c.hidden_act());
       if (LayerHasExperts(c, i)) {
         kernels::WeightMap moe_weights;
         const std::string mlp_prefix = prefix + "mlp.";
@@ -429,12 +323,13 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
         };
         layer.mlp =
             kernels::GatedMlp(w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight"),
-                              w(prefix + "mlp.down_proj.weight"), format, gelu_tanh,
+                              w(prefix + "mlp.down_proj.weight"), format, act,
                               bias("gate_proj"), bias("up_proj"), bias("down_proj"));
       }
     }
     m->layers_.push_back(std::move(layer));
   }
+  m->state_slots_ = c.layers_size() + shared_uses;
 
   m->fingerprint_ = fingerprint;
   // What a decode step reads: every weight but the embedding table (a step looks up B rows of
@@ -465,13 +360,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
 
 int64_t Model::StepKeysRead(int64_t position) const {
   int64_t keys = 0;
-  for (const Layer& layer : layers_) keys += layer.mixer->StepKeysRead(position);
+  for (const Layer& layer : layers_) {
+    keys += layer.mixer->StepKeysRead(position);
+    if (layer.shared_slot >= 0) keys += shared_->attention().StepKeysRead(position);
+  }
   return keys;
 }
 
 int64_t Model::StateBytesPerSequence(int64_t position) const {
   int64_t bytes = 0;
-  for (const Layer& layer : layers_) bytes += layer.mixer->StateBytesPerSequence(position);
+  for (const Layer& layer : layers_) {
+    bytes += layer.mixer->StateBytesPerSequence(position);
+    if (layer.shared_slot >= 0) bytes += shared_->attention().StateBytesPerSequence(position);
+  }
   return bytes;
 }
 
@@ -485,6 +386,12 @@ absl::StatusOr<ModelState> Model::NewState(int64_t batch) const {
   ModelState state;
   for (const Layer& layer : layers_) {
     ASSIGN_OR_RETURN(kernels::MixerState s, layer.mixer->InitialState(batch));
+    state.layers.push_back(std::move(s));
+  }
+  // The shared block's KV cache of each layer that uses it (Layer::shared_slot).
+  for (const Layer& layer : layers_) {
+    if (layer.shared_slot < 0) continue;
+    ASSIGN_OR_RETURN(kernels::MixerState s, shared_->attention().InitialState(batch));
     state.layers.push_back(std::move(s));
   }
   return state;
@@ -512,10 +419,10 @@ absl::Status Model::CheckTokens(const at::Tensor& tokens, const ModelState* stat
                                                    " is outside the vocabulary [0, ", vocab_size(),
                                                    ") of model '", name_, "'"));
   }
-  if (state && static_cast<int64_t>(state->layers.size()) != config_.layers_size()) {
+  if (state && static_cast<int64_t>(state->layers.size()) != state_slots_) {
     return absl::InvalidArgumentError(absl::StrCat("state has ", state->layers.size(),
                                                    " layers, model '", name_, "' has ",
-                                                   config_.layers_size()));
+                                                   state_slots_));
   }
   return absl::OkStatus();
 }
@@ -525,17 +432,8 @@ at::Tensor Model::Norm(const at::Tensor& x, const NormWeights& norm) const {
   if (norm.bias.defined()) {
     return at::layer_norm(x, {x.size(-1)}, norm.weight, norm.bias, norm.epsilon);
   }
-  if (x.is_cpu() && x.scalar_type() == at::kFloat && x.is_contiguous() && norm.weight.is_cpu() &&
-      norm.weight.scalar_type() == at::kFloat && norm.weight.is_contiguous() && x.numel() > 0) {
-    // One pass instead of six ATen operations (kernels/common/rms_norm.h).
-    const int64_t width = x.size(-1);
-    at::Tensor out = at::empty_like(x);
-    kernels::RmsNormRows(x.data_ptr<float>(), width, x.numel() / width, width,
-                         norm.weight.data_ptr<float>(), static_cast<float>(norm.epsilon),
-                         out.data_ptr<float>());
-    return out;
-  }
-  return x * at::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + norm.epsilon) * norm.weight;
+  // One pass instead of six ATen operations (kernels/common/rms_norm.h).
+  return kernels::RmsNorm(x, norm.weight, norm.epsilon);
 }
 
 at::Tensor Model::Embed(const at::Tensor& ids) const {
@@ -545,10 +443,18 @@ at::Tensor Model::Embed(const at::Tensor& ids) const {
 
 absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) const {
   const bool step = state != nullptr && x.size(1) == 1;
+  const at::Tensor embeddings = x;  // the shared block's second input
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = layers_[i];
     kernels::MixerState* s = state ? &state->layers[i] : nullptr;
-    at::Tensor normed = Norm(x, layer.norm);
+    at::Tensor input = x;
+    if (layer.shared_slot >= 0) {  // Zamba's hybrid layer: x + shared_linear(block(x, x0))
+      ASSIGN_OR_RETURN(const at::Tensor t,
+                       shared_->Prefill(x, embeddings,
+                                        state ? &state->layers[layer.shared_slot] : nullptr));
+      input = x + layer.shared_linear(t);
+    }
+    at::Tensor normed = Norm(input, layer.norm);
     at::Tensor mixed;
     if (step) {
       ASSIGN_OR_RETURN(mixed, layer.mixer->Step(normed.squeeze(1), s));
@@ -582,7 +488,7 @@ absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
                                                      vocab_size(), ") of model '", name_, "'"));
     }
     const ModelState* state = states[i];
-    if (state == nullptr || static_cast<int64_t>(state->layers.size()) != config_.layers_size()) {
+    if (state == nullptr || static_cast<int64_t>(state->layers.size()) != state_slots_) {
       return absl::InvalidArgumentError(
           absl::StrCat("StepBatch: state ", i, " is not a state of model '", name_, "'"));
     }
@@ -620,11 +526,21 @@ absl::StatusOr<at::Tensor> Model::StepRows(const std::vector<int64_t>& tokens,
   const std::vector<int64_t> ids_of_rows(tokens.begin() + begin, tokens.begin() + end);
   const at::Tensor ids = at::tensor(ids_of_rows, at::kLong).to(device());
   at::Tensor x = Embed(ids);  // (rows, hidden)
+  const at::Tensor embeddings = x;
   std::vector<kernels::MixerState*> layer_states(end - begin);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
+    at::Tensor input = x;
+    if (layer.shared_slot >= 0) {  // Zamba's hybrid layer (RunLayers)
+      for (size_t i = begin; i < end; ++i) {
+        layer_states[i - begin] = &states[i]->layers[layer.shared_slot];
+      }
+      ASSIGN_OR_RETURN(const at::Tensor t, shared_->StepBatch(x, embeddings, layer_states));
+      input = x + layer.shared_linear(t);
+    }
     for (size_t i = begin; i < end; ++i) layer_states[i - begin] = &states[i]->layers[l];
-    ASSIGN_OR_RETURN(at::Tensor mixed, layer.mixer->StepBatch(Norm(x, layer.norm), layer_states));
+    ASSIGN_OR_RETURN(at::Tensor mixed,
+                     layer.mixer->StepBatch(Norm(input, layer.norm), layer_states));
     x = AddMlp(layer, x + mixed);
   }
   for (size_t i = begin; i < end; ++i) states[i]->position += 1;

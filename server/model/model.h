@@ -1,7 +1,10 @@
 // A served model: embedding [-> norm] -> N x (norm -> mixer -> residual [-> norm -> gated MLP
 // (SiLU or GeLU-tanh, biases optional), or a mixture of such experts (kernels/moe/) -> residual])
 // -> norm -> lm_head, the norms RMSNorm or
-// LayerNorm (config.norm). A layer whose mixer is a whole block with its norms inside
+// LayerNorm (config.norm). A layer marked in config.shared_block_layers first runs Zamba's shared
+// attention + MLP block on concat(x, input embeddings) and feeds x + its shared_linear of that
+// to its mixer (shared_block.h; the block's KV cache of each such layer is a slot of its own in
+// ModelState::layers, after the layers'). A layer whose mixer is a whole block with its norms inside
 // (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. Each layer
 // names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and safe to
 // call from many threads at once with distinct states; a ModelState belongs to one caller at a
@@ -41,6 +44,8 @@
 #include "server/model/model_text.h"
 
 namespace attnserve::model {
+
+class SharedBlock;  // server/model/shared_block.h
 
 // What Forward returns.
 enum class OutputKind {
@@ -91,6 +96,7 @@ struct ModelState {
 
 class Model {
  public:
+  ~Model();  // model.cc: SharedBlock is complete there
   // Checks `weights` against ExpectedTensors(config): a missing, extra or misshapen tensor is
   // an error naming it and both shapes. `config` must pass ValidateModelConfig.
   // Forward takes and returns CPU tensors whatever options.device.
@@ -219,6 +225,10 @@ class Model {
     NormWeights mlp_norm;
     kernels::GatedMlp mlp;                 // the dense MLP; undefined without one
     std::unique_ptr<kernels::MoeMlp> moe;  // instead, on a layer with experts
+    // A layer using the shared block (shared_block.h): its shared_linear and the index of its
+    // KV cache's slot in ModelState::layers (after the layers' own); -1: none.
+    kernels::LinearWeight shared_linear;
+    int64_t shared_slot = -1;
   };
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;
@@ -242,6 +252,9 @@ class Model {
   NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
+  std::unique_ptr<SharedBlock> shared_;  // Zamba's shared block, or null
+  int64_t state_slots_ = 0;              // ModelState::layers' size: the layers, then their
+                                         // shared-block KV slots
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights; float32 only
   std::vector<std::vector<bool>> growing_caches_;
   bool can_stream_ = true;

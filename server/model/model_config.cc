@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "server/model/architectures/architecture.h"
 #include "server/model/python_json.h"
+#include "server/model/shared_block.h"
 
 namespace attnserve::model {
 namespace {
@@ -120,6 +121,34 @@ absl::Status ValidateExperts(const v1::ModelConfig& c) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateSharedBlock(const v1::ModelConfig& c) {
+  if (!(c.attention_scale() >= 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: attention_scale must be >= 0 (0: head_dim^-1/2), got ",
+                     c.attention_scale()));
+  }
+  if (c.shared_block_layers_size() != 0 && c.shared_block_layers_size() != c.layers_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: shared_block_layers has ", c.shared_block_layers_size(),
+                     " entries for ", c.layers_size(), " layers (one per layer, or none)"));
+  }
+  if (!UsesSharedBlock(c)) return absl::OkStatus();
+  if (c.intermediate_size() <= 0 || c.num_experts() > 0 || c.norm() == "layer_norm") {
+    return absl::InvalidArgumentError(
+        "config: the shared block needs intermediate_size > 0 (its MLP), RMSNorms and no experts");
+  }
+  for (int i = 0; i < c.layers_size(); ++i) {
+    if (LayerUsesSharedBlock(c, i) && kernels::MixerOwnsNorms(LayerMixerConfig(c, i).kind)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config: layers[", i, "] (", c.layers(i), ") owns its norms: no shared block there"));
+    }
+  }
+  if (absl::Status s = kernels::ValidateMixerConfig(SharedBlock::AttentionConfig(c)); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("config: the shared block: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool LayerHasExperts(const v1::ModelConfig& c, int layer) {
@@ -134,7 +163,7 @@ kernels::MoeConfig LayerMoeConfig(const v1::ModelConfig& c) {
   m.num_experts = c.num_experts();
   m.top_k = c.num_experts_per_tok();
   m.router = kernels::ParseRouterKind(c.moe_router()).value_or(kernels::RouterKind::kSoftmaxTopK);
-  m.gelu_tanh = c.hidden_act() == "gelu_pytorch_tanh";
+  m.act = kernels::ParseMlpActivation(c.hidden_act());
   return m;
 }
 
@@ -206,11 +235,12 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
         absl::StrCat("config: attention_windows has ", c.attention_windows_size(), " entries for ",
                      c.layers_size(), " layers (one per layer, or none)"));
   }
-  if (!c.hidden_act().empty() && c.hidden_act() != "silu" &&
-      c.hidden_act() != "gelu_pytorch_tanh") {
+  bool known_act = false;
+  kernels::ParseMlpActivation(c.hidden_act(), &known_act);
+  if (!known_act) {
     return absl::InvalidArgumentError(
         absl::StrCat("config: hidden_act \"", c.hidden_act(),
-                     "\" is not supported (silu, gelu_pytorch_tanh: gated MLPs)"));
+                     "\" is not supported (silu, gelu_pytorch_tanh, gelu: gated MLPs)"));
   }
   if (c.rope_theta() < 0 || c.partial_rotary_factor() < 0 || c.partial_rotary_factor() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -231,6 +261,7 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
     }
   }
   if (absl::Status s = ValidateExperts(c); !s.ok()) return s;
+  if (absl::Status s = ValidateSharedBlock(c); !s.ok()) return s;
   if (c.mamba_bcdt_norm_weights() && !(c.mamba_bcdt_rms_eps() > 0)) {
     return absl::InvalidArgumentError(
         "config: mamba_bcdt_norm_weights needs the norms: mamba_bcdt_rms_eps > 0");
@@ -270,6 +301,9 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.dt_rank = c.time_step_rank();
   m.bcdt_rms_epsilon = m.kind == kernels::MixerKind::kMamba ? c.mamba_bcdt_rms_eps() : 0.0;
   m.bcdt_norm_weights = m.bcdt_rms_epsilon > 0 && c.mamba_bcdt_norm_weights();
+  m.mamba_heads = m.kind == kernels::MixerKind::kMamba && c.mamba_num_heads() > 1
+                      ? c.mamba_num_heads()
+                      : 1;
   if (m.kind == kernels::MixerKind::kMamba2) {
     m.ssm_heads = c.ssm_num_heads();
     m.ssm_groups = c.ssm_n_groups();
@@ -290,6 +324,7 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
     m.o_bias = c.attention_out_bias();
     m.attention_window = layer < c.attention_windows_size() ? c.attention_windows(layer) : 0;
     m.rope = RotaryConfigOf(c);
+    m.attention_scale = c.attention_scale();
   }
   return m;
 }

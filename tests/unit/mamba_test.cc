@@ -22,6 +22,7 @@ struct MambaShape {
   int64_t batch, len, d_model, d_state, d_conv;
   double bcdt_rms_epsilon = 0;     // > 0: Falcon-Mamba's norms of dt, B and C
   bool bcdt_norm_weights = false;  // Jamba's: those norms with weights
+  int64_t heads = 1;               // Zamba's multi-head Mamba
 };
 
 class MambaReferenceTest : public ::testing::TestWithParam<MambaShape> {};
@@ -31,6 +32,7 @@ TEST_P(MambaReferenceTest, MatchesFloat64Reference) {
   MixerConfig c = MambaConfig(s.d_model, s.d_state, s.d_conv);
   c.bcdt_rms_epsilon = s.bcdt_rms_epsilon;
   c.bcdt_norm_weights = s.bcdt_norm_weights;
+  c.mamba_heads = s.heads;
   WeightMap w = RandomWeights(c, 7 + s.len);
   auto mixer = CreateMixer(c, w);
   ASSERT_TRUE(mixer.ok()) << mixer.status();
@@ -52,7 +54,10 @@ INSTANTIATE_TEST_SUITE_P(
                       MambaShape{2, 65, 24, 8, 3}, MambaShape{1, 200, 64, 16, 4},
                       MambaShape{1, 130, 256, 16, 4}, MambaShape{2, 70, 40, 16, 4, 1e-6},
                       MambaShape{1, 1, 24, 8, 3, 1e-3}, MambaShape{2, 45, 40, 16, 4, 1e-6, true},
-                      MambaShape{1, 1, 20, 8, 4, 1e-5, true}));
+                      MambaShape{1, 1, 20, 8, 4, 1e-5, true},
+                      // Zamba: 2 heads of 40 (a partial block of 8 channels each), 4 of 16.
+                      MambaShape{2, 37, 40, 16, 4, 0, false, 2}, MambaShape{1, 1, 32, 16, 4, 0, false, 4},
+                      MambaShape{1, 70, 32, 8, 4, 0, false, 4}));
 
 TEST(MambaTest, ReferenceMatchesAWideRangeOfStepSizes) {
   // Large dt_proj bias: dt·A far below -87 exercises the clamped exp (exp underflows to 0).

@@ -64,6 +64,12 @@ MixerConfig FalconMamba(int64_t d_model, int64_t d_state) {
   return c;
 }
 
+MixerConfig ZambaMamba(int64_t d_model, int64_t d_state, int64_t heads) {
+  MixerConfig c = Mamba(d_model, d_state);
+  c.mamba_heads = heads;
+  return c;
+}
+
 MixerConfig JambaMamba(int64_t d_model, int64_t d_state) {
   MixerConfig c = FalconMamba(d_model, d_state);
   c.bcdt_norm_weights = true;
@@ -122,6 +128,7 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba_narrow_state", Mamba(40, 12)},
           {"falcon_mamba_norms", FalconMamba(40, 16)},
           {"jamba_mamba_norm_weights", JambaMamba(36, 16)},
+          {"zamba_multi_head_mamba", ZambaMamba(40, 16, 2)},
           {"mamba2", Mamba2(64, 8, 1, 16, 16)},
           {"mamba2_groups_wide_state", Mamba2(64, 4, 2, 32, 7)},
           {"mamba2_odd_head_dim_and_state", Mamba2(36, 3, 3, 12, 64)},

@@ -57,7 +57,7 @@ class MoeReferenceTest : public ::testing::TestWithParam<MoeShape> {};
 
 TEST_P(MoeReferenceTest, MatchesFloat64Reference) {
   const MoeShape s = GetParam();
-  const MoeConfig c{s.d_model, s.d_ff, s.experts, s.top_k, s.router, false};
+  const MoeConfig c{s.d_model, s.d_ff, s.experts, s.top_k, s.router, MlpActivation::kSilu};
   const WeightMap w = MoeMlp::RandomWeights(c, 3 + s.tokens);
   const MoeMlp moe(c, w, WeightFormat::kFloat32);
   const at::Tensor x = testing::RandomTensor({1, s.tokens, s.d_model}, 5 + s.experts);
@@ -99,7 +99,7 @@ TEST(MoeRouterTest, VariantsWeighAlike) {
 // Each token's row of a batch is the bits of the token alone, whatever experts the others chose,
 // in every weight format.
 TEST(MoeMlpTest, TokenResultsDoNotDependOnTheBatch) {
-  const MoeConfig c{64, 96, 8, 2, RouterKind::kSoftmaxTopK, false};
+  const MoeConfig c{64, 96, 8, 2, RouterKind::kSoftmaxTopK, MlpActivation::kSilu};
   WeightMap w = MoeMlp::RandomWeights(c, 11);
   for (auto& [name, t] : w) t = t.to(at::kBFloat16).to(at::kFloat);  // bf16-exact for kBfloat16
   const at::Tensor x = testing::RandomTensor({24, 64}, 13);

@@ -15,6 +15,7 @@
 //   mistral MistralForCausalLM    mistral.cc
 //   qwen2   Qwen2ForCausalLM      qwen2.cc
 //   jamba   JambaForCausalLM      jamba.cc     (Mamba-1 + GQA attention + mixture of experts)
+//   zamba   ZambaForCausalLM      zamba.cc     (multi-head Mamba-1 + a shared attention block)
 // A config.json of any other model_type is attnserve's own schema.
 #pragma once
 

@@ -12,10 +12,11 @@ extern const Architecture kLlama;
 extern const Architecture kMistral;
 extern const Architecture kQwen2;
 extern const Architecture kJamba;
+extern const Architecture kZamba;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
-      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv, &kLlama, &kMistral, &kQwen2, &kJamba};
+      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv, &kLlama, &kMistral, &kQwen2, &kJamba, &kZamba};
   return all;
 }
 

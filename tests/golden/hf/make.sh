@@ -28,6 +28,9 @@ make falcon_mamba --arch falcon_mamba
 make mamba --arch mamba
 make mamba2 --arch mamba2
 make jamba --arch jamba
+make zamba --arch zamba
+make zamba_heads4_untied --arch zamba --set n_mamba_heads=4 --set num_key_value_heads=4 \
+  --set tie_word_embeddings=false --set attn_layer_period=2 --set attn_layer_offset=0
 # Several groups: transformers' multi-group Mamba-2 is wrong before v4.52 (llamacpp_reference.py
 # says how), so the weights are transformers' and the references llama.cpp's.
 make mamba2_groups4 --arch mamba2 --set n_groups=4 --set chunk_size=5

@@ -1,0 +1,101 @@
+// Zamba's shared attention + MLP block (server/model/shared_block.h) in attnserve's own config:
+// multi-head Mamba layers, some of which run the shared block first. The config's refusals, the
+// tensors (the block once, a shared_linear per using layer), the state's slots (a KV cache per
+// using layer), chunks and steps = one whole pass, batched rows = each alone. (Transformers'
+// Zamba: tests/integration/hf_golden_test.py.)
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "server/model/model.h"
+#include "server/model/model_config.h"
+#include "server/model/shared_block.h"
+#include "tests/unit/test_util.h"
+
+namespace attnserve::model {
+namespace {
+
+constexpr char kZambaLike[] = R"({"vocab_size": 96, "hidden_size": 32, "num_heads": 4,
+  "num_key_value_heads": 2, "head_dim": 16, "attention_scale": 0.3535533905932738,
+  "layers": ["mamba", "mamba", "mamba", "mamba"], "mamba_num_heads": 2,
+  "shared_block_layers": [false, true, false, true], "intermediate_size": 48,
+  "hidden_act": "gelu"})";
+
+TEST(SharedBlockModelTest, ConfigTensorsAndRefusals) {
+  auto c = ParseModelConfigJson(kZambaLike);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(UsesSharedBlock(*c));
+  EXPECT_TRUE(LayerUsesSharedBlock(*c, 3));
+  EXPECT_EQ(LayerMixerConfig(*c, 0).mamba_heads, 2);
+  const kernels::MixerConfig attention = SharedBlock::AttentionConfig(*c);
+  EXPECT_EQ(attention.d_model, 64);
+  EXPECT_EQ(attention.output_dim(), 32);
+  const std::vector<kernels::WeightSpec> specs = Model::ExpectedTensors(*c);
+  auto count = [&](const std::string& part) {
+    return std::count_if(specs.begin(), specs.end(), [&](const kernels::WeightSpec& s) {
+      return s.name.find(part) != std::string::npos;
+    });
+  };
+  EXPECT_EQ(count("backbone.shared.mixer.q_proj.weight"), 1);
+  EXPECT_EQ(count("shared_linear.weight"), 2);
+  EXPECT_EQ(count(".mlp.gate_proj"), 1);  // the block's only: the layers have no MLP
+  EXPECT_EQ(count("x_proj_weight"), 4);
+  for (const char* bad : {
+           R"({"vocab_size": 9, "hidden_size": 8, "num_heads": 2, "layers": ["mamba"],
+               "intermediate_size": 8, "shared_block_layers": [true, false]})",
+           R"({"vocab_size": 9, "hidden_size": 8, "num_heads": 2, "layers": ["mamba"],
+               "shared_block_layers": [true]})",
+           R"({"vocab_size": 9, "hidden_size": 8, "num_heads": 3, "layers": ["mamba"],
+               "intermediate_size": 8, "shared_block_layers": [true]})",
+           R"({"vocab_size": 9, "hidden_size": 8, "layers": ["mamba"], "mamba_num_heads": 3})",
+           R"({"vocab_size": 9, "hidden_size": 8, "layers": ["mamba"], "hidden_act": "relu"})"}) {
+    EXPECT_FALSE(ParseModelConfigJson(bad).ok()) << bad;
+  }
+}
+
+TEST(SharedBlockModelTest, ChunksStepsAndBatchedRowsEqualOneWholePass) {
+  auto c = ParseModelConfigJson(kZambaLike);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto model = Model::Create("zamba_like", *c, Model::RandomWeights(*c, 3), {});
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  auto fresh = m.NewState();
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->layers.size(), 6u);  // 4 layers, then the 2 using layers' KV caches
+  // 4 Mamba states (64 channels x (4 + 16)) and 2 KV caches of 2 heads x 16 a token.
+  EXPECT_EQ(m.StateBytesPerSequence(10), 4 * 64 * 20 * 4 + 10 * 2 * 2 * 2 * 16 * 4);
+  const at::Tensor tokens = at::randint(0, 96, {3, 26}, at::kLong);
+  const at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
+  std::vector<ModelState> states;
+  for (int64_t b = 0; b < 3; ++b) {
+    states.push_back(*m.NewState());
+    auto first = m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 9), &states[b],
+                           OutputKind::kAllLogits);
+    ASSERT_TRUE(first.ok()) << first.status();
+    auto second = m.Forward(tokens.narrow(0, b, 1).narrow(1, 9, 11), &states[b],
+                            OutputKind::kAllLogits);
+    ASSERT_TRUE(second.ok());
+    EXPECT_LE(testing::MaxRelativeError(at::cat({*first, *second}, 1),
+                                        whole.narrow(0, b, 1).narrow(1, 0, 20)),
+              1e-5);
+  }
+  for (int64_t t = 20; t < 26; ++t) {
+    ModelState alone = states[1].Clone();
+    std::vector<int64_t> ids;
+    std::vector<ModelState*> ptrs;
+    for (int64_t b = 0; b < 3; ++b) {
+      ids.push_back(tokens[b][t].item<int64_t>());
+      ptrs.push_back(&states[b]);
+    }
+    auto batch = m.StepBatch(ids, ptrs);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    auto single = m.StepBatch({ids[1]}, {&alone});
+    ASSERT_TRUE(single.ok());
+    EXPECT_LE(testing::MaxRelativeError(*single, batch->narrow(0, 1, 1)), 1e-6) << t;
+    EXPECT_LE(testing::MaxRelativeError(*batch, whole.select(1, t)), 1e-5) << "step " << t;
+  }
+}
+
+}  // namespace
+}  // namespace attnserve::model
