@@ -55,7 +55,8 @@ AttentionProjections AttentionProjections::FromConfig(const MixerConfig& config,
   if (config.attention_scale > 0) {
     // softmax(s · q·k) = softmax(d^-1/2 · (s·√d · q)·k): q_proj's rows (and bias) scaled, the
     // kernels' own d^-1/2 kept.
-    const double factor = config.attention_scale * std::sqrt(static_cast<double>(config.head_dim()));
+    const double factor =
+        config.attention_scale * std::sqrt(static_cast<double>(config.head_dim()));
     WeightMap scaled = weights;
     scaled["q_proj.weight"] = weights.at("q_proj.weight") * factor;
     if (IsBfloat16(config.weight_format)) {  // the panels take bfloat16-exact values

@@ -202,9 +202,9 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
             absl::StrCat("dt_rank must be >= 0 (0: ceil(d_model / 16)), got ", c.dt_rank));
       }
       if (c.mamba_heads < 1 || c.d_inner() % c.mamba_heads != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mamba heads (", c.mamba_heads, ") must be >= 1 and divide d_inner (",
-                         c.d_inner(), ")"));
+        return absl::InvalidArgumentError(absl::StrCat("mamba heads (", c.mamba_heads,
+                                                       ") must be >= 1 and divide d_inner (",
+                                                       c.d_inner(), ")"));
       }
       return absl::OkStatus();
     case MixerKind::kMamba2:

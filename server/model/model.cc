@@ -68,7 +68,8 @@ std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
       spec.name = prefix + "mixer." + spec.name;
       specs.push_back(std::move(spec));
     }
-    if (LayerUsesSharedBlock(c, i)) specs.push_back({prefix + "shared_linear.weight", {hidden, hidden}});
+    if (LayerUsesSharedBlock(c, i))
+      specs.push_back({prefix + "shared_linear.weight", {hidden, hidden}});
     if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
       norm(prefix + "mlp_norm");
       for (WeightSpec spec : kernels::MoeMlp::ExpectedWeights(LayerMoeConfig(c))) {
@@ -147,7 +148,9 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
   }
   if (UsesSharedBlock(c)) {
     SharedBlock::AddRandomWeights(
-        c, static_cast<uint64_t>(at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>()),
+        c,
+        static_cast<uint64_t>(
+            at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>()),
         &w);
   }
   norm("backbone.norm_f");
@@ -265,7 +268,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     absl::StatusOr<std::unique_ptr<SharedBlock>> block =
         SharedBlock::Create(c, weights, format, options.kv_cache_dtype);
     if (!block.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("model '", m->name_, "': ", block.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", m->name_, "': ", block.status().message()));
     }
     m->shared_ = *std::move(block);
   }
@@ -323,8 +327,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
         };
         layer.mlp =
             kernels::GatedMlp(w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight"),
-                              w(prefix + "mlp.down_proj.weight"), format, act,
-                              bias("gate_proj"), bias("up_proj"), bias("down_proj"));
+                              w(prefix + "mlp.down_proj.weight"), format, act, bias("gate_proj"),
+                              bias("up_proj"), bias("down_proj"));
       }
     }
     m->layers_.push_back(std::move(layer));
@@ -420,9 +424,8 @@ absl::Status Model::CheckTokens(const at::Tensor& tokens, const ModelState* stat
                                                    ") of model '", name_, "'"));
   }
   if (state && static_cast<int64_t>(state->layers.size()) != state_slots_) {
-    return absl::InvalidArgumentError(absl::StrCat("state has ", state->layers.size(),
-                                                   " layers, model '", name_, "' has ",
-                                                   state_slots_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state has ", state->layers.size(), " layers, model '", name_, "' has ", state_slots_));
   }
   return absl::OkStatus();
 }
@@ -449,9 +452,9 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     kernels::MixerState* s = state ? &state->layers[i] : nullptr;
     at::Tensor input = x;
     if (layer.shared_slot >= 0) {  // Zamba's hybrid layer: x + shared_linear(block(x, x0))
-      ASSIGN_OR_RETURN(const at::Tensor t,
-                       shared_->Prefill(x, embeddings,
-                                        state ? &state->layers[layer.shared_slot] : nullptr));
+      ASSIGN_OR_RETURN(
+          const at::Tensor t,
+          shared_->Prefill(x, embeddings, state ? &state->layers[layer.shared_slot] : nullptr));
       input = x + layer.shared_linear(t);
     }
     at::Tensor normed = Norm(input, layer.norm);

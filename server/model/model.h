@@ -4,11 +4,11 @@
 // LayerNorm (config.norm). A layer marked in config.shared_block_layers first runs Zamba's shared
 // attention + MLP block on concat(x, input embeddings) and feeds x + its shared_linear of that
 // to its mixer (shared_block.h; the block's KV cache of each such layer is a slot of its own in
-// ModelState::layers, after the layers'). A layer whose mixer is a whole block with its norms inside
-// (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. Each layer
-// names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and safe to
-// call from many threads at once with distinct states; a ModelState belongs to one caller at a
-// time.
+// ModelState::layers, after the layers'). A layer whose mixer is a whole block with its norms
+// inside (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. Each
+// layer names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and
+// safe to call from many threads at once with distinct states; a ModelState belongs to one caller
+// at a time.
 //
 // Checkpoint names (Hugging Face MambaForCausalLM's, extended for MLPs and attention; a
 // LayerNorm has a .bias next to each .weight):
@@ -252,9 +252,9 @@ class Model {
   NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
-  std::unique_ptr<SharedBlock> shared_;  // Zamba's shared block, or null
-  int64_t state_slots_ = 0;              // ModelState::layers' size: the layers, then their
-                                         // shared-block KV slots
+  std::unique_ptr<SharedBlock> shared_;        // Zamba's shared block, or null
+  int64_t state_slots_ = 0;                    // ModelState::layers' size: the layers, then their
+                                               // shared-block KV slots
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights; float32 only
   std::vector<std::vector<bool>> growing_caches_;
   bool can_stream_ = true;

@@ -123,9 +123,8 @@ absl::Status ValidateExperts(const v1::ModelConfig& c) {
 
 absl::Status ValidateSharedBlock(const v1::ModelConfig& c) {
   if (!(c.attention_scale() >= 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config: attention_scale must be >= 0 (0: head_dim^-1/2), got ",
-                     c.attention_scale()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: attention_scale must be >= 0 (0: head_dim^-1/2), got ", c.attention_scale()));
   }
   if (c.shared_block_layers_size() != 0 && c.shared_block_layers_size() != c.layers_size()) {
     return absl::InvalidArgumentError(
@@ -139,8 +138,8 @@ absl::Status ValidateSharedBlock(const v1::ModelConfig& c) {
   }
   for (int i = 0; i < c.layers_size(); ++i) {
     if (LayerUsesSharedBlock(c, i) && kernels::MixerOwnsNorms(LayerMixerConfig(c, i).kind)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config: layers[", i, "] (", c.layers(i), ") owns its norms: no shared block there"));
+      return absl::InvalidArgumentError(absl::StrCat("config: layers[", i, "] (", c.layers(i),
+                                                     ") owns its norms: no shared block there"));
     }
   }
   if (absl::Status s = kernels::ValidateMixerConfig(SharedBlock::AttentionConfig(c)); !s.ok()) {
@@ -301,9 +300,8 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
   m.dt_rank = c.time_step_rank();
   m.bcdt_rms_epsilon = m.kind == kernels::MixerKind::kMamba ? c.mamba_bcdt_rms_eps() : 0.0;
   m.bcdt_norm_weights = m.bcdt_rms_epsilon > 0 && c.mamba_bcdt_norm_weights();
-  m.mamba_heads = m.kind == kernels::MixerKind::kMamba && c.mamba_num_heads() > 1
-                      ? c.mamba_num_heads()
-                      : 1;
+  m.mamba_heads =
+      m.kind == kernels::MixerKind::kMamba && c.mamba_num_heads() > 1 ? c.mamba_num_heads() : 1;
   if (m.kind == kernels::MixerKind::kMamba2) {
     m.ssm_heads = c.ssm_num_heads();
     m.ssm_groups = c.ssm_n_groups();

@@ -130,7 +130,6 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   return a;
 }
 
-
 // Config architecture and a strided sample of every weight, FNV-1a hashed.
 uint64_t Fingerprint(const v1::ModelConfig& config, const std::vector<WeightSpec>& specs,
                      const std::map<std::string, at::Tensor>& weights) {
@@ -149,6 +148,5 @@ uint64_t Fingerprint(const v1::ModelConfig& config, const std::vector<WeightSpec
   }
   return h;
 }
-
 
 }  // namespace attnserve::model

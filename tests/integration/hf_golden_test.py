@@ -341,8 +341,8 @@ class HfGoldenTest(unittest.TestCase):
 
     def test_jamba_state_size_and_experts_routed_apart(self):
         """A Jamba session holds each Mamba layer's fixed state and each attention layer's KV
-        cache for its KV heads only; the golden prompt's tokens reach every expert of every MoE
-        layer (so the 16-session test below batches rows that chose different experts)."""
+        cache for its KV heads only. (Rows of one batch that chose different experts giving
+        their own results: tests/unit/moe_test.cc, which checks that they did choose apart.)"""
         pb = self.pb
         with open(os.path.join(golden_dir(), "jamba", "config.json")) as f:
             c = json.load(f)

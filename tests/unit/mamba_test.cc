@@ -56,7 +56,8 @@ INSTANTIATE_TEST_SUITE_P(
                       MambaShape{1, 1, 24, 8, 3, 1e-3}, MambaShape{2, 45, 40, 16, 4, 1e-6, true},
                       MambaShape{1, 1, 20, 8, 4, 1e-5, true},
                       // Zamba: 2 heads of 40 (a partial block of 8 channels each), 4 of 16.
-                      MambaShape{2, 37, 40, 16, 4, 0, false, 2}, MambaShape{1, 1, 32, 16, 4, 0, false, 4},
+                      MambaShape{2, 37, 40, 16, 4, 0, false, 2},
+                      MambaShape{1, 1, 32, 16, 4, 0, false, 4},
                       MambaShape{1, 70, 32, 8, 4, 0, false, 4}));
 
 TEST(MambaTest, ReferenceMatchesAWideRangeOfStepSizes) {

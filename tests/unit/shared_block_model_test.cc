@@ -70,11 +70,11 @@ TEST(SharedBlockModelTest, ChunksStepsAndBatchedRowsEqualOneWholePass) {
   std::vector<ModelState> states;
   for (int64_t b = 0; b < 3; ++b) {
     states.push_back(*m.NewState());
-    auto first = m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 9), &states[b],
-                           OutputKind::kAllLogits);
+    auto first =
+        m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 9), &states[b], OutputKind::kAllLogits);
     ASSERT_TRUE(first.ok()) << first.status();
-    auto second = m.Forward(tokens.narrow(0, b, 1).narrow(1, 9, 11), &states[b],
-                            OutputKind::kAllLogits);
+    auto second =
+        m.Forward(tokens.narrow(0, b, 1).narrow(1, 9, 11), &states[b], OutputKind::kAllLogits);
     ASSERT_TRUE(second.ok());
     EXPECT_LE(testing::MaxRelativeError(at::cat({*first, *second}, 1),
                                         whole.narrow(0, b, 1).narrow(1, 0, 20)),

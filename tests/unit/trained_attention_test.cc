@@ -29,9 +29,9 @@ using ::attnserve::testing::RandomTensor;
 struct Shape {
   int64_t heads, kv_heads, head_dim, window;
   bool biases, rope;
-  int64_t rotary_dim;  // 0: head_dim
-  double scale = 0;      // 0: head_dim^-1/2
-  int64_t out_dim = 0;   // 0: d_model
+  int64_t rotary_dim;   // 0: head_dim
+  double scale = 0;     // 0: head_dim^-1/2
+  int64_t out_dim = 0;  // 0: d_model
 };
 
 MixerConfig ConfigOf(const Shape& s, int64_t d_model) {
@@ -63,12 +63,17 @@ std::unique_ptr<Mixer> Make(const MixerConfig& c, uint64_t seed) {
 TEST(TrainedAttentionTest, WholeChunksAndStepsMatchTheFloat64ReferenceOnRandomShapes) {
   std::mt19937 rng(7);
   const std::vector<Shape> shapes = {
-      {4, 2, 16, 0, false, true, 0},  {4, 1, 32, 0, true, true, 0},  {6, 3, 48, 5, true, true, 0},
-      {8, 2, 64, 9, false, true, 32}, {3, 3, 24, 0, true, false, 0}, {2, 1, 80, 3, true, true, 40},
+      {4, 2, 16, 0, false, true, 0},
+      {4, 1, 32, 0, true, true, 0},
+      {6, 3, 48, 5, true, true, 0},
+      {8, 2, 64, 9, false, true, 32},
+      {3, 3, 24, 0, true, false, 0},
+      {2, 1, 80, 3, true, true, 40},
       {9, 3, 64, 0, false, true, 0},
       // Zamba's shared attention: scale (head_dim / 2)^-1/2, output narrower than the input;
       // Granite-like: a scale of its own, with biases.
-      {4, 2, 32, 0, false, false, 0, 1.0 / 4.0, 24}, {4, 4, 16, 0, true, false, 0, 0.0078125, 0},
+      {4, 2, 32, 0, false, false, 0, 1.0 / 4.0, 24},
+      {4, 4, 16, 0, true, false, 0, 0.0078125, 0},
   };
   for (const Shape& s : shapes) {
     const int64_t d_model = 8 * (1 + static_cast<int64_t>(rng() % 12));

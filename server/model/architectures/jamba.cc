@@ -12,11 +12,10 @@
 // (eager and SDPA attend to every position), so what a model with one computes depends on the
 // attention implementation. mamba_proj_bias (biases on in_proj / out_proj), mamba_conv_bias
 // false and a hidden_act other than silu (it is also the Mamba layers' activation) are refused.
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "kernels/common/status_macros.h"
 #include "server/model/architectures/architecture.h"
+#include "server/model/architectures/tensor_names.h"
 
 namespace attnserve::model::architectures {
 namespace {
@@ -107,16 +106,14 @@ absl::StatusOr<v1::ModelConfig> ReadJambaConfig(const ConfigJson& json) {
 // model.layers.N.{input_layernorm -> norm, pre_ff_layernorm -> mlp_norm, mamba. / self_attn. ->
 // mixer., feed_forward. -> mlp.}; lm_head as it is.
 std::string JambaModelName(const std::string& stored) {
-  if (stored == "model.embed_tokens.weight") return "backbone.embeddings.weight";
-  if (stored == "model.final_layernorm.weight") return "backbone.norm_f.weight";
-  constexpr absl::string_view kLayers = "model.layers.";
-  if (!absl::StartsWith(stored, kLayers)) return stored;
-  return absl::StrReplaceAll(absl::StrCat("backbone.layers.", stored.substr(kLayers.size())),
-                             {{".input_layernorm.", ".norm."},
-                              {".pre_ff_layernorm.", ".mlp_norm."},
-                              {".mamba.", ".mixer."},
-                              {".self_attn.", ".mixer."},
-                              {".feed_forward.", ".mlp."}});
+  return RenameLayerTensor(stored,
+                           {{"model.embed_tokens.weight", "backbone.embeddings.weight"},
+                            {"model.final_layernorm.weight", "backbone.norm_f.weight"}},
+                           {{".input_layernorm.", ".norm."},
+                            {".pre_ff_layernorm.", ".mlp_norm."},
+                            {".mamba.", ".mixer."},
+                            {".self_attn.", ".mixer."},
+                            {".feed_forward.", ".mlp."}});
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ extern const Architecture kZamba;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
-      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv, &kLlama, &kMistral, &kQwen2, &kJamba, &kZamba};
+      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv,
+      &kLlama, &kMistral,     &kQwen2,  &kJamba,    &kZamba};
   return all;
 }
 

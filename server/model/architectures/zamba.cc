@@ -21,6 +21,7 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/moe/gated_mlp.h"
 #include "server/model/architectures/architecture.h"
+#include "server/model/architectures/tensor_names.h"
 
 namespace attnserve::model::architectures {
 namespace {
@@ -36,8 +37,7 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
   ASSIGN_OR_RETURN(const int64_t layers, LayerCount(json, "num_hidden_layers", 76));
   ASSIGN_OR_RETURN(const int64_t heads, IntKey(json, "num_attention_heads", 16));
   if (heads <= 0) return Unsupported("num_attention_heads", absl::StrCat(heads), "it must be > 0");
-  ASSIGN_OR_RETURN(const int64_t head_dim,
-                   IntKey(json, "attention_head_dim", 2 * hidden / heads));
+  ASSIGN_OR_RETURN(const int64_t head_dim, IntKey(json, "attention_head_dim", 2 * hidden / heads));
   ASSIGN_OR_RETURN(const int64_t kv_heads, IntKey(json, "num_key_value_heads", 16));
   ASSIGN_OR_RETURN(const int64_t mamba_heads, IntKey(json, "n_mamba_heads", 2));
   ASSIGN_OR_RETURN(const std::string act, StringKey(json, "hidden_act", "gelu"));
@@ -55,9 +55,9 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
   ASSIGN_OR_RETURN(const bool proj_bias, BoolKey(json, "mamba_proj_bias", false));
   ASSIGN_OR_RETURN(std::vector<std::string> types, StringListKey(json, "layers_block_type"));
   if (attention_hidden != 2 * hidden) {
-    return Unsupported("attention_hidden_size", absl::StrCat(attention_hidden),
-                       absl::StrCat("the shared block reads concat(hidden, embeddings): ",
-                                    2 * hidden, " is"));
+    return Unsupported(
+        "attention_hidden_size", absl::StrCat(attention_hidden),
+        absl::StrCat("the shared block reads concat(hidden, embeddings): ", 2 * hidden, " is"));
   }
   bool known_act = false;
   kernels::ParseMlpActivation(act, &known_act);
@@ -110,32 +110,21 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
 // model.layers.N.shared_transf.{input_layernorm -> norm, self_attn -> mixer, pre_ff_layernorm ->
 // mlp_norm, feed_forward -> mlp} -> backbone.shared.*, whichever N holds the tied block.
 std::string ZambaModelName(const std::string& stored) {
-  if (stored == "model.embed_tokens.weight") return "backbone.embeddings.weight";
-  if (stored == "model.final_layernorm.weight") return "backbone.norm_f.weight";
-  constexpr absl::string_view kLayers = "model.layers.";
-  if (!absl::StartsWith(stored, kLayers)) return stored;
-  const size_t dot = stored.find('.', kLayers.size());
-  if (dot == std::string::npos) return stored;
-  const std::string layer = stored.substr(kLayers.size(), dot - kLayers.size());
-  std::string rest = stored.substr(dot + 1);
-  constexpr absl::string_view kShared = "shared_transf.";
-  if (absl::StartsWith(rest, kShared)) {
-    return absl::StrCat("backbone.shared.",
-                        absl::StrReplaceAll(rest.substr(kShared.size()),
-                                            {{"input_layernorm.", "norm."},
-                                             {"self_attn.", "mixer."},
-                                             {"pre_ff_layernorm.", "mlp_norm."},
-                                             {"feed_forward.", "mlp."}}));
+  const std::string shared = ".shared_transf.";
+  if (const size_t at = stored.find(shared);
+      absl::StartsWith(stored, "model.layers.") && at != std::string::npos) {
+    return absl::StrCat("backbone.shared.", absl::StrReplaceAll(stored.substr(at + shared.size()),
+                                                                {{"input_layernorm.", "norm."},
+                                                                 {"self_attn.", "mixer."},
+                                                                 {"pre_ff_layernorm.", "mlp_norm."},
+                                                                 {"feed_forward.", "mlp."}}));
   }
-  if (absl::StartsWith(rest, "mamba_decoder.")) rest = rest.substr(std::string("mamba_decoder.").size());
-  if (rest == "linear.weight") return absl::StrCat("backbone.layers.", layer, ".shared_linear.weight");
-  if (absl::StartsWith(rest, "input_layernorm.")) {
-    return absl::StrCat("backbone.layers.", layer, ".norm.", rest.substr(16));
-  }
-  if (absl::StartsWith(rest, "mamba.")) {
-    return absl::StrCat("backbone.layers.", layer, ".mixer.", rest.substr(6));
-  }
-  return stored;
+  // A hybrid layer's Mamba layer (mamba_decoder.) is the layer's own.
+  return RenameLayerTensor(
+      absl::StrReplaceAll(stored, {{".mamba_decoder.", "."}}),
+      {{"model.embed_tokens.weight", "backbone.embeddings.weight"},
+       {"model.final_layernorm.weight", "backbone.norm_f.weight"}},
+      {{".input_layernorm.", ".norm."}, {".mamba.", ".mixer."}, {".linear.", ".shared_linear."}});
 }
 
 }  // namespace

@@ -1,0 +1,22 @@
+#include "server/model/architectures/tensor_names.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace attnserve::model::architectures {
+
+std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
+                              const NameMap& parts) {
+  for (const auto& [hf, ours] : whole) {
+    if (stored == hf) return ours;
+  }
+  constexpr absl::string_view kLayers = "model.layers.";
+  if (!absl::StartsWith(stored, kLayers)) return stored;
+  std::vector<std::pair<absl::string_view, absl::string_view>> replacements;
+  for (const auto& [from, to] : parts) replacements.emplace_back(from, to);
+  return absl::StrReplaceAll(absl::StrCat("backbone.layers.", stored.substr(kLayers.size())),
+                             replacements);
+}
+
+}  // namespace attnserve::model::architectures
