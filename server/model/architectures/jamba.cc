@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
 #include "server/model/architectures/architecture.h"
+#include "server/model/architectures/mamba.h"
 #include "server/model/architectures/tensor_names.h"
 
 namespace attnserve::model::architectures {
@@ -55,26 +56,19 @@ absl::StatusOr<v1::ModelConfig> ReadJambaConfig(const ConfigJson& json) {
                    PeriodAndOffset(json, "attn_layer_period", 8, "attn_layer_offset", 4));
   ASSIGN_OR_RETURN(const auto expert,
                    PeriodAndOffset(json, "expert_layer_period", 2, "expert_layer_offset", 1));
-  ASSIGN_OR_RETURN(const int64_t d_state, IntKey(json, "mamba_d_state", 16));
-  ASSIGN_OR_RETURN(const int64_t d_conv, IntKey(json, "mamba_d_conv", 4));
-  ASSIGN_OR_RETURN(const int64_t expand, IntKey(json, "mamba_expand", 2));
-  ASSIGN_OR_RETURN(const int64_t dt_rank, IntOrAutoKey(json, "mamba_dt_rank"));
-  ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "mamba_conv_bias", true));
-  ASSIGN_OR_RETURN(const bool proj_bias, BoolKey(json, "mamba_proj_bias", false));
   if (Has(json, "sliding_window")) {
     ASSIGN_OR_RETURN(const int64_t window, IntKey(json, "sliding_window", 0));
     return Unsupported("sliding_window", absl::StrCat(window),
                        "transformers applies it in its flash-attention path only; null is");
   }
   if (act != "silu") return Unsupported("hidden_act", act, "silu is");
-  if (proj_bias) return Unsupported("mamba_proj_bias", "true", "in_proj and out_proj have none");
-  if (!conv_bias) return Unsupported("mamba_conv_bias", "false", "conv1d.bias is expected");
   if (heads <= 0 || hidden % heads != 0) {
     return Unsupported("num_attention_heads", absl::StrCat(heads),
                        absl::StrCat("it must divide hidden_size ", hidden));
   }
   if (experts < 1) return Unsupported("num_experts", absl::StrCat(experts), "it must be >= 1");
 
+  RETURN_IF_ERROR(ReadPrefixedMambaKeys(json, &c));
   c.set_vocab_size(vocab);
   c.set_hidden_size(hidden);
   c.set_intermediate_size(mlp);
@@ -83,10 +77,6 @@ absl::StatusOr<v1::ModelConfig> ReadJambaConfig(const ConfigJson& json) {
   c.set_norm_epsilon(eps);
   c.set_max_sequence_length(max_positions);
   c.set_tie_word_embeddings(tie);
-  c.set_state_size(d_state);
-  c.set_conv_kernel(d_conv);
-  c.set_expand(expand);
-  c.set_time_step_rank(dt_rank);
   c.set_mamba_bcdt_rms_eps(eps);
   c.set_mamba_bcdt_norm_weights(true);
   // num_experts 1: transformers' layers_num_experts is 1 everywhere, every MLP dense.

@@ -42,6 +42,22 @@ absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json) {
   return c;
 }
 
+absl::Status ReadPrefixedMambaKeys(const ConfigJson& json, v1::ModelConfig* c) {
+  ASSIGN_OR_RETURN(const int64_t d_state, IntKey(json, "mamba_d_state", 16));
+  ASSIGN_OR_RETURN(const int64_t d_conv, IntKey(json, "mamba_d_conv", 4));
+  ASSIGN_OR_RETURN(const int64_t expand, IntKey(json, "mamba_expand", 2));
+  ASSIGN_OR_RETURN(const int64_t dt_rank, IntOrAutoKey(json, "mamba_dt_rank"));
+  ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "mamba_conv_bias", true));
+  ASSIGN_OR_RETURN(const bool proj_bias, BoolKey(json, "mamba_proj_bias", false));
+  if (proj_bias) return Unsupported("mamba_proj_bias", "true", "in_proj and out_proj have none");
+  if (!conv_bias) return Unsupported("mamba_conv_bias", "false", "conv1d.bias is expected");
+  c->set_state_size(d_state);
+  c->set_conv_kernel(d_conv);
+  c->set_expand(expand);
+  c->set_time_step_rank(dt_rank);
+  return absl::OkStatus();
+}
+
 std::string MambaModelName(const std::string& stored) {
   return stored == "backbone.embedding.weight" ? "backbone.embeddings.weight" : stored;
 }

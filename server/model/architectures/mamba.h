@@ -15,6 +15,12 @@ namespace attnserve::model::architectures {
 // use_conv_bias): every layer "mamba", no MLP, RMSNorms.
 absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json);
 
+// The hybrids' Mamba-1 keys, prefixed (Jamba's and Zamba's JambaConfig / ZambaConfig):
+// mamba_d_state (16), mamba_d_conv (4), mamba_expand (2), mamba_dt_rank ("auto") into
+// state_size, conv_kernel, expand, time_step_rank; mamba_proj_bias true and mamba_conv_bias false
+// refused by name.
+absl::Status ReadPrefixedMambaKeys(const ConfigJson& json, v1::ModelConfig* config);
+
 // Model's names, but for mamba_ssm's backbone.embedding.weight (backbone.embeddings.weight).
 std::string MambaModelName(const std::string& stored);
 

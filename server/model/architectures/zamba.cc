@@ -21,6 +21,7 @@
 #include "kernels/common/status_macros.h"
 #include "kernels/moe/gated_mlp.h"
 #include "server/model/architectures/architecture.h"
+#include "server/model/architectures/mamba.h"
 #include "server/model/architectures/tensor_names.h"
 
 namespace attnserve::model::architectures {
@@ -47,12 +48,6 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
   ASSIGN_OR_RETURN(const bool tie, BoolKey(json, "tie_word_embeddings", true));
   ASSIGN_OR_RETURN(const int64_t period, IntKey(json, "attn_layer_period", 6));
   ASSIGN_OR_RETURN(const int64_t offset, IntKey(json, "attn_layer_offset", 4));
-  ASSIGN_OR_RETURN(const int64_t d_state, IntKey(json, "mamba_d_state", 16));
-  ASSIGN_OR_RETURN(const int64_t d_conv, IntKey(json, "mamba_d_conv", 4));
-  ASSIGN_OR_RETURN(const int64_t expand, IntKey(json, "mamba_expand", 2));
-  ASSIGN_OR_RETURN(const int64_t dt_rank, IntOrAutoKey(json, "mamba_dt_rank"));
-  ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "mamba_conv_bias", true));
-  ASSIGN_OR_RETURN(const bool proj_bias, BoolKey(json, "mamba_proj_bias", false));
   ASSIGN_OR_RETURN(std::vector<std::string> types, StringListKey(json, "layers_block_type"));
   if (attention_hidden != 2 * hidden) {
     return Unsupported(
@@ -63,8 +58,6 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
   kernels::ParseMlpActivation(act, &known_act);
   if (!known_act) return Unsupported("hidden_act", act, "gelu, gelu_pytorch_tanh and silu are");
   if (mamba_act != "silu") return Unsupported("hidden_mamba_act", mamba_act, "silu is");
-  if (proj_bias) return Unsupported("mamba_proj_bias", "true", "in_proj and out_proj have none");
-  if (!conv_bias) return Unsupported("mamba_conv_bias", "false", "conv1d.bias is expected");
   if (period < 1) return Unsupported("attn_layer_period", absl::StrCat(period), "it must be >= 1");
   if (types.empty()) {  // ZambaConfig._layers_block_type
     for (int64_t i = 0; i < layers; ++i) {
@@ -77,6 +70,7 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
                        absl::StrCat("one per layer: ", layers));
   }
 
+  RETURN_IF_ERROR(ReadPrefixedMambaKeys(json, &c));
   c.set_vocab_size(vocab);
   c.set_hidden_size(hidden);
   c.set_intermediate_size(mlp);
@@ -89,10 +83,6 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
   c.set_norm_epsilon(eps);
   c.set_max_sequence_length(max_positions);
   c.set_tie_word_embeddings(tie);
-  c.set_state_size(d_state);
-  c.set_conv_kernel(d_conv);
-  c.set_expand(expand);
-  c.set_time_step_rank(dt_rank);
   c.set_mamba_num_heads(mamba_heads);
   for (const std::string& type : types) {
     if (type != "mamba" && type != "hybrid") {
