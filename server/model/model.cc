@@ -226,7 +226,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     fingerprint = Fnv(fingerprint, &tag, sizeof(tag));
   }
   // Nor is a state of rounded keys and values one of a float32 cache (when a layer has one).
-  bool standard_layers = false;
+  bool standard_layers = UsesSharedBlock(config);  // its attention keeps a KV cache too
   for (int i = 0; i < config.layers_size(); ++i) {
     standard_layers |= LayerMixerConfig(config, i).kind == kernels::MixerKind::kStandard;
   }

@@ -54,6 +54,19 @@ TEST(SharedBlockModelTest, ConfigTensorsAndRefusals) {
   }
 }
 
+// A bfloat16 KV cache of the block's attention makes other states: the fingerprint says so,
+// though no layer is a standard one.
+TEST(SharedBlockModelTest, ABfloat16KvCacheChangesTheFingerprint) {
+  auto c = ParseModelConfigJson(kZambaLike);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ModelOptions bf16_kv;
+  bf16_kv.kv_cache_dtype = at::kBFloat16;
+  auto f32 = Model::Create("a", *c, Model::RandomWeights(*c, 3), {});
+  auto bf16 = Model::Create("b", *c, Model::RandomWeights(*c, 3), bf16_kv);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  EXPECT_NE((*f32)->fingerprint(), (*bf16)->fingerprint());
+}
+
 TEST(SharedBlockModelTest, ChunksStepsAndBatchedRowsEqualOneWholePass) {
   auto c = ParseModelConfigJson(kZambaLike);
   ASSERT_TRUE(c.ok()) << c.status();
