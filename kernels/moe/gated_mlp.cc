@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 namespace attnserve::kernels {
 
 MlpActivation ParseMlpActivation(const std::string& hidden_act, bool* known) {
@@ -11,6 +13,15 @@ MlpActivation ParseMlpActivation(const std::string& hidden_act, bool* known) {
   if (hidden_act == "gelu") return MlpActivation::kGelu;
   if (known != nullptr) *known = false;
   return MlpActivation::kSilu;
+}
+
+void AddRandomGatedMlpWeights(const std::string& prefix, int64_t d_model, int64_t d_ff,
+                              at::Generator& gen, WeightMap* w) {
+  const double in_std = 1.0 / std::sqrt(static_cast<double>(d_model));
+  (*w)[prefix + "gate_proj.weight"] = at::normal(0.0, in_std, {d_ff, d_model}, gen);
+  (*w)[prefix + "up_proj.weight"] = at::normal(0.0, in_std, {d_ff, d_model}, gen);
+  (*w)[prefix + "down_proj.weight"] =
+      at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(d_ff)), {d_model, d_ff}, gen);
 }
 
 GatedMlp::GatedMlp(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down_weight,

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/common/linear.h"
+#include "kernels/common/mixer.h"
 
 namespace attnserve::kernels {
 
@@ -21,6 +22,12 @@ enum class MlpActivation { kSilu, kGeluTanh, kGelu };
 
 // hidden_act -> MlpActivation; "" is silu; anything else kSilu with *known false when given.
 MlpActivation ParseMlpActivation(const std::string& hidden_act, bool* known = nullptr);
+
+// Random weights of a gated MLP under `prefix` (prefix + "gate_proj.weight", "up_proj.weight",
+// "down_proj.weight"), drawn from `gen` in that order: gate and up N(0, 1/d_model), down
+// N(0, 1/d_ff).
+void AddRandomGatedMlpWeights(const std::string& prefix, int64_t d_model, int64_t d_ff,
+                              at::Generator& gen, WeightMap* weights);
 
 struct GatedMlp {
   LinearWeight gate_up;                // gate_proj and up_proj stacked: (2 · d_ff, d_model)

@@ -40,10 +40,7 @@ WeightMap MoeMlp::RandomWeights(const MoeConfig& c, uint64_t seed) {
   const double in_std = 1.0 / std::sqrt(static_cast<double>(c.d_model));
   w["router.weight"] = at::normal(0.0, in_std, {c.num_experts, c.d_model}, gen);
   for (int64_t e = 0; e < c.num_experts; ++e) {
-    w[ExpertName(e, "gate_proj")] = at::normal(0.0, in_std, {c.d_ff, c.d_model}, gen);
-    w[ExpertName(e, "up_proj")] = at::normal(0.0, in_std, {c.d_ff, c.d_model}, gen);
-    w[ExpertName(e, "down_proj")] =
-        at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(c.d_ff)), {c.d_model, c.d_ff}, gen);
+    AddRandomGatedMlpWeights(absl::StrCat("experts.", e, "."), c.d_model, c.d_ff, gen, &w);
   }
   return w;
 }

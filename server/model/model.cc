@@ -26,6 +26,17 @@ using kernels::WeightSpec;
 
 std::string LayerPrefix(int i) { return absl::StrCat("backbone.layers.", i, "."); }
 
+// The tensors whose names start with `prefix`, under the rest of their names.
+kernels::WeightMap WeightsUnder(const std::map<std::string, at::Tensor>& weights,
+                                const std::string& prefix) {
+  kernels::WeightMap under;
+  for (auto it = weights.lower_bound(prefix);
+       it != weights.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    under[it->first.substr(prefix.size())] = it->second;
+  }
+  return under;
+}
+
 }  // namespace
 
 std::string Model::LengthNote(int64_t length) const {
@@ -133,12 +144,7 @@ std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c,
       }
     } else if (mlp > 0 && !owns_norms) {
       norm(prefix + "mlp_norm");
-      w[prefix + "mlp.gate_proj.weight"] =
-          at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
-      w[prefix + "mlp.up_proj.weight"] =
-          at::normal(0.0, 1.0 / std::sqrt(hidden), {mlp, hidden}, gen);
-      w[prefix + "mlp.down_proj.weight"] =
-          at::normal(0.0, 1.0 / std::sqrt(mlp), {hidden, mlp}, gen);
+      kernels::AddRandomGatedMlpWeights(prefix + "mlp.", hidden, mlp, gen, &w);
       if (c.mlp_bias()) {
         w[prefix + "mlp.gate_proj.bias"] = at::normal(0.0, 0.02, {mlp}, gen);
         w[prefix + "mlp.up_proj.bias"] = at::normal(0.0, 0.02, {mlp}, gen);
@@ -279,13 +285,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
     const bool owns_norms = kernels::MixerOwnsNorms(mixer_config.kind);
     if (!owns_norms) layer.norm = norm(prefix + "norm", c.norm_epsilon());
-    kernels::WeightMap mixer_weights;
-    const std::string mixer_prefix = prefix + "mixer.";
-    for (const auto& [tensor_name, t] : weights) {
-      if (tensor_name.compare(0, mixer_prefix.size(), mixer_prefix) == 0) {
-        mixer_weights[tensor_name.substr(mixer_prefix.size())] = t;
-      }
-    }
+    kernels::WeightMap mixer_weights = WeightsUnder(weights, prefix + "mixer.");
     mixer_config.weight_format = format;
     mixer_config.kv_cache_dtype = options.kv_cache_dtype;
     absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
@@ -313,14 +313,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
       layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());
       const kernels::MlpActivation act = kernels::ParseMlpActivation(c.hidden_act());
       if (LayerHasExperts(c, i)) {
-        kernels::WeightMap moe_weights;
-        const std::string mlp_prefix = prefix + "mlp.";
-        for (const auto& [tensor_name, t] : weights) {
-          if (tensor_name.compare(0, mlp_prefix.size(), mlp_prefix) == 0) {
-            moe_weights[tensor_name.substr(mlp_prefix.size())] = t.contiguous();
-          }
-        }
-        layer.moe = std::make_unique<kernels::MoeMlp>(LayerMoeConfig(c), moe_weights, format);
+        layer.moe = std::make_unique<kernels::MoeMlp>(
+            LayerMoeConfig(c), WeightsUnder(weights, prefix + "mlp."), format);
       } else {
         auto bias = [&](const char* proj) {
           return c.mlp_bias() ? w(prefix + "mlp." + proj + ".bias") : at::Tensor();

@@ -65,11 +65,7 @@ void SharedBlock::AddRandomWeights(const v1::ModelConfig& c, uint64_t seed,
   for (auto& [name, t] : kernels::RandomWeights(AttentionConfig(c), seed)) {
     (*w)[Name("mixer." + name)] = t;
   }
-  const double in_std = 1.0 / std::sqrt(static_cast<double>(hidden));
-  (*w)[Name("mlp.gate_proj.weight")] = at::normal(0.0, in_std, {mlp, hidden}, gen);
-  (*w)[Name("mlp.up_proj.weight")] = at::normal(0.0, in_std, {mlp, hidden}, gen);
-  (*w)[Name("mlp.down_proj.weight")] =
-      at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(mlp)), {hidden, mlp}, gen);
+  kernels::AddRandomGatedMlpWeights(Name("mlp."), hidden, mlp, gen, w);
 }
 
 absl::StatusOr<std::unique_ptr<SharedBlock>> SharedBlock::Create(
@@ -100,19 +96,25 @@ absl::StatusOr<std::unique_ptr<SharedBlock>> SharedBlock::Create(
   return block;
 }
 
+at::Tensor SharedBlock::Input(const at::Tensor& x, const at::Tensor& x0) const {
+  return kernels::RmsNorm(at::cat({x, x0}, -1), norm_, epsilon_);
+}
+
+at::Tensor SharedBlock::Output(const at::Tensor& attended) const {
+  return mlp_(kernels::RmsNorm(attended.contiguous(), mlp_norm_, epsilon_));
+}
+
 absl::StatusOr<at::Tensor> SharedBlock::Prefill(const at::Tensor& x, const at::Tensor& x0,
                                                 kernels::MixerState* state) const {
-  const at::Tensor normed = kernels::RmsNorm(at::cat({x, x0}, -1), norm_, epsilon_);
-  ASSIGN_OR_RETURN(const at::Tensor attended, attention_->Prefill(normed, state));
-  return mlp_(kernels::RmsNorm(attended.contiguous(), mlp_norm_, epsilon_));
+  ASSIGN_OR_RETURN(const at::Tensor attended, attention_->Prefill(Input(x, x0), state));
+  return Output(attended);
 }
 
 absl::StatusOr<at::Tensor> SharedBlock::StepBatch(
     const at::Tensor& x, const at::Tensor& x0,
     const std::vector<kernels::MixerState*>& states) const {
-  const at::Tensor normed = kernels::RmsNorm(at::cat({x, x0}, -1), norm_, epsilon_);
-  ASSIGN_OR_RETURN(const at::Tensor attended, attention_->StepBatch(normed, states));
-  return mlp_(kernels::RmsNorm(attended.contiguous(), mlp_norm_, epsilon_));
+  ASSIGN_OR_RETURN(const at::Tensor attended, attention_->StepBatch(Input(x, x0), states));
+  return Output(attended);
 }
 
 }  // namespace attnserve::model

@@ -55,6 +55,10 @@ class SharedBlock {
                                        const std::vector<kernels::MixerState*>& states) const;
 
  private:
+  // The attention's input, norm(concat(x, x0)); the block's output, MLP(mlp_norm(attended)).
+  at::Tensor Input(const at::Tensor& x, const at::Tensor& x0) const;
+  at::Tensor Output(const at::Tensor& attended) const;
+
   at::Tensor norm_, mlp_norm_;  // RMSNorm weights (2·hidden), (hidden)
   double epsilon_ = 0;
   std::unique_ptr<kernels::Mixer> attention_;
