@@ -50,13 +50,17 @@ AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
   return p;
 }
 
+double AttentionProjections::QueryFactor(const MixerConfig& config) {
+  if (!(config.attention_scale > 0)) return 1.0;
+  return config.attention_scale * std::sqrt(static_cast<double>(config.head_dim()));
+}
+
 AttentionProjections AttentionProjections::FromConfig(const MixerConfig& config,
                                                       const WeightMap& weights) {
   if (config.attention_scale > 0) {
     // softmax(s · q·k) = softmax(d^-1/2 · (s·√d · q)·k): q_proj's rows (and bias) scaled, the
     // kernels' own d^-1/2 kept.
-    const double factor =
-        config.attention_scale * std::sqrt(static_cast<double>(config.head_dim()));
+    const double factor = QueryFactor(config);
     WeightMap scaled = weights;
     scaled["q_proj.weight"] = weights.at("q_proj.weight") * factor;
     if (IsBfloat16(config.weight_format)) {  // the panels take bfloat16-exact values
@@ -82,6 +86,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionProjections::ProjectQkv(
   // One matmul for the three projections, then split into heads.
   at::Tensor y = qkv(x);  // (B, L, (H + 2 Hkv) d)
   if (qkv_bias.defined()) y.add_(qkv_bias);
+  if (qkv_adapter.defined()) qkv_adapter.AddTo(x, y);
   if (groups == num_heads) {
     y = y.view({b, l, 3, num_heads, d}).permute({2, 0, 3, 1, 4});
     return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/common/linear.h"
+#include "kernels/common/low_rank_adapter.h"
 #include "kernels/common/mixer.h"
 
 namespace attnserve::kernels {
@@ -29,12 +30,19 @@ struct AttentionProjections {
   at::Tensor o_bias;     // (D) or undefined
   int64_t kv_heads = 0;  // 0: the query heads'
   int64_t head_dim = 0;  // 0: D / H
+  // Added to q, k, v (stacked as qkv's rows) after the biases, or undefined: Zamba2's adapters
+  // of one hybrid layer over a shared block's projections (a copy of an AttentionProjections
+  // shares its matrices). Its q rows carry QueryFactor like q_proj's.
+  LowRankAdapter qkv_adapter;
 
   // format: see MixerConfig::weight_format. Heads of D / H, as many for keys as for queries.
   static AttentionProjections FromWeights(const WeightMap& weights,
                                           WeightFormat format = WeightFormat::kFloat32);
   // The standard mixer's: the config's key/value heads and head width.
   static AttentionProjections FromConfig(const MixerConfig& config, const WeightMap& weights);
+  // What FromConfig multiplies q_proj by so that the kernels' own head_dim^-1/2 gives the
+  // config's attention_scale: attention_scale · √head_dim, 1 without one.
+  static double QueryFactor(const MixerConfig& config);
   // Where the weights live; the mixer runs there.
   at::Device device() const { return o.device(); }
 

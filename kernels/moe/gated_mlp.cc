@@ -35,6 +35,7 @@ GatedMlp::GatedMlp(const at::Tensor& gate, const at::Tensor& up, const at::Tenso
 at::Tensor GatedMlp::operator()(const at::Tensor& x) const {
   at::Tensor gu = gate_up(x);
   if (gate_up_bias.defined()) gu.add_(gate_up_bias);
+  if (gate_up_adapter.defined()) gate_up_adapter.AddTo(x, gu);
   const int64_t width = d_ff();
   at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
   const at::Tensor gated = act == MlpActivation::kSilu       ? at::silu(gate)

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/common/linear.h"
+#include "kernels/common/low_rank_adapter.h"
 #include "kernels/common/mixer.h"
 
 namespace attnserve::kernels {
@@ -34,6 +35,9 @@ struct GatedMlp {
   LinearWeight down;                   // (d_model, d_ff)
   at::Tensor gate_up_bias, down_bias;  // (2 · d_ff), (d_model); undefined without biases
   MlpActivation act = MlpActivation::kSilu;
+  // Added to gate_up's output (gate rows first) after its bias, or undefined: Zamba2's adapter
+  // of one hybrid layer over a shared block's MLP (a copy of a GatedMlp shares its matrices).
+  LowRankAdapter gate_up_adapter;
 
   GatedMlp() = default;
   // From Hugging Face's gate_proj, up_proj and down_proj weights (out, in) and, optionally,

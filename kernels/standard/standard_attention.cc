@@ -73,6 +73,11 @@ WeightMap RandomStandardWeights(const MixerConfig& config, at::Generator& gen) {
   return weights;
 }
 
+std::unique_ptr<Mixer> CreateStandardMixerOver(const MixerConfig& config,
+                                               AttentionProjections projections) {
+  return std::make_unique<StandardAttentionMixer>(config, std::move(projections));
+}
+
 std::unique_ptr<Mixer> CreateStandardMixer(const MixerConfig& config, const WeightMap& weights) {
   return std::make_unique<StandardAttentionMixer>(
       config, AttentionProjections::FromConfig(config, weights));

@@ -24,5 +24,19 @@
 // CreateMixer in mixer.h.
 #pragma once
 
+#include <memory>
+
+#include "kernels/common/attention_projections.h"
 #include "kernels/common/mixer.h"
 #include "kernels/common/mixer_registry.h"
+
+namespace attnserve::kernels {
+
+// A standard mixer over projections already made (AttentionProjections::FromConfig with a
+// valid `config`), sharing their matrices with every other holder of a copy: the shared
+// blocks' attention of each hybrid layer, each with its own adapter (server/model/
+// shared_block.h).
+std::unique_ptr<Mixer> CreateStandardMixerOver(const MixerConfig& config,
+                                               AttentionProjections projections);
+
+}  // namespace attnserve::kernels

@@ -269,15 +269,15 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   m->embeddings_in_lm_head_ =
       c.tie_word_embeddings() && !kernels::IsInt8(format) && device.is_cpu();
   if (!m->embeddings_in_lm_head_) m->embedding_ = embedding;
-  int64_t shared_uses = 0;  // the shared block's uses so far: its KV slots follow the layers'
+  size_t shared_uses = 0;  // the shared blocks' uses so far: their KV slots follow the layers'
   if (UsesSharedBlock(c)) {
-    absl::StatusOr<std::unique_ptr<SharedBlock>> block =
-        SharedBlock::Create(c, weights, format, options.kv_cache_dtype);
-    if (!block.ok()) {
+    absl::StatusOr<std::vector<std::unique_ptr<SharedBlock>>> uses =
+        SharedBlock::CreateUses(c, weights, format, options.kv_cache_dtype);
+    if (!uses.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("model '", m->name_, "': ", block.status().message()));
+          absl::StrCat("model '", m->name_, "': ", uses.status().message()));
     }
-    m->shared_ = *std::move(block);
+    m->shared_uses_ = *std::move(uses);
   }
   for (int i = 0; i < c.layers_size(); ++i) {
     const std::string prefix = LayerPrefix(i);
@@ -306,6 +306,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
                                   : std::min(m->interpolates_past_, mixer_config.max_len);
     }
     if (LayerUsesSharedBlock(c, i)) {
+      layer.shared = m->shared_uses_[shared_uses].get();
       layer.shared_linear = kernels::LinearWeight(w(prefix + "shared_linear.weight"), format);
       layer.shared_slot = c.layers_size() + shared_uses++;
     }
@@ -360,7 +361,7 @@ int64_t Model::StepKeysRead(int64_t position) const {
   int64_t keys = 0;
   for (const Layer& layer : layers_) {
     keys += layer.mixer->StepKeysRead(position);
-    if (layer.shared_slot >= 0) keys += shared_->attention().StepKeysRead(position);
+    if (layer.shared != nullptr) keys += layer.shared->attention().StepKeysRead(position);
   }
   return keys;
 }
@@ -369,7 +370,9 @@ int64_t Model::StateBytesPerSequence(int64_t position) const {
   int64_t bytes = 0;
   for (const Layer& layer : layers_) {
     bytes += layer.mixer->StateBytesPerSequence(position);
-    if (layer.shared_slot >= 0) bytes += shared_->attention().StateBytesPerSequence(position);
+    if (layer.shared != nullptr) {
+      bytes += layer.shared->attention().StateBytesPerSequence(position);
+    }
   }
   return bytes;
 }
@@ -388,8 +391,8 @@ absl::StatusOr<ModelState> Model::NewState(int64_t batch) const {
   }
   // The shared block's KV cache of each layer that uses it (Layer::shared_slot).
   for (const Layer& layer : layers_) {
-    if (layer.shared_slot < 0) continue;
-    ASSIGN_OR_RETURN(kernels::MixerState s, shared_->attention().InitialState(batch));
+    if (layer.shared == nullptr) continue;
+    ASSIGN_OR_RETURN(kernels::MixerState s, layer.shared->attention().InitialState(batch));
     state.layers.push_back(std::move(s));
   }
   return state;
@@ -445,10 +448,10 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     const Layer& layer = layers_[i];
     kernels::MixerState* s = state ? &state->layers[i] : nullptr;
     at::Tensor input = x;
-    if (layer.shared_slot >= 0) {  // Zamba's hybrid layer: x + shared_linear(block(x, x0))
-      ASSIGN_OR_RETURN(
-          const at::Tensor t,
-          shared_->Prefill(x, embeddings, state ? &state->layers[layer.shared_slot] : nullptr));
+    if (layer.shared != nullptr) {  // Zamba's hybrid layer: x + shared_linear(block(x, x0))
+      ASSIGN_OR_RETURN(const at::Tensor t,
+                       layer.shared->Prefill(
+                           x, embeddings, state ? &state->layers[layer.shared_slot] : nullptr));
       input = x + layer.shared_linear(t);
     }
     at::Tensor normed = Norm(input, layer.norm);
@@ -528,11 +531,11 @@ absl::StatusOr<at::Tensor> Model::StepRows(const std::vector<int64_t>& tokens,
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
     at::Tensor input = x;
-    if (layer.shared_slot >= 0) {  // Zamba's hybrid layer (RunLayers)
+    if (layer.shared != nullptr) {  // Zamba's hybrid layer (RunLayers)
       for (size_t i = begin; i < end; ++i) {
         layer_states[i - begin] = &states[i]->layers[layer.shared_slot];
       }
-      ASSIGN_OR_RETURN(const at::Tensor t, shared_->StepBatch(x, embeddings, layer_states));
+      ASSIGN_OR_RETURN(const at::Tensor t, layer.shared->StepBatch(x, embeddings, layer_states));
       input = x + layer.shared_linear(t);
     }
     for (size_t i = begin; i < end; ++i) layer_states[i - begin] = &states[i]->layers[l];

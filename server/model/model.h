@@ -225,8 +225,10 @@ class Model {
     NormWeights mlp_norm;
     kernels::GatedMlp mlp;                 // the dense MLP; undefined without one
     std::unique_ptr<kernels::MoeMlp> moe;  // instead, on a layer with experts
-    // A layer using the shared block (shared_block.h): its shared_linear and the index of its
-    // KV cache's slot in ModelState::layers (after the layers' own); -1: none.
+    // A layer using a shared block (shared_block.h): its use of the block (owned by
+    // shared_uses_), its shared_linear and the index of its KV cache's slot in
+    // ModelState::layers (after the layers' own); -1: none.
+    const SharedBlock* shared = nullptr;
     kernels::LinearWeight shared_linear;
     int64_t shared_slot = -1;
   };
@@ -252,7 +254,7 @@ class Model {
   NormWeights embedding_norm_, norm_f_;
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
-  std::unique_ptr<SharedBlock> shared_;        // Zamba's shared block, or null
+  std::vector<std::unique_ptr<SharedBlock>> shared_uses_;  // Zamba's: a use per marked layer
   int64_t state_slots_ = 0;                    // ModelState::layers' size: the layers, then their
                                                // shared-block KV slots
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights; float32 only

@@ -131,6 +131,19 @@ absl::Status ValidateSharedBlock(const v1::ModelConfig& c) {
         absl::StrCat("config: shared_block_layers has ", c.shared_block_layers_size(),
                      " entries for ", c.layers_size(), " layers (one per layer, or none)"));
   }
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"num_shared_blocks",
+                                                              c.num_shared_blocks()},
+                              {"shared_attention_adapter_rank", c.shared_attention_adapter_rank()},
+                              {"shared_mlp_adapter_rank", c.shared_mlp_adapter_rank()}}) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("config: ", field, " must be >= 0, got ",
+                                                     value));
+    }
+    if (value > 0 && !UsesSharedBlock(c)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: ", field, " needs shared_block_layers to mark a layer"));
+    }
+  }
   if (!UsesSharedBlock(c)) return absl::OkStatus();
   if (c.intermediate_size() <= 0 || c.num_experts() > 0 || c.norm() == "layer_norm") {
     return absl::InvalidArgumentError(

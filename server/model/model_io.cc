@@ -41,6 +41,17 @@ std::string ModelNameOf(const architectures::Architecture* architecture,
   return stored == "backbone.embedding.weight" ? "backbone.embeddings.weight" : stored;
 }
 
+// A stored tensor's parts as Model's tensors: the architecture's model_tensors where it has
+// one, else all of it under ModelNameOf's name.
+std::vector<architectures::TensorPart> ModelTensorsOf(
+    const architectures::Architecture* architecture, const std::string& stored,
+    const v1::ModelConfig& config) {
+  if (architecture != nullptr && architecture->model_tensors != nullptr) {
+    return architecture->model_tensors(stored, config);
+  }
+  return {{ModelNameOf(architecture, stored)}};
+}
+
 // The checkpoint's files: model.safetensors, or the shards model.safetensors.index.json's
 // weight_map names (every tensor in the one file the map gives it), or, where neither is,
 // torch.save's pytorch_model.bin (mamba_ssm's folders; torch_pickle.h).
@@ -144,27 +155,50 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
   for (const auto& [stored, file_index] : checkpoint.tensors) {
     const std::string& weights_path = checkpoint.paths[file_index];
     const SafetensorsFile& file = *checkpoint.files[file_index];
-    const std::string canonical = ModelNameOf(architecture, stored);
-    if (canonical.empty()) continue;  // a buffer the model does not use
-    auto it = expected.find(canonical);
-    if (it == expected.end()) {
-      // Some exports keep a tied lm_head; it is the embedding, so it is not needed.
-      if (canonical == "lm_head.weight" && config->tie_word_embeddings()) continue;
-      return absl::InvalidArgumentError(absl::StrCat(weights_path, ": unexpected tensor '", stored,
-                                                     "' (not part of a model with this ",
-                                                     "config.json)"));
-    }
     const SafetensorsEntry* entry = file.Find(stored);
-    if (at::IntArrayRef(entry->shape) != at::IntArrayRef(it->second)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          weights_path, ": tensor '", stored, "' has shape ", kernels::ShapeString(entry->shape),
-          ", config.json implies ", kernels::ShapeString(it->second)));
+    at::Tensor loaded;  // read once, whatever its parts
+    for (const architectures::TensorPart& part : ModelTensorsOf(architecture, stored, *config)) {
+      const std::string& canonical = part.name;
+      if (canonical.empty()) continue;  // a buffer the model does not use
+      auto it = expected.find(canonical);
+      if (it == expected.end()) {
+        // Some exports keep a tied lm_head; it is the embedding, so it is not needed.
+        if (canonical == "lm_head.weight" && config->tie_word_embeddings()) continue;
+        return absl::InvalidArgumentError(absl::StrCat(weights_path, ": unexpected tensor '",
+                                                       stored, "' (not part of a model with this ",
+                                                       "config.json)"));
+      }
+      std::vector<int64_t> shape = entry->shape;
+      const bool whole = part.length < 0;
+      if (!whole) {
+        if (part.dim >= static_cast<int64_t>(shape.size()) ||
+            part.start + part.length > shape[part.dim]) {
+          shape.clear();  // cannot hold the part: reported below
+        } else {
+          shape[part.dim] = part.length;
+        }
+      }
+      if (at::IntArrayRef(shape) != at::IntArrayRef(it->second)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            weights_path, ": tensor '", stored, "' has shape ", kernels::ShapeString(entry->shape),
+            ", config.json implies ", kernels::ShapeString(it->second),
+            whole ? "" : absl::StrCat(" for its part '", canonical, "'")));
+      }
+      if (!loaded.defined()) {
+        ASSIGN_OR_RETURN(loaded, file.LoadFloat32(stored));
+      }
+      at::Tensor value = whole ? loaded : loaded.narrow(part.dim, part.start, part.length);
+      if (auto held = weights.find(canonical); held != weights.end()) {
+        // A tied tensor saved under each of its names (a shared block at every layer using it)
+        // is the same tensor each time.
+        if (!at::equal(held->second, value)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              weights_path, ": tensor '", canonical, "' is stored twice, with different values"));
+        }
+        continue;
+      }
+      weights[canonical] = whole ? value : value.contiguous();
     }
-    if (weights.count(canonical)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(weights_path, ": tensor '", canonical, "' is stored twice"));
-    }
-    ASSIGN_OR_RETURN(weights[canonical], file.LoadFloat32(stored));
   }
   for (const auto& [tensor, shape] : expected) {
     if (!weights.count(tensor)) {

@@ -37,7 +37,7 @@ TEST(SharedBlockModelTest, ConfigTensorsAndRefusals) {
       return s.name.find(part) != std::string::npos;
     });
   };
-  EXPECT_EQ(count("backbone.shared.mixer.q_proj.weight"), 1);
+  EXPECT_EQ(count("backbone.shared.0.mixer.q_proj.weight"), 1);
   EXPECT_EQ(count("shared_linear.weight"), 2);
   EXPECT_EQ(count(".mlp.gate_proj"), 1);  // the block's only: the layers have no MLP
   EXPECT_EQ(count("x_proj_weight"), 4);

@@ -16,6 +16,7 @@
 //   qwen2   Qwen2ForCausalLM      qwen2.cc
 //   jamba   JambaForCausalLM      jamba.cc     (Mamba-1 + GQA attention + mixture of experts)
 //   zamba   ZambaForCausalLM      zamba.cc     (multi-head Mamba-1 + a shared attention block)
+//   zamba2  Zamba2ForCausalLM     zamba2.cc    (Mamba-2 + shared attention blocks with adapters)
 // A config.json of any other model_type is attnserve's own schema.
 #pragma once
 
@@ -29,6 +30,13 @@
 
 namespace attnserve::model::architectures {
 
+// A stored tensor's share of one of Model's tensors: all of it (length < 0), or rows
+// [start, start + length) along `dim` (a fused gate_up_proj's gate and up halves).
+struct TensorPart {
+  std::string name;  // Model's; "" for a tensor the model does not use
+  int64_t dim = 0, start = 0, length = -1;
+};
+
 struct Architecture {
   const char* model_type;  // config.json's
   const char* hf_class;    // its "architectures" entry
@@ -41,6 +49,11 @@ struct Architecture {
   // The inverse, for writing a folder in this layout (WriteModelFolder); null where attnserve
   // writes its own layout instead.
   std::string (*stored_name)(const std::string& model_name);
+  // Where model_name cannot say it alone (null otherwise, and then used instead of it): a stored
+  // tensor's parts as Model's tensors, given the config (Zamba2's shared blocks, whose names
+  // depend on which hybrid layer holds them, and whose fused gate_up_proj is split in two).
+  std::vector<TensorPart> (*model_tensors)(const std::string& stored,
+                                           const v1::ModelConfig& config) = nullptr;
 };
 
 // The architecture of config.json's model_type, or null (attnserve's own schema).

@@ -13,11 +13,12 @@ extern const Architecture kMistral;
 extern const Architecture kQwen2;
 extern const Architecture kJamba;
 extern const Architecture kZamba;
+extern const Architecture kZamba2;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
       &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv,
-      &kLlama, &kMistral,     &kQwen2,  &kJamba,    &kZamba};
+      &kLlama, &kMistral,     &kQwen2,  &kJamba,    &kZamba, &kZamba2};
   return all;
 }
 

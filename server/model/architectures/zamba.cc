@@ -98,12 +98,12 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
 // model.layers.N.{input_layernorm, mamba_decoder.input_layernorm} -> backbone.layers.N.norm,
 // {mamba., mamba_decoder.mamba.} -> mixer., linear -> shared_linear;
 // model.layers.N.shared_transf.{input_layernorm -> norm, self_attn -> mixer, pre_ff_layernorm ->
-// mlp_norm, feed_forward -> mlp} -> backbone.shared.*, whichever N holds the tied block.
+// mlp_norm, feed_forward -> mlp} -> backbone.shared.0.*, whichever N holds the tied block.
 std::string ZambaModelName(const std::string& stored) {
   const std::string shared = ".shared_transf.";
   if (const size_t at = stored.find(shared);
       absl::StartsWith(stored, "model.layers.") && at != std::string::npos) {
-    return absl::StrCat("backbone.shared.", absl::StrReplaceAll(stored.substr(at + shared.size()),
+    return absl::StrCat("backbone.shared.0.", absl::StrReplaceAll(stored.substr(at + shared.size()),
                                                                 {{"input_layernorm.", "norm."},
                                                                  {"self_attn.", "mixer."},
                                                                  {"pre_ff_layernorm.", "mlp_norm."},
