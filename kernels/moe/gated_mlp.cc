@@ -38,9 +38,21 @@ at::Tensor GatedMlp::operator()(const at::Tensor& x) const {
   if (gate_up_adapter.defined()) gate_up_adapter.AddTo(x, gu);
   const int64_t width = d_ff();
   at::Tensor gate = gu.narrow(-1, 0, width), up = gu.narrow(-1, width, width);
-  const at::Tensor gated = act == MlpActivation::kSilu       ? at::silu(gate)
-                           : act == MlpActivation::kGeluTanh ? at::gelu(gate, "tanh")
-                                                             : at::gelu(gate);
+  at::Tensor gated;
+  if (act == MlpActivation::kSilu) {
+    gated = at::silu(gate);
+  } else {
+    // ATen's vectorised GeLU and its scalar tail round differently, and which elements fall in
+    // the tail depends on the rows given together: one row at a time keeps a row's bits its own.
+    const at::Tensor rows = gate.reshape({-1, width});
+    gated = at::empty(rows.sizes(), rows.options());
+    const char* approximate = act == MlpActivation::kGeluTanh ? "tanh" : "none";
+    for (int64_t r = 0; r < rows.size(0); ++r) {
+      at::Tensor out_row = gated.select(0, r);
+      at::gelu_out(out_row, rows.select(0, r), approximate);
+    }
+    gated = gated.view(gate.sizes());
+  }
   at::Tensor y = down(gated * up);
   if (down_bias.defined()) y.add_(down_bias);
   return y;

@@ -9,7 +9,11 @@ on a prompt longer than the length the scaling starts from; MistralForCausalLM w
 window of 8 < the 37-token prompt; Qwen2ForCausalLM with q/k/v biases and tied embeddings;
 FalconMambaForCausalLM (Mamba-1 with weightless RMSNorms of dt, B and C); Mamba2ForCausalLM with
 one group (transformers v4.48.0's float64 logits) and with four groups and chunks of 5 (llama.cpp's
-logits: transformers' grouped Mamba-2 is wrong before v4.52; tests/golden/hf/llamacpp_reference.py).
+logits: transformers' grouped Mamba-2 is wrong before v4.52; tests/golden/hf/llamacpp_reference.py);
+JambaForCausalLM and ZambaForCausalLM (transformers' own); Zamba2ForCausalLM with one shared
+block, with two used in turn (every tied copy stored) and without positions or attention adapters
+(tests/golden/zamba2_reference.py: a float64 port of upstream's modeling_zamba2.py, which
+transformers 4.47.1 lacks).
 
 For each: logits within 1e-4 of max |logit| in float32 for the whole prompt (Infer), for the
 prompt in chunks and for single steps (a session continued by Infer), the 8 greedy tokens of
@@ -237,7 +241,8 @@ class HfGoldenTest(unittest.TestCase):
     def test_fork_snapshot_and_prefix_cache_at_positions_past_zero(self):
         pb = self.pb
         for case in ("llama_gqa", "mistral_window8", "qwen2_biases_tied", "llama_rope_yarn",
-                     "mamba2", "mamba2_groups4", "jamba", "zamba", "zamba_heads4_untied"):
+                     "mamba2", "mamba2_groups4", "jamba", "zamba", "zamba_heads4_untied",
+                     "zamba2", "zamba2_blocks2_groups2"):
             with self.subTest(case=case):
                 ref, want = self.reference(case)
                 tokens, cut = ref["tokens"], 21
@@ -309,7 +314,8 @@ class HfGoldenTest(unittest.TestCase):
             try:
                 with grpc.insecure_channel(server.target) as channel:
                     stub = inference_pb2_grpc.AttnServeStub(channel)
-                    for case in ("mamba2", "mamba2_groups4", "jamba", "zamba"):
+                    for case in ("mamba2", "mamba2_groups4", "jamba", "zamba",
+                                 "zamba2_blocks2_groups2"):
                         with self.subTest(case=case, precision=precision):
                             ref, want = self.reference(case)
                             response = stub.Infer(pb.InferRequest(
@@ -319,7 +325,8 @@ class HfGoldenTest(unittest.TestCase):
                             err = np.abs(got - want).max() / np.abs(want).max()
                             print("%s %s weights: %.3g of max |logit|" % (case, precision, err),
                                   file=sys.stderr)
-                            bound = tolerance * {"jamba": 2.5, "zamba": 3.0}.get(case, 1)
+                            bound = tolerance * {"jamba": 2.5, "zamba": 3.0,
+                                                 "zamba2_blocks2_groups2": 3.5}.get(case, 1)
                             self.assertLessEqual(err, bound, "%s %s: %.3g" % (
                                 case, precision, err))
                             self.assertGreater(err, 0, "%s: no rounding at all" % precision)
@@ -376,12 +383,32 @@ class HfGoldenTest(unittest.TestCase):
                 self.assertEqual(info.state_bytes_per_token,
                                  hybrid * 2 * c["num_key_value_heads"] * c["attention_head_dim"] * 4)
 
+    def test_zamba2_state_size(self):
+        """A Zamba2 session: every layer's Mamba-2 state (conv over x, B and C; the heads'
+        states) and each hybrid layer's own KV cache of its block."""
+        pb = self.pb
+        for case in ("zamba2", "zamba2_blocks2_groups2", "zamba2_nope_gqa"):
+            with self.subTest(case=case):
+                with open(os.path.join(golden_dir(), case, "config.json")) as f:
+                    c = json.load(f)
+                d_inner = c["mamba_expand"] * c["hidden_size"]
+                conv_dim = d_inner + 2 * c["mamba_ngroups"] * c["mamba_d_state"]
+                per_mamba = (conv_dim * c["mamba_d_conv"] + d_inner * c["mamba_d_state"]) * 4
+                head_dim = 2 * c["hidden_size"] // c["num_attention_heads"]
+                hybrid = c["layers_block_type"].count("hybrid")
+                info = self.stub.GetModel(pb.GetModelRequest(name=case), timeout=30)
+                self.assertEqual(info.state_bytes_per_session,
+                                 c["num_hidden_layers"] * per_mamba)
+                self.assertEqual(info.state_bytes_per_token,
+                                 hybrid * 2 * c["num_key_value_heads"] * head_dim * 4)
+
     def test_sixteen_sessions_decoded_together_equal_each_alone(self):
         """16 streams generating at once (the scheduler batches their steps) give each the
         tokens it gets alone."""
         import threading
         pb = self.pb
-        for case in ("mamba2", "mamba2_groups4", "jamba", "zamba_heads4_untied"):
+        for case in ("mamba2", "mamba2_groups4", "jamba", "zamba_heads4_untied",
+                     "zamba2_blocks2_groups2"):
             with self.subTest(case=case):
                 ref, _ = self.reference(case)
                 prompts = [ref["tokens"][:12 + i] for i in range(16)]

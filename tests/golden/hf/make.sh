@@ -35,3 +35,8 @@ make zamba_heads4_untied --arch zamba --set n_mamba_heads=4 --set num_key_value_
 # says how), so the weights are transformers' and the references llama.cpp's.
 make mamba2_groups4 --arch mamba2 --set n_groups=4 --set chunk_size=5
 "$here/llamacpp_reference.py" "$here/mamba2_groups4"
+# Zamba2: not in transformers 4.47.1; our float64 port of upstream's modeling_zamba2.py.
+for case in zamba2 zamba2_blocks2_groups2 zamba2_nope_gqa; do
+  rm -rf "$here/$case"
+  /usr/bin/python3 "$here/../zamba2_reference.py" --out "$here/$case" --case "$case"
+done
