@@ -42,9 +42,10 @@ def argument_parser(doc):
 def measure_precision(build, script, repo, model, folder, work, precision, reps, rng, stubs_of,
                       vocab, sessions=(1, 16, 64)):
     """Medians of each side's figures: ({"pp512", "tg128", "16", N...}, {"pp512", "tg128",
-    "16"}), and every run's raw values ({"ours": ..., "llama": ...})."""
+    "16"}), and every run's raw values ({"ours": ..., "llama": ...}). script None: attnserve's
+    side alone (a model llama.cpp does not run), llama.cpp's figures empty."""
     gguf = work / f"{model}-{GGUF_TYPE[precision]}.gguf"
-    if not gguf.exists():
+    if script is not None and not gguf.exists():
         run([script, "convert", folder, gguf, GGUF_TYPE[precision]])
     ours = {"pp512": [], "tg128": []}
     ours.update({str(n): [] for n in sessions if n != 1})
@@ -62,11 +63,13 @@ def measure_precision(build, script, repo, model, folder, work, precision, reps,
                     ours[str(n)].append(rows[n]["aggregate_tok_s"])
         finally:
             server.stop()
+        if script is None:
+            continue
         theirs["pp512"].append(llama_pp(script, gguf, 512, 3))
         theirs["tg128"].append(llama_bench(script, gguf, "-p", "0", "-n", "128"))
         theirs["16"].append(llama_batched(script, gguf, "16", "8", "128")[16]["S_TG"])
     med = {k: statistics.median(v) for k, v in ours.items()}
-    lmed = {k: statistics.median(v) for k, v in theirs.items()}
+    lmed = {k: statistics.median(v) for k, v in theirs.items() if v}
     return med, lmed, {"precision": precision, "ours": ours, "llama": theirs}
 
 

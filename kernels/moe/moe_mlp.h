@@ -3,9 +3,12 @@
 // JambaSparseMoeBlock / MixtralSparseMoeBlock, without dropped tokens.
 //
 // Weights (names relative to the layer's "mlp." prefix, Hugging Face's Jamba names):
-//   router.weight (E, d_model)
+//   router.weight (E, d_model)                      router.correction_bias (E) (sigmoid_topk)
 //   experts.{e}.gate_proj.weight (d_ff, d_model)   experts.{e}.up_proj.weight (d_ff, d_model)
-//   experts.{e}.down_proj.weight (d_model, d_ff)
+//   experts.{e}.down_proj.weight (d_model, d_ff)   (no gate_proj with gated = false)
+//   shared_expert.{gate,up,down}_proj.weight of shared_d_ff > 0 likewise: a dense MLP every
+//   token runs beside its experts, its output added after theirs (Nemotron-H's shared_experts,
+//   Granite-4.0-H's shared_mlp)
 // The router stays float32 whatever the format (its choices are discrete: bfloat16 or int8
 // logits would move tokens to other experts); the experts are kept as `format`.
 //
@@ -35,7 +38,13 @@ struct MoeConfig {
   int64_t num_experts = 0;
   int64_t top_k = 2;
   RouterKind router = RouterKind::kSoftmaxTopK;
-  MlpActivation act = MlpActivation::kSilu;  // the experts'
+  MlpActivation act = MlpActivation::kSilu;  // the experts' (and the shared expert's)
+  bool gated = true;       // false: plain experts, down(act(up x)) (Nemotron-H's relu2)
+  int64_t shared_d_ff = 0;  // the shared expert's width; 0: none
+  // sigmoid_topk's weights: divided by their sum (norm_topk_prob), times `scaling`
+  // (routed_scaling_factor). moe_router.h.
+  bool normalize = false;
+  double scaling = 1.0;
 };
 
 class MoeMlp {
@@ -54,8 +63,10 @@ class MoeMlp {
 
  private:
   MoeConfig config_;
-  LinearWeight router_;  // float32
+  LinearWeight router_;       // float32
+  at::Tensor correction_bias_;  // (E) float32 on the CPU, sigmoid_topk's; else undefined
   std::vector<GatedMlp> experts_;
+  GatedMlp shared_;  // undefined without a shared expert
 };
 
 }  // namespace attnserve::kernels

@@ -5,8 +5,13 @@
 //   kTopKSoftmax ("topk_softmax"; Mixtral renormalised, Granite-4.0-H's
 //   GraniteMoeHybridTopKGating):
 //                the k largest logits, weights softmax over those k only (they sum to 1).
-// Both choose the same experts (softmax is monotonic); ties go to the lower expert index. A
-// token's choice depends on its own logits only.
+//   kSigmoidTopK ("sigmoid_topk"; Nemotron-H's NemotronHTopkRouter, DeepSeek-V3's without
+//   groups):
+//                s = sigmoid of each logit; the k largest s + correction_bias[e] choose the
+//                experts; their weights are their s (without the bias), divided by their sum
+//                (+ 1e-20) when `normalize`, times `scale`.
+// The first two choose the same experts (softmax is monotonic); ties go to the lower expert
+// index. A token's choice depends on its own logits only.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +22,23 @@
 
 namespace attnserve::kernels {
 
-enum class RouterKind { kSoftmaxTopK, kTopKSoftmax };
+enum class RouterKind { kSoftmaxTopK, kTopKSoftmax, kSigmoidTopK };
 
-// "" and "softmax_topk": kSoftmaxTopK; "topk_softmax": kTopKSoftmax; anything else an
-// InvalidArgument naming the accepted values.
+// "" and "softmax_topk": kSoftmaxTopK; "topk_softmax": kTopKSoftmax; "sigmoid_topk":
+// kSigmoidTopK; anything else an InvalidArgument naming the accepted values.
 absl::StatusOr<RouterKind> ParseRouterKind(absl::string_view name);
 
+// kSigmoidTopK's extras (the others ignore them).
+struct RouterOptions {
+  const float* correction_bias = nullptr;  // (experts), or null: none
+  bool normalize = false;
+  float scale = 1.0f;
+};
+
 // logits: (tokens, experts) row-major float32. Writes, for token t, its experts into
-// ids[t·k .. t·k + k) in descending order of weight and their weights into weights[same].
-// Requires 1 <= k <= experts.
+// ids[t·k .. t·k + k) in descending order of their choosing score and their weights into
+// weights[same]. Requires 1 <= k <= experts.
 void RouteTokens(const float* logits, int64_t tokens, int64_t experts, int64_t k, RouterKind kind,
-                 int32_t* ids, float* weights);
+                 int32_t* ids, float* weights, const RouterOptions& options = {});
 
 }  // namespace attnserve::kernels

@@ -96,9 +96,12 @@ absl::Status ValidateExperts(const v1::ModelConfig& c) {
         absl::StrCat("config: num_experts must be >= 0 (0: dense MLPs), got ", c.num_experts()));
   }
   if (c.num_experts() == 0) {
-    if (c.expert_layers_size() > 0 || c.num_experts_per_tok() != 0 || !c.moe_router().empty()) {
+    if (c.expert_layers_size() > 0 || c.num_experts_per_tok() != 0 || !c.moe_router().empty() ||
+        c.moe_plain_experts() || c.moe_shared_expert_size() != 0 || c.moe_norm_topk_prob() ||
+        c.moe_routed_scaling_factor() != 0) {
       return absl::InvalidArgumentError(
-          "config: expert_layers, num_experts_per_tok and moe_router need num_experts > 0");
+          "config: expert_layers, num_experts_per_tok, moe_router and the moe_ fields need "
+          "num_experts > 0");
     }
     return absl::OkStatus();
   }
@@ -117,6 +120,11 @@ absl::Status ValidateExperts(const v1::ModelConfig& c) {
   }
   if (absl::StatusOr<kernels::RouterKind> r = kernels::ParseRouterKind(c.moe_router()); !r.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config: ", r.status().message()));
+  }
+  if (c.moe_shared_expert_size() < 0 || !(c.moe_routed_scaling_factor() >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: moe_shared_expert_size and moe_routed_scaling_factor must be >= 0, got ",
+        c.moe_shared_expert_size(), " and ", c.moe_routed_scaling_factor()));
   }
   return absl::OkStatus();
 }
@@ -176,6 +184,10 @@ kernels::MoeConfig LayerMoeConfig(const v1::ModelConfig& c) {
   m.top_k = c.num_experts_per_tok();
   m.router = kernels::ParseRouterKind(c.moe_router()).value_or(kernels::RouterKind::kSoftmaxTopK);
   m.act = kernels::ParseMlpActivation(c.hidden_act());
+  m.gated = !c.moe_plain_experts();
+  m.shared_d_ff = c.moe_shared_expert_size();
+  m.normalize = c.moe_norm_topk_prob();
+  m.scaling = c.moe_routed_scaling_factor() > 0 ? c.moe_routed_scaling_factor() : 1.0;
   return m;
 }
 

@@ -311,13 +311,13 @@ def new_caches(cfg):
     return {(kind, i): {} for i in range(cfg.num_hidden_layers) for kind in ("mamba", "attn")}
 
 
-def random_weights(cfg, gen):
+def random_weights(cfg, gen, dtype=torch.float64):
     """Weights in the module tree's own names (blocks.{b}. for the shared blocks), float32
-    values: each (out, in) matrix N(0, 1/in), norms 1 + N(0, 0.1), Mamba-2's dt_bias the inverse
+    values (held as `dtype`): each (out, in) matrix N(0, 1/in), norms 1 + N(0, 0.1), Mamba-2's dt_bias the inverse
     softplus of dt log-uniform in [1e-3, 1e-1], head 0's far below (dt ~ 1e-4: torch_forward
     would clamp it at time_step_min)."""
     def normal(*shape, std=1.0):
-        return (torch.randn(*shape, generator=gen) * std).float().double()
+        return (torch.randn(*shape, generator=gen) * std).float().to(dtype)
 
     def linear(out, inp):
         return normal(out, inp, std=inp ** -0.5)
@@ -343,8 +343,8 @@ def random_weights(cfg, gen):
                        math.log(1e-3))
         dt_bias = dt + torch.log(-torch.expm1(-dt))
         dt_bias[0] = -9.0
-        w[p + "dt_bias"] = dt_bias.float().double()
-        w[p + "A_log"] = torch.log(torch.arange(1, H + 1).double()).float().double()
+        w[p + "dt_bias"] = dt_bias.float().to(dtype)
+        w[p + "A_log"] = torch.log(torch.arange(1, H + 1).double()).float().to(dtype)
         w[p + "D"] = norm(H)
         w[p + "norm.weight"] = norm(d_inner)
         w[p + "out_proj.weight"] = linear(hs, d_inner)

@@ -20,30 +20,47 @@ namespace {
 
 // transformers' JambaSparseMoeBlock in float64: softmax over all experts, top k (as they are,
 // or renormalised to sum 1: Mixtral's, equal to the softmax over the top k logits), each
-// chosen expert's down(silu(gate x) * up x) times its weight, summed.
+// chosen expert's down(silu(gate x) * up x) times its weight, summed. sigmoid_topk as
+// NemotronHMOE (the float64 port in ../shared/hf_reference/hybrid_ref.py, written from
+// upstream's modeling_nemotron_h.py): sigmoid scores, the top k of scores + correction bias,
+// the scores as weights (divided by their sum + 1e-20 when normalised) times the scaling
+// factor; plain experts down(relu(up x)²); a shared expert added.
 at::Tensor MoeReference(const MoeConfig& c, const WeightMap& w, const at::Tensor& x) {
   auto d = [&](const std::string& name) { return w.at(name).to(at::kDouble); };
   const at::Tensor rows = x.reshape({-1, c.d_model}).to(at::kDouble);
-  const at::Tensor probs = at::softmax(at::matmul(rows, d("router.weight").t()), -1);
+  const at::Tensor logits = at::matmul(rows, d("router.weight").t());
+  const bool sigmoid = c.router == RouterKind::kSigmoidTopK;
+  const at::Tensor probs = sigmoid ? at::sigmoid(logits) : at::softmax(logits, -1);
+  const at::Tensor choice = sigmoid ? probs + d("router.correction_bias") : probs;
+  auto mlp = [&](const std::string& prefix, const at::Tensor& xt) {
+    const at::Tensor up = at::matmul(d(prefix + "up_proj.weight"), xt);
+    const at::Tensor h =
+        c.gated ? (c.act == MlpActivation::kRelu2
+                       ? at::relu(at::matmul(d(prefix + "gate_proj.weight"), xt)).pow(2)
+                       : at::silu(at::matmul(d(prefix + "gate_proj.weight"), xt))) *
+                      up
+                : (c.act == MlpActivation::kRelu2 ? at::relu(up).pow(2) : at::silu(up));
+    return at::matmul(d(prefix + "down_proj.weight"), h);
+  };
   at::Tensor out = at::zeros_like(rows);
   for (int64_t t = 0; t < rows.size(0); ++t) {
     std::vector<int64_t> order(c.num_experts);
     std::iota(order.begin(), order.end(), 0);
-    const at::Tensor p = probs[t];
+    const at::Tensor p = probs[t], q = choice[t];
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-      return p[a].item<double>() > p[b].item<double>();
+      return q[a].item<double>() > q[b].item<double>();
     });
     double sum = 0;
     for (int64_t j = 0; j < c.top_k; ++j) sum += p[order[j]].item<double>();
+    const at::Tensor xt = rows[t];
     for (int64_t j = 0; j < c.top_k; ++j) {
-      const std::string e = "experts." + std::to_string(order[j]) + ".";
-      const at::Tensor xt = rows[t];
-      const at::Tensor h = at::silu(at::matmul(d(e + "gate_proj.weight"), xt)) *
-                           at::matmul(d(e + "up_proj.weight"), xt);
       double weight = p[order[j]].item<double>();
       if (c.router == RouterKind::kTopKSoftmax) weight /= sum;
-      out[t] += weight * at::matmul(d(e + "down_proj.weight"), h);
+      if (sigmoid && c.normalize) weight /= sum + 1e-20;
+      if (sigmoid) weight *= c.scaling;
+      out[t] += weight * mlp("experts." + std::to_string(order[j]) + ".", xt);
     }
+    if (c.shared_d_ff > 0) out[t] += mlp("shared_expert.", xt);
   }
   return out.view(x.sizes());
 }
@@ -51,13 +68,23 @@ at::Tensor MoeReference(const MoeConfig& c, const WeightMap& w, const at::Tensor
 struct MoeShape {
   int64_t tokens, d_model, d_ff, experts, top_k;
   RouterKind router;
+  // Nemotron-H's form: sigmoid_topk normalised and scaled by 2.5, plain relu2 experts and a
+  // shared expert of width 2·d_ff.
+  bool nemotron = false;
 };
 
 class MoeReferenceTest : public ::testing::TestWithParam<MoeShape> {};
 
 TEST_P(MoeReferenceTest, MatchesFloat64Reference) {
   const MoeShape s = GetParam();
-  const MoeConfig c{s.d_model, s.d_ff, s.experts, s.top_k, s.router, MlpActivation::kSilu};
+  MoeConfig c{s.d_model, s.d_ff, s.experts, s.top_k, s.router, MlpActivation::kSilu};
+  if (s.nemotron) {
+    c.act = MlpActivation::kRelu2;
+    c.gated = false;
+    c.shared_d_ff = 2 * s.d_ff;
+    c.normalize = true;
+    c.scaling = 2.5;
+  }
   const WeightMap w = MoeMlp::RandomWeights(c, 3 + s.tokens);
   const MoeMlp moe(c, w, WeightFormat::kFloat32);
   const at::Tensor x = testing::RandomTensor({1, s.tokens, s.d_model}, 5 + s.experts);
@@ -74,7 +101,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoeReferenceTest,
                                            MoeShape{17, 64, 96, 4, 1, RouterKind::kSoftmaxTopK},
                                            MoeShape{9, 24, 40, 3, 3, RouterKind::kTopKSoftmax},
                                            MoeShape{70, 64, 160, 8, 2, RouterKind::kTopKSoftmax},
-                                           MoeShape{33, 48, 80, 16, 4, RouterKind::kSoftmaxTopK}));
+                                           MoeShape{33, 48, 80, 16, 4, RouterKind::kSoftmaxTopK},
+                                           MoeShape{1, 32, 64, 4, 2, RouterKind::kSigmoidTopK},
+                                           MoeShape{21, 40, 72, 8, 3, RouterKind::kSigmoidTopK,
+                                                    true},
+                                           MoeShape{70, 64, 96, 16, 6, RouterKind::kSigmoidTopK,
+                                                    true}));
 
 TEST(MoeRouterTest, VariantsWeighAlike) {
   // Logits of 2 tokens over 4 experts; the second has a tie at the top.
@@ -94,12 +126,32 @@ TEST(MoeRouterTest, VariantsWeighAlike) {
   EXPECT_NEAR(renorm[2], 0.5, 1e-7);
   EXPECT_TRUE(ParseRouterKind("").ok());
   EXPECT_FALSE(ParseRouterKind("sigmoid").ok());
+  EXPECT_TRUE(ParseRouterKind("sigmoid_topk").ok());
+  // sigmoid_topk: the bias moves expert 3 to the top, the weights are the scores alone,
+  // normalised over the chosen and scaled.
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.9f};
+  std::vector<float> sig(4);
+  RouteTokens(logits.data(), 2, 4, 2, RouterKind::kSigmoidTopK, ids.data(), sig.data(),
+              RouterOptions{bias.data(), true, 2.0f});
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 1, 3, 0}));  // token 1: the tie 0/2 to 0
+  auto s = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  EXPECT_NEAR(sig[0], 2.0 * s(1.0) / (s(1.0) + s(2.0)), 1e-6);
+  EXPECT_NEAR(sig[1], 2.0 * s(2.0) / (s(1.0) + s(2.0)), 1e-6);
+  EXPECT_NEAR(sig[2] + sig[3], 2.0, 1e-6);
+  RouteTokens(logits.data(), 2, 4, 2, RouterKind::kSigmoidTopK, ids.data(), sig.data(),
+              RouterOptions{bias.data(), false, 1.0f});
+  EXPECT_NEAR(sig[0], s(1.0), 1e-6);  // unnormalised: the score itself
 }
 
 // Each token's row of a batch is the bits of the token alone, whatever experts the others chose,
 // in every weight format.
 TEST(MoeMlpTest, TokenResultsDoNotDependOnTheBatch) {
-  const MoeConfig c{64, 96, 8, 2, RouterKind::kSoftmaxTopK, MlpActivation::kSilu};
+  MoeConfig nemotron{64, 96, 8, 2, RouterKind::kSigmoidTopK, MlpActivation::kRelu2};
+  nemotron.gated = false;
+  nemotron.shared_d_ff = 64;
+  nemotron.normalize = true;
+  for (const MoeConfig& c :
+       {MoeConfig{64, 96, 8, 2, RouterKind::kSoftmaxTopK, MlpActivation::kSilu}, nemotron}) {
   WeightMap w = MoeMlp::RandomWeights(c, 11);
   for (auto& [name, t] : w) t = t.to(at::kBFloat16).to(at::kFloat);  // bf16-exact for kBfloat16
   const at::Tensor x = testing::RandomTensor({24, 64}, 13);
@@ -120,6 +172,7 @@ TEST(MoeMlpTest, TokenResultsDoNotDependOnTheBatch) {
   const at::Tensor logits = at::matmul(x, w.at("router.weight").t());
   const at::Tensor top = std::get<1>(logits.topk(1, -1));
   EXPECT_GE(std::get<0>(at::_unique(top)).numel(), 4);
+  }
 }
 
 }  // namespace
