@@ -39,6 +39,23 @@ def argument_parser(doc):
     return p
 
 
+def served_logits(build, repo, model, tokens, grpc, pb, pb_grpc):
+    """attnserve's float32 logits (len(tokens), vocab) of `tokens` through one unary Infer."""
+    import numpy as np
+    server = Server(build, f"--model_repository={repo}", f"--policy={model}",
+                    *PRECISION_FLAGS["fp32"])
+    try:
+        # tokens x vocab float logits: past gRPC's default 4 MiB a message.
+        options = [("grpc.max_receive_message_length", 64 << 20)]
+        with grpc.insecure_channel(server.target, options=options) as channel:
+            response = pb_grpc.AttnServeStub(channel).Infer(pb.InferRequest(
+                model=model, tokens=tokens,
+                output=pb.OutputSpec(kind=pb.OUTPUT_KIND_ALL_LOGITS)), timeout=600)
+    finally:
+        server.stop()
+    return np.array(response.outputs.tensor.float_data).reshape(len(tokens), -1)
+
+
 def measure_precision(build, script, repo, model, folder, work, precision, reps, rng, stubs_of,
                       vocab, sessions=(1, 16, 64)):
     """Medians of each side's figures: ({"pp512", "tg128", "16", N...}, {"pp512", "tg128",

@@ -30,11 +30,11 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from batched_decode import (GGUF_TYPE, PRECISION_FLAGS, PRODUCT_PEAK, Server,  # noqa: E402
+from batched_decode import (GGUF_TYPE, PRODUCT_PEAK,  # noqa: E402
                             cpu_description, cpu_peaks, run)
 from bench_server import attnserve_stubs  # noqa: E402
 from hf_folder_vs_llamacpp import (argument_parser, measure_precision,  # noqa: E402
-                                   print_comparison)
+                                   print_comparison, served_logits)
 from llama_vs_llamacpp import LLAMA_PEAK  # noqa: E402
 
 MODEL = "jamba-tiny-dev"
@@ -74,18 +74,7 @@ def check_logits(build, repo, folder, grpc, pb, pb_grpc):
     """attnserve's logits of the folder's prompt against transformers' float64 ones."""
     ref = json.loads((folder / "reference.json").read_text())
     want = np.load(folder / "logits_all.npy")
-    server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
-                    *PRECISION_FLAGS["fp32"])
-    try:
-        # 16 x 65536 float logits: past gRPC's default 4 MiB a message.
-        options = [("grpc.max_receive_message_length", 64 << 20)]
-        with grpc.insecure_channel(server.target, options=options) as channel:
-            response = pb_grpc.AttnServeStub(channel).Infer(pb.InferRequest(
-                model=MODEL, tokens=ref["tokens"],
-                output=pb.OutputSpec(kind=pb.OUTPUT_KIND_ALL_LOGITS)), timeout=600)
-    finally:
-        server.stop()
-    got = np.array(response.outputs.tensor.float_data).reshape(len(ref["tokens"]), -1)
+    got = served_logits(build, repo, MODEL, ref["tokens"], grpc, pb, pb_grpc)
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 

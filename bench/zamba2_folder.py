@@ -7,7 +7,7 @@ One random-weight Zamba2ForCausalLM folder of Zyphra/Zamba2-1.2B's shape (its co
 revision 6b05bf29d1bb4ca71a36d12f7da4d3120dcde7fe: hidden 2048, 38 layers, hybrid at 5, 11, 17,
 23, 29, 35 running one shared block (32 heads of 128 over 2·hidden, rotary positions, MLP 8192
 GeLU), adapters of rank 128 on q, k, v and gate_up, Mamba-2 with 64 heads of 64, d_state 128,
-one group, chunk 256, vocab 32000, tied: 1,215,640,576 parameters), written by
+one group, chunk 256, vocab 32000, tied: 1,215,064,704 parameters), written by
 tests/golden/zamba2_reference.py's own writer in Hugging Face's names, and checked first against
 that file's float64 forward on a 16-token prompt. For each precision attnserve alone, --reps
 times, medians (bench/hf_folder_vs_llamacpp.py's measurement without the peer):
@@ -40,10 +40,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "golden"))
-from batched_decode import (PRECISION_FLAGS, PRODUCT_PEAK, Server,  # noqa: E402
-                            cpu_description, cpu_peaks)
+from batched_decode import PRODUCT_PEAK, cpu_description, cpu_peaks  # noqa: E402
 from bench_server import attnserve_stubs  # noqa: E402
-from hf_folder_vs_llamacpp import argument_parser, measure_precision  # noqa: E402
+from hf_folder_vs_llamacpp import (argument_parser, measure_precision,  # noqa: E402
+                                   served_logits)
 
 MODEL = "zamba2-1.2b"
 BYTES = {"fp32": 4.0, "bf16": 2.0, "bf16dot": 2.0, "int8": 1.0 + 4.0 / 32}
@@ -78,17 +78,22 @@ def shape(c):
 
 
 def write_folder(folder, tokens):
-    """The folder, and its float64 logits of `tokens` by the reference's forward."""
+    """The folder (unless written already: the weights are seeded), and its float64 logits of
+    `tokens` by the reference's forward."""
     import torch
     import zamba2_reference as ref
     cfg = ref.Config(dict(SHAPE))
     w = ref.random_weights(cfg, torch.Generator().manual_seed(0), dtype=torch.float64)
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
-              "num_hidden_layers": cfg.num_hidden_layers, **SHAPE}
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
-    ref.write_safetensors(str(folder / "model.safetensors"), ref.stored_names(cfg, w, False))
+    if not (folder / "model.safetensors").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        config = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
+                  "num_hidden_layers": cfg.num_hidden_layers, **SHAPE}
+        (folder / "config.json").write_text(json.dumps(config, indent=1))
+        ref.write_safetensors(str(folder / "model.safetensors"), ref.stored_names(cfg, w, False))
     params = sum(t.numel() for t in w.values())
+    # Chunks of the prompt's length: the same numbers as 256 (the chunking is the scan's
+    # arrangement, not its result) without padding 16 tokens to a 256-token chunk.
+    cfg.chunk_size = len(tokens)
     with torch.no_grad():
         logits = ref.forward(cfg, w, tokens, ref.new_caches(cfg), 0).numpy()
     np.save(folder / "reference_logits.npy", logits)
@@ -100,17 +105,7 @@ def write_folder(folder, tokens):
 def check_logits(build, repo, folder, grpc, pb, pb_grpc):
     ref = json.loads((folder / "reference.json").read_text())
     want = np.load(folder / "reference_logits.npy")
-    server = Server(build, f"--model_repository={repo}", f"--policy={MODEL}",
-                    *PRECISION_FLAGS["fp32"])
-    try:
-        options = [("grpc.max_receive_message_length", 64 << 20)]
-        with grpc.insecure_channel(server.target, options=options) as channel:
-            response = pb_grpc.AttnServeStub(channel).Infer(pb.InferRequest(
-                model=MODEL, tokens=ref["tokens"],
-                output=pb.OutputSpec(kind=pb.OUTPUT_KIND_ALL_LOGITS)), timeout=600)
-    finally:
-        server.stop()
-    got = np.array(response.outputs.tensor.float_data).reshape(len(ref["tokens"]), -1)
+    got = served_logits(build, repo, MODEL, ref["tokens"], grpc, pb, pb_grpc)
     return float(np.abs(got - want).max() / np.abs(want).max()), ref["parameters"]
 
 
@@ -123,7 +118,7 @@ def main():
     work = Path(args.workdir or tmp.name)
     repo = work / "repo"
     folder = repo / MODEL
-    if not (folder / "model.safetensors").exists():
+    if not (folder / "reference.json").exists():
         write_folder(folder, random.Random(3).sample(range(SHAPE["vocab_size"]), 16))
     products, head, state, kv_bytes = shape(SHAPE)
     grpc, pb, pb_grpc = attnserve_stubs()

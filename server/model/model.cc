@@ -252,6 +252,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   m->config_ = std::move(config);
   const v1::ModelConfig& c = m->config_;
   m->max_sequence_length_ = c.max_sequence_length();
+  auto or_one = [](double v) { return v > 0 ? v : 1.0; };
+  m->embedding_multiplier_ = or_one(c.embedding_multiplier());
+  m->residual_multiplier_ = or_one(c.residual_multiplier());
+  m->logits_divisor_ = or_one(c.logits_divisor());
   auto w = [&](const std::string& n) { return weights.at(n).contiguous(); };
   auto norm = [&](const std::string& n, double epsilon) {
     NormWeights norm_weights{w(n + ".weight"), {}, epsilon};
@@ -437,8 +441,19 @@ at::Tensor Model::Norm(const at::Tensor& x, const NormWeights& norm) const {
 }
 
 at::Tensor Model::Embed(const at::Tensor& ids) const {
-  return Norm(embeddings_in_lm_head_ ? lm_head_.Rows(ids) : at::embedding(embedding_, ids),
-              embedding_norm_);
+  at::Tensor x = embeddings_in_lm_head_ ? lm_head_.Rows(ids) : at::embedding(embedding_, ids);
+  if (embedding_multiplier_ != 1) x.mul_(embedding_multiplier_);
+  return Norm(x, embedding_norm_);
+}
+
+at::Tensor Model::Residual(at::Tensor output) const {
+  return residual_multiplier_ != 1 ? output * residual_multiplier_ : output;
+}
+
+at::Tensor Model::Logits(const at::Tensor& normed) const {
+  at::Tensor logits = lm_head_(normed);
+  if (logits_divisor_ != 1) logits.div_(logits_divisor_);
+  return logits.cpu();
 }
 
 absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) const {
@@ -462,15 +477,15 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     } else {
       ASSIGN_OR_RETURN(mixed, layer.mixer->Prefill(normed, s));
     }
-    x = AddMlp(layer, x + mixed);
+    x = AddMlp(layer, x + Residual(mixed));
   }
   return x;  // a layer that owns its norms: Norm and AddMlp pass x through
 }
 
 at::Tensor Model::AddMlp(const Layer& layer, const at::Tensor& x) const {
-  if (layer.moe) return x + (*layer.moe)(Norm(x, layer.mlp_norm));
+  if (layer.moe) return x + Residual((*layer.moe)(Norm(x, layer.mlp_norm)));
   if (!layer.mlp.defined()) return x;  // no MLP, or a mixer that owns its norms
-  return x + layer.mlp(Norm(x, layer.mlp_norm));
+  return x + Residual(layer.mlp(Norm(x, layer.mlp_norm)));
 }
 
 absl::StatusOr<at::Tensor> Model::StepBatch(const std::vector<int64_t>& tokens,
@@ -541,10 +556,10 @@ absl::StatusOr<at::Tensor> Model::StepRows(const std::vector<int64_t>& tokens,
     for (size_t i = begin; i < end; ++i) layer_states[i - begin] = &states[i]->layers[l];
     ASSIGN_OR_RETURN(at::Tensor mixed,
                      layer.mixer->StepBatch(Norm(input, layer.norm), layer_states));
-    x = AddMlp(layer, x + mixed);
+    x = AddMlp(layer, x + Residual(mixed));
   }
   for (size_t i = begin; i < end; ++i) states[i]->position += 1;
-  return lm_head_(Norm(x, norm_f_)).cpu();
+  return Logits(Norm(x, norm_f_));
 }
 
 absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* state,
@@ -559,9 +574,9 @@ absl::StatusOr<at::Tensor> Model::Forward(const at::Tensor& tokens, ModelState* 
       case OutputKind::kHidden:
         return x.cpu();
       case OutputKind::kAllLogits:
-        return lm_head_(x).cpu();
+        return Logits(x);
       case OutputKind::kLastLogits:
-        return lm_head_(x.select(1, x.size(1) - 1)).cpu();
+        return Logits(x.select(1, x.size(1) - 1));
     }
     return absl::InvalidArgumentError("unknown output kind");
   });

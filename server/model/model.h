@@ -235,8 +235,13 @@ class Model {
   Model() = default;
   absl::Status CheckTokens(const at::Tensor& tokens, const ModelState* state) const;
   at::Tensor Norm(const at::Tensor& x, const NormWeights& norm) const;
-  // The embeddings of `ids` (any shape), normed when the config has an embedding norm.
+  // The embeddings of `ids` (any shape), times embedding_multiplier, normed when the config has
+  // an embedding norm.
   at::Tensor Embed(const at::Tensor& ids) const;
+  // A mixer's or MLP's output as it joins the residual stream: times residual_multiplier.
+  at::Tensor Residual(at::Tensor output) const;
+  // The CPU logits of normed hidden states: lm_head, divided by logits_divisor.
+  at::Tensor Logits(const at::Tensor& normed) const;
   absl::StatusOr<at::Tensor> RunLayers(at::Tensor x, ModelState* state) const;
   // StepBatch's computation for rows [begin, end), inputs already checked: (end - begin, vocab);
   // a mixer's error is returned as it came (the rows' states then to be discarded).
@@ -261,6 +266,7 @@ class Model {
   std::vector<std::vector<bool>> growing_caches_;
   bool can_stream_ = true;
   int64_t max_sequence_length_ = 0;
+  double embedding_multiplier_ = 1, residual_multiplier_ = 1, logits_divisor_ = 1;  // Granite's
   uint64_t fingerprint_ = 0;
   int64_t decode_weight_bytes_ = 0;
   int64_t interpolates_past_ = 0;  // the shortest interpolating Linformer's max_len; 0: none

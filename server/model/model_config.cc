@@ -218,6 +218,15 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: final_norm_epsilon must be >= 0 (0: norm_epsilon), got ", c.final_norm_epsilon()));
   }
+  for (auto [field, value] : {std::pair<const char*, double>{"embedding_multiplier",
+                                                             c.embedding_multiplier()},
+                              {"residual_multiplier", c.residual_multiplier()},
+                              {"logits_divisor", c.logits_divisor()}}) {
+    if (!(value >= 0) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: ", field, " must be finite and >= 0 (0: 1), got ", value));
+    }
+  }
   if (c.rwkv_rescale_every() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: rwkv_rescale_every must be >= 0 (0: never), got ", c.rwkv_rescale_every()));

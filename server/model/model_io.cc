@@ -169,6 +169,14 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
                                                        "config.json)"));
       }
       std::vector<int64_t> shape = entry->shape;
+      const bool selected = part.index >= 0;
+      if (selected) {
+        if (shape.empty() || part.index >= shape[0]) {
+          shape = {-1};  // no such entry: reported below
+        } else {
+          shape.erase(shape.begin());
+        }
+      }
       const bool whole = part.length < 0;
       if (!whole) {
         if (part.dim >= static_cast<int64_t>(shape.size()) ||
@@ -182,12 +190,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
         return absl::InvalidArgumentError(absl::StrCat(
             weights_path, ": tensor '", stored, "' has shape ", kernels::ShapeString(entry->shape),
             ", config.json implies ", kernels::ShapeString(it->second),
-            whole ? "" : absl::StrCat(" for its part '", canonical, "'")));
+            whole && !selected ? "" : absl::StrCat(" for its part '", canonical, "'")));
       }
       if (!loaded.defined()) {
         ASSIGN_OR_RETURN(loaded, file.LoadFloat32(stored));
       }
-      at::Tensor value = whole ? loaded : loaded.narrow(part.dim, part.start, part.length);
+      at::Tensor value = selected ? loaded.select(0, part.index) : loaded;
+      if (!whole) value = value.narrow(part.dim, part.start, part.length);
       if (auto held = weights.find(canonical); held != weights.end()) {
         // A tied tensor saved under each of its names (a shared block at every layer using it)
         // is the same tensor each time.
@@ -197,7 +206,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
         }
         continue;
       }
-      weights[canonical] = whole ? value : value.contiguous();
+      weights[canonical] = whole && !selected ? value : value.contiguous();
     }
   }
   for (const auto& [tensor, shape] : expected) {

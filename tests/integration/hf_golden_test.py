@@ -13,7 +13,9 @@ logits: transformers' grouped Mamba-2 is wrong before v4.52; tests/golden/hf/lla
 JambaForCausalLM and ZambaForCausalLM (transformers' own); Zamba2ForCausalLM with one shared
 block, with two used in turn (every tied copy stored) and without positions or attention adapters
 (tests/golden/zamba2_reference.py: a float64 port of upstream's modeling_zamba2.py, which
-transformers 4.47.1 lacks).
+transformers 4.47.1 lacks); GraniteMoeHybridForCausalLM (Granite-4.0-H: Mamba-2, attention without
+positions, 4 experts top-2 beside a shared MLP on every layer, the four multipliers; llama.cpp's
+logits, ../shared/hf_reference/golden_2025_hybrids/).
 
 For each: logits within 1e-4 of max |logit| in float32 for the whole prompt (Infer), for the
 prompt in chunks and for single steps (a session continued by Infer), the 8 greedy tokens of
@@ -242,7 +244,7 @@ class HfGoldenTest(unittest.TestCase):
         pb = self.pb
         for case in ("llama_gqa", "mistral_window8", "qwen2_biases_tied", "llama_rope_yarn",
                      "mamba2", "mamba2_groups4", "jamba", "zamba", "zamba_heads4_untied",
-                     "zamba2", "zamba2_blocks2_groups2"):
+                     "zamba2", "zamba2_blocks2_groups2", "granitemoehybrid"):
             with self.subTest(case=case):
                 ref, want = self.reference(case)
                 tokens, cut = ref["tokens"], 21
@@ -408,7 +410,7 @@ class HfGoldenTest(unittest.TestCase):
         import threading
         pb = self.pb
         for case in ("mamba2", "mamba2_groups4", "jamba", "zamba_heads4_untied",
-                     "zamba2_blocks2_groups2"):
+                     "zamba2_blocks2_groups2", "granitemoehybrid"):
             with self.subTest(case=case):
                 ref, _ = self.reference(case)
                 prompts = [ref["tokens"][:12 + i] for i in range(16)]

@@ -22,6 +22,44 @@ constexpr char kZambaLike[] = R"({"vocab_size": 96, "hidden_size": 32, "num_head
   "shared_block_layers": [false, true, false, true], "intermediate_size": 48,
   "hidden_act": "gelu"})";
 
+// Three sequences of `length` tokens: each prefilled in two chunks (`first` tokens, then up to
+// `steps` before the end) = the whole pass; then the steps batched = the whole pass, and
+// row `alone` stepped by itself = its batched row, bit for bit.
+void ExpectChunksStepsAndBatchedRowsEqualWholePass(const Model& m, int64_t vocab, int64_t length,
+                                                   int64_t first, int64_t steps, int64_t alone) {
+  const at::Tensor tokens = at::randint(0, vocab, {3, length}, at::kLong);
+  const at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
+  const int64_t prefilled = length - steps;
+  std::vector<ModelState> states;
+  for (int64_t b = 0; b < 3; ++b) {
+    states.push_back(*m.NewState());
+    auto a = m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, first), &states[b],
+                       OutputKind::kAllLogits);
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto rest = m.Forward(tokens.narrow(0, b, 1).narrow(1, first, prefilled - first), &states[b],
+                          OutputKind::kAllLogits);
+    ASSERT_TRUE(rest.ok());
+    EXPECT_LE(testing::MaxRelativeError(at::cat({*a, *rest}, 1),
+                                        whole.narrow(0, b, 1).narrow(1, 0, prefilled)),
+              1e-5);
+  }
+  for (int64_t t = prefilled; t < length; ++t) {
+    ModelState single_state = states[alone].Clone();
+    std::vector<int64_t> ids;
+    std::vector<ModelState*> ptrs;
+    for (int64_t b = 0; b < 3; ++b) {
+      ids.push_back(tokens[b][t].item<int64_t>());
+      ptrs.push_back(&states[b]);
+    }
+    auto batch = m.StepBatch(ids, ptrs);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    auto single = m.StepBatch({ids[alone]}, {&single_state});
+    ASSERT_TRUE(single.ok());
+    EXPECT_TRUE(at::equal(*single, batch->narrow(0, alone, 1))) << t;
+    EXPECT_LE(testing::MaxRelativeError(*batch, whole.select(1, t)), 1e-5) << "step " << t;
+  }
+}
+
 TEST(SharedBlockModelTest, ConfigTensorsAndRefusals) {
   auto c = ParseModelConfigJson(kZambaLike);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -78,36 +116,7 @@ TEST(SharedBlockModelTest, ChunksStepsAndBatchedRowsEqualOneWholePass) {
   EXPECT_EQ(fresh->layers.size(), 6u);  // 4 layers, then the 2 using layers' KV caches
   // 4 Mamba states (64 channels x (4 + 16)) and 2 KV caches of 2 heads x 16 a token.
   EXPECT_EQ(m.StateBytesPerSequence(10), 4 * 64 * 20 * 4 + 10 * 2 * 2 * 2 * 16 * 4);
-  const at::Tensor tokens = at::randint(0, 96, {3, 26}, at::kLong);
-  const at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
-  std::vector<ModelState> states;
-  for (int64_t b = 0; b < 3; ++b) {
-    states.push_back(*m.NewState());
-    auto first =
-        m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 9), &states[b], OutputKind::kAllLogits);
-    ASSERT_TRUE(first.ok()) << first.status();
-    auto second =
-        m.Forward(tokens.narrow(0, b, 1).narrow(1, 9, 11), &states[b], OutputKind::kAllLogits);
-    ASSERT_TRUE(second.ok());
-    EXPECT_LE(testing::MaxRelativeError(at::cat({*first, *second}, 1),
-                                        whole.narrow(0, b, 1).narrow(1, 0, 20)),
-              1e-5);
-  }
-  for (int64_t t = 20; t < 26; ++t) {
-    ModelState alone = states[1].Clone();
-    std::vector<int64_t> ids;
-    std::vector<ModelState*> ptrs;
-    for (int64_t b = 0; b < 3; ++b) {
-      ids.push_back(tokens[b][t].item<int64_t>());
-      ptrs.push_back(&states[b]);
-    }
-    auto batch = m.StepBatch(ids, ptrs);
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    auto single = m.StepBatch({ids[1]}, {&alone});
-    ASSERT_TRUE(single.ok());
-    EXPECT_TRUE(at::equal(*single, batch->narrow(0, 1, 1))) << t;
-    EXPECT_LE(testing::MaxRelativeError(*batch, whole.select(1, t)), 1e-5) << "step " << t;
-  }
+  ExpectChunksStepsAndBatchedRowsEqualWholePass(m, 96, 26, 9, 6, 1);
 }
 
 // Zamba2's form: Mamba-2 layers, two blocks used in turn by three layers (the first and third
@@ -173,34 +182,7 @@ TEST(SharedBlockModelTest, TwoBlocksWithAdaptersChunksStepsAndBatchedRows) {
               1e-3)
         << name;
   }
-  std::vector<ModelState> states;
-  for (int64_t b = 0; b < 3; ++b) {
-    states.push_back(*m.NewState());
-    auto first =
-        m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, 11), &states[b], OutputKind::kAllLogits);
-    ASSERT_TRUE(first.ok()) << first.status();
-    auto second =
-        m.Forward(tokens.narrow(0, b, 1).narrow(1, 11, 7), &states[b], OutputKind::kAllLogits);
-    ASSERT_TRUE(second.ok());
-    EXPECT_LE(testing::MaxRelativeError(at::cat({*first, *second}, 1),
-                                        whole.narrow(0, b, 1).narrow(1, 0, 18)),
-              1e-5);
-  }
-  for (int64_t t = 18; t < 24; ++t) {
-    ModelState alone = states[2].Clone();
-    std::vector<int64_t> ids;
-    std::vector<ModelState*> ptrs;
-    for (int64_t b = 0; b < 3; ++b) {
-      ids.push_back(tokens[b][t].item<int64_t>());
-      ptrs.push_back(&states[b]);
-    }
-    auto batch = m.StepBatch(ids, ptrs);
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    auto single = m.StepBatch({ids[2]}, {&alone});
-    ASSERT_TRUE(single.ok());
-    EXPECT_TRUE(at::equal(*single, batch->narrow(0, 2, 1))) << t;
-    EXPECT_LE(testing::MaxRelativeError(*batch, whole.select(1, t)), 1e-5) << "step " << t;
-  }
+  ExpectChunksStepsAndBatchedRowsEqualWholePass(m, 96, 24, 11, 6, 2);
 }
 
 }  // namespace

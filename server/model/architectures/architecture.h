@@ -17,6 +17,9 @@
 //   jamba   JambaForCausalLM      jamba.cc     (Mamba-1 + GQA attention + mixture of experts)
 //   zamba   ZambaForCausalLM      zamba.cc     (multi-head Mamba-1 + a shared attention block)
 //   zamba2  Zamba2ForCausalLM     zamba2.cc    (Mamba-2 + shared attention blocks with adapters)
+//   granitemoehybrid GraniteMoeHybridForCausalLM granite_moe_hybrid.cc (Mamba-2 + attention +
+//           a shared MLP and experts; Granite-4.0-H)
+//   bamba   BambaForCausalLM      bamba.cc     (Mamba-2 + attention with partial rotary positions)
 // A config.json of any other model_type is attnserve's own schema.
 #pragma once
 
@@ -30,11 +33,13 @@
 
 namespace attnserve::model::architectures {
 
-// A stored tensor's share of one of Model's tensors: all of it (length < 0), or rows
+// A stored tensor's share of one of Model's tensors: its entry `index` along dim 0 (index >= 0:
+// one expert of a stacked (E, ...) tensor) or all of it, then all of that (length < 0) or rows
 // [start, start + length) along `dim` (a fused gate_up_proj's gate and up halves).
 struct TensorPart {
   std::string name;  // Model's; "" for a tensor the model does not use
   int64_t dim = 0, start = 0, length = -1;
+  int64_t index = -1;
 };
 
 struct Architecture {

@@ -67,4 +67,50 @@ namespace {}  // namespace
 extern const Architecture kMamba = {"mamba", "MambaForCausalLM", &ReadMambaConfig, &MambaModelName,
                                     nullptr};
 
+absl::Status ReadTimeStepLimit(const ConfigJson& json, v1::ModelConfig* c) {
+  if (!Has(json, "time_step_limit")) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::vector<double> limit, NumberListKey(json, "time_step_limit"));
+  if (limit.size() != 2) {
+    return Unsupported("time_step_limit", absl::StrCat(limit.size(), " values"),
+                       "it must be [min, max]");
+  }
+  c->add_time_step_limit(limit[0]);
+  c->add_time_step_limit(limit[1]);
+  return absl::OkStatus();
+}
+
+absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* c) {
+  const int64_t hidden = c->hidden_size();
+  ASSIGN_OR_RETURN(const int64_t heads, IntKey(json, "mamba_n_heads", 128));
+  ASSIGN_OR_RETURN(const int64_t groups, IntKey(json, "mamba_n_groups", 1));
+  ASSIGN_OR_RETURN(const int64_t state, IntKey(json, "mamba_d_state", 256));
+  ASSIGN_OR_RETURN(const int64_t conv, IntKey(json, "mamba_d_conv", 4));
+  ASSIGN_OR_RETURN(const int64_t expand, IntKey(json, "mamba_expand", 2));
+  ASSIGN_OR_RETURN(const int64_t chunk, IntKey(json, "mamba_chunk_size", 256));
+  ASSIGN_OR_RETURN(const int64_t head_dim, IntOrAutoKey(json, "mamba_d_head"));
+  ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "mamba_conv_bias", true));
+  ASSIGN_OR_RETURN(const bool proj_bias, BoolKey(json, "mamba_proj_bias", false));
+  if (heads <= 0 || (head_dim > 0 && head_dim * heads != expand * hidden) ||
+      (head_dim <= 0 && (expand * hidden) % heads != 0)) {
+    return Unsupported("mamba_n_heads", absl::StrCat(heads),
+                       absl::StrCat("mamba_n_heads · mamba_d_head must be mamba_expand · "
+                                    "hidden_size = ",
+                                    expand * hidden));
+  }
+  if (groups != 1) {
+    return Unsupported("mamba_n_groups", absl::StrCat(groups),
+                       "upstream's gated norm spans all of d_inner, attnserve's a group at a "
+                       "time: only 1 (every released Granite-4.0-H and Bamba) is the same");
+  }
+  if (!conv_bias) return Unsupported("mamba_conv_bias", "false", "conv1d.bias is expected");
+  if (proj_bias) return Unsupported("mamba_proj_bias", "true", "in_proj has no bias here");
+  c->set_state_size(state);
+  c->set_conv_kernel(conv);
+  c->set_expand(expand);
+  c->set_ssm_num_heads(heads);
+  c->set_ssm_n_groups(groups);
+  c->set_ssm_chunk_size(chunk);
+  return ReadTimeStepLimit(json, c);
+}
+
 }  // namespace attnserve::model::architectures

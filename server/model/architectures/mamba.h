@@ -21,6 +21,19 @@ absl::StatusOr<v1::ModelConfig> ReadMambaConfig(const ConfigJson& json);
 // refused by name.
 absl::Status ReadPrefixedMambaKeys(const ConfigJson& json, v1::ModelConfig* config);
 
+// time_step_limit ([min, max] or absent: none; Mamba2Config's, Zamba2Config's) into
+// config.time_step_limit.
+absl::Status ReadTimeStepLimit(const ConfigJson& json, v1::ModelConfig* config);
+
+// The Mamba-2 hybrids' mamba_n_* keys (GraniteMoeHybridConfig's and BambaConfig's):
+// mamba_n_heads, mamba_d_head ("auto": mamba_expand · hidden / mamba_n_heads), mamba_n_groups,
+// mamba_d_state, mamba_d_conv, mamba_expand, mamba_chunk_size, time_step_limit, into the mamba2
+// layers' fields (config.hidden_size already set). Refused by name: mamba_n_groups > 1 (their
+// gated norm spans all of d_inner, attnserve's a group at a time: the same for one group, as
+// every released model has), mamba_d_head · mamba_n_heads other than mamba_expand · hidden_size,
+// mamba_conv_bias false, mamba_proj_bias.
+absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* config);
+
 // Model's names, but for mamba_ssm's backbone.embedding.weight (backbone.embeddings.weight).
 std::string MambaModelName(const std::string& stored);
 

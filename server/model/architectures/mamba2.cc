@@ -41,15 +41,7 @@ absl::StatusOr<v1::ModelConfig> ReadMamba2Config(const ConfigJson& json) {
   c.set_ssm_chunk_size(chunk);
   c.set_vocab_size(vocab);
   for (int64_t i = 0; i < layers; ++i) c.add_layers("mamba2");
-  if (Has(json, "time_step_limit")) {
-    ASSIGN_OR_RETURN(const std::vector<double> limit, NumberListKey(json, "time_step_limit"));
-    if (limit.size() != 2) {
-      return Unsupported("time_step_limit", absl::StrCat(limit.size(), " values"),
-                         "it must be [min, max]");
-    }
-    c.add_time_step_limit(limit[0]);
-    c.add_time_step_limit(limit[1]);
-  }
+  RETURN_IF_ERROR(ReadTimeStepLimit(json, &c));
   ASSIGN_OR_RETURN(const double eps, NumberKey(json, "layer_norm_epsilon", 1e-5));
   c.set_norm_epsilon(eps);
   ASSIGN_OR_RETURN(const bool tie, BoolKey(json, "tie_word_embeddings", false));

@@ -14,11 +14,13 @@ extern const Architecture kQwen2;
 extern const Architecture kJamba;
 extern const Architecture kZamba;
 extern const Architecture kZamba2;
+extern const Architecture kGraniteMoeHybrid;
+extern const Architecture kBamba;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
       &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv,
-      &kLlama, &kMistral,     &kQwen2,  &kJamba,    &kZamba, &kZamba2};
+      &kLlama, &kMistral,     &kQwen2,  &kJamba,    &kZamba, &kZamba2, &kGraniteMoeHybrid, &kBamba};
   return all;
 }
 

@@ -1,8 +1,10 @@
 #include "server/model/architectures/tensor_names.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace attnserve::model::architectures {
 
@@ -17,6 +19,16 @@ std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
   for (const auto& [from, to] : parts) replacements.emplace_back(from, to);
   return absl::StrReplaceAll(absl::StrCat("backbone.layers.", stored.substr(kLayers.size())),
                              replacements);
+}
+
+bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest) {
+  if (!absl::ConsumePrefix(&stored, "model.layers.")) return false;
+  const size_t dot = stored.find('.');
+  if (dot == absl::string_view::npos || !absl::SimpleAtoi(stored.substr(0, dot), layer)) {
+    return false;
+  }
+  *rest = stored.substr(dot + 1);
+  return true;
 }
 
 }  // namespace attnserve::model::architectures

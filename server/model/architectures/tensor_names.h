@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace attnserve::model::architectures {
 
 using NameMap = std::vector<std::pair<std::string, std::string>>;
@@ -16,5 +18,8 @@ using NameMap = std::vector<std::pair<std::string, std::string>>;
 // (the loader reports them as unexpected).
 std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
                               const NameMap& parts);
+
+// "model.layers.N.REST": true, with N and REST; any other name false.
+bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest);
 
 }  // namespace attnserve::model::architectures

@@ -13,8 +13,6 @@
 // Refused by name: attention_hidden_size other than 2·hidden_size, hidden_mamba_act other than
 // silu, mamba_proj_bias, mamba_conv_bias false, and a layers_block_type entry other than mamba
 // or hybrid.
-#include <cmath>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -23,6 +21,7 @@
 #include "server/model/architectures/architecture.h"
 #include "server/model/architectures/mamba.h"
 #include "server/model/architectures/tensor_names.h"
+#include "server/model/architectures/zamba_family.h"
 
 namespace attnserve::model::architectures {
 namespace {
@@ -71,26 +70,10 @@ absl::StatusOr<v1::ModelConfig> ReadZambaConfig(const ConfigJson& json) {
   }
 
   RETURN_IF_ERROR(ReadPrefixedMambaKeys(json, &c));
-  c.set_vocab_size(vocab);
-  c.set_hidden_size(hidden);
-  c.set_intermediate_size(mlp);
-  c.set_num_heads(heads);
-  c.set_num_key_value_heads(kv_heads);
-  c.set_head_dim(head_dim);
-  // ZambaAttention: scores / sqrt(head_dim / 2).
-  c.set_attention_scale(1.0 / std::sqrt(static_cast<double>(head_dim) / 2));
-  c.set_hidden_act(act);
-  c.set_norm_epsilon(eps);
-  c.set_max_sequence_length(max_positions);
-  c.set_tie_word_embeddings(tie);
+  SetZambaCommonKeys({vocab, hidden, mlp, heads, kv_heads, head_dim, act, eps, max_positions, tie},
+                     &c);
   c.set_mamba_num_heads(mamba_heads);
-  for (const std::string& type : types) {
-    if (type != "mamba" && type != "hybrid") {
-      return Unsupported("layers_block_type", type, "mamba and hybrid are");
-    }
-    c.add_layers("mamba");
-    c.add_shared_block_layers(type == "hybrid");
-  }
+  RETURN_IF_ERROR(SetZambaLayers(types, "mamba", &c));
   return c;
 }
 

@@ -33,9 +33,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/moe/gated_mlp.h"
 #include "server/model/architectures/architecture.h"
+#include "server/model/architectures/mamba.h"
+#include "server/model/architectures/tensor_names.h"
+#include "server/model/architectures/zamba_family.h"
 #include "server/model/shared_block.h"
 
 namespace attnserve::model::architectures {
@@ -129,19 +133,9 @@ absl::StatusOr<v1::ModelConfig> ReadZamba2Config(const ConfigJson& json) {
   if (rank < 1) return Unsupported("adapter_rank", absl::StrCat(rank), "it must be >= 1");
 
   const int64_t head_dim = 2 * hidden / heads;  // Zamba2Config.attention_head_dim
-  c.set_vocab_size(vocab);
-  c.set_hidden_size(hidden);
-  c.set_intermediate_size(mlp);
-  c.set_num_heads(heads);
-  c.set_num_key_value_heads(kv_heads);
-  c.set_head_dim(head_dim);
-  // Zamba2Attention.scaling = (head_dim / 2)^-1/2.
-  c.set_attention_scale(1.0 / std::sqrt(static_cast<double>(head_dim) / 2));
-  c.set_hidden_act(act);
-  c.set_norm_epsilon(eps);
-  c.set_max_sequence_length(max_positions);
+  SetZambaCommonKeys({vocab, hidden, mlp, heads, kv_heads, head_dim, act, eps, max_positions, tie},
+                     &c);
   c.set_max_position_embeddings(max_positions);
-  c.set_tie_word_embeddings(tie);
   RETURN_IF_ERROR(ReadRope(json, head_dim, &c));
   c.set_state_size(d_state);
   c.set_conv_kernel(d_conv);
@@ -149,25 +143,11 @@ absl::StatusOr<v1::ModelConfig> ReadZamba2Config(const ConfigJson& json) {
   c.set_ssm_num_heads(mamba_heads);
   c.set_ssm_n_groups(groups);
   c.set_ssm_chunk_size(chunk);
-  if (Has(json, "time_step_limit")) {
-    ASSIGN_OR_RETURN(const std::vector<double> limit, NumberListKey(json, "time_step_limit"));
-    if (limit.size() != 2) {
-      return Unsupported("time_step_limit", absl::StrCat(limit.size(), " values"),
-                         "it must be [min, max]");
-    }
-    c.add_time_step_limit(limit[0]);
-    c.add_time_step_limit(limit[1]);
-  }
+  RETURN_IF_ERROR(ReadTimeStepLimit(json, &c));
   c.set_num_shared_blocks(blocks);
   if (attention_adapters) c.set_shared_attention_adapter_rank(rank);
   c.set_shared_mlp_adapter_rank(rank);  // Zamba2MLP always has them
-  for (const std::string& type : types) {
-    if (type != "mamba" && type != "hybrid") {
-      return Unsupported("layers_block_type", type, "mamba and hybrid are");
-    }
-    c.add_layers("mamba2");
-    c.add_shared_block_layers(type == "hybrid");
-  }
+  RETURN_IF_ERROR(SetZambaLayers(types, "mamba2", &c));
   return c;
 }
 
@@ -233,15 +213,9 @@ std::vector<TensorPart> Zamba2Tensors(const std::string& stored, const v1::Model
   if (stored == "model.embed_tokens.weight") return {{"backbone.embeddings.weight"}};
   if (stored == "model.final_layernorm.weight") return {{"backbone.norm_f.weight"}};
   if (absl::StartsWith(stored, "model.rotary_emb.")) return {{""}};
-  constexpr absl::string_view kLayers = "model.layers.";
-  if (!absl::StartsWith(stored, kLayers)) return {{stored}};
-  const absl::string_view tail = absl::string_view(stored).substr(kLayers.size());
-  const size_t dot = tail.find('.');
   int layer = -1;
-  if (dot == absl::string_view::npos || !absl::SimpleAtoi(tail.substr(0, dot), &layer)) {
-    return {{stored}};
-  }
-  absl::string_view rest = tail.substr(dot + 1);
+  absl::string_view rest;
+  if (!SplitLayerName(stored, &layer, &rest)) return {{stored}};
   const std::string ours = absl::StrCat("backbone.layers.", layer, ".");
   if (absl::ConsumePrefix(&rest, "shared_transformer.")) {
     return SharedTransformerTensors(layer, rest, c, stored);

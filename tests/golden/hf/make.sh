@@ -40,3 +40,13 @@ for case in zamba2 zamba2_blocks2_groups2 zamba2_nope_gqa; do
   rm -rf "$here/$case"
   /usr/bin/python3 "$here/../zamba2_reference.py" --out "$here/$case" --case "$case"
 done
+# Granite-4.0-H: not in transformers 4.47.1; ../shared/hf_reference/make_hf_folder.py's folder
+# with llama.cpp c9ced49's logits (agreeing with its float64 port of upstream to 7.9e-7), copied
+# as it is from golden_2025_hybrids/.
+rm -rf "$here/granitemoehybrid"
+cp -r "$ref/golden_2025_hybrids/granitemoehybrid" "$here/granitemoehybrid"
+# Bamba: the same folder set, its reference the float64 port's (llama.cpp c9ced49 rotates the
+# wrong pairs of Bamba's partial rotary positions); llama.cpp's own logits left out.
+rm -rf "$here/bamba"
+cp -r "$ref/golden_2025_hybrids/bamba" "$here/bamba"
+rm "$here/bamba/llamacpp_logits_all.npy"
