@@ -22,7 +22,8 @@ MLP, its adapters and linear; the lm_head for the last token only; the SSD scan 
 scores left out, so the share is an upper estimate) at the instruction's peak; decode at the
 bytes a step reads (every matrix once per use: the shared block is read again by each of the 6
 hybrid layers, the adapters, the head; each session's Mamba states read and written, its KV cache
-read) at the read bandwidth.
+read) at the read bandwidth, or, where it takes longer, the step's rows' FLOPs (the lm_head
+too) at the instruction's peak.
 
   /usr/bin/python3 bench/zamba2_folder.py --build-dir build [--workdir DIR] [--reps 2]
       [--precisions fp32,bf16,int8] [--json FILE]
@@ -145,9 +146,12 @@ def main():
         flops = 2 * products + 2 * head / 512
 
         def decode_bound(n):
+            # The slower of reading a step's bytes and computing its n rows.
             kv = n * SESSION_TOKENS / 2 * kv_bytes  # an average step's caches
             step = (products + head) * b + 2 * n * state + kv
-            return read_gbs * 1e9 / step * n if read_gbs else None
+            read_s = step / (read_gbs * 1e9) if read_gbs else None
+            compute_s = n * 2 * (products + head) / (peak * 1e9) if peak else 0
+            return n / max(read_s, compute_s) if read_s else None
         print(f"## {precision}: a step reads {(products + head) * b / 1e6:.0f} MB of weights "
               f"({flops / 1e9:.2f} GFLOP a prefilled token)")
         print("| test | attnserve tok/s | bound tok/s | share of bound |")

@@ -34,7 +34,7 @@ class LowRankAdapter {
   void AddTo(const at::Tensor& x, at::Tensor& y) const;
 
  private:
-  LinearWeight down_;             // the A_i stacked: (Σ r_i, in)
+  LinearWeight down_;              // the A_i stacked: (Σ r_i, in)
   std::vector<LinearWeight> ups_;  // B_i (out_i, r_i)
 };
 

@@ -39,7 +39,7 @@ struct MoeConfig {
   int64_t top_k = 2;
   RouterKind router = RouterKind::kSoftmaxTopK;
   MlpActivation act = MlpActivation::kSilu;  // the experts' (and the shared expert's)
-  bool gated = true;       // false: plain experts, down(act(up x)) (Nemotron-H's relu2)
+  bool gated = true;        // false: plain experts, down(act(up x)) (Nemotron-H's relu2)
   int64_t shared_d_ff = 0;  // the shared expert's width; 0: none
   // sigmoid_topk's weights: divided by their sum (norm_topk_prob), times `scaling`
   // (routed_scaling_factor). moe_router.h.
@@ -63,7 +63,7 @@ class MoeMlp {
 
  private:
   MoeConfig config_;
-  LinearWeight router_;       // float32
+  LinearWeight router_;         // float32
   at::Tensor correction_bias_;  // (E) float32 on the CPU, sigmoid_topk's; else undefined
   std::vector<GatedMlp> experts_;
   GatedMlp shared_;  // undefined without a shared expert

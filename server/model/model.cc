@@ -465,8 +465,8 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
     at::Tensor input = x;
     if (layer.shared != nullptr) {  // Zamba's hybrid layer: x + shared_linear(block(x, x0))
       ASSIGN_OR_RETURN(const at::Tensor t,
-                       layer.shared->Prefill(
-                           x, embeddings, state ? &state->layers[layer.shared_slot] : nullptr));
+                       layer.shared->Prefill(x, embeddings,
+                                             state ? &state->layers[layer.shared_slot] : nullptr));
       input = x + layer.shared_linear(t);
     }
     at::Tensor normed = Norm(input, layer.norm);

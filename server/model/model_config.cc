@@ -139,13 +139,13 @@ absl::Status ValidateSharedBlock(const v1::ModelConfig& c) {
         absl::StrCat("config: shared_block_layers has ", c.shared_block_layers_size(),
                      " entries for ", c.layers_size(), " layers (one per layer, or none)"));
   }
-  for (auto [field, value] : {std::pair<const char*, int64_t>{"num_shared_blocks",
-                                                              c.num_shared_blocks()},
-                              {"shared_attention_adapter_rank", c.shared_attention_adapter_rank()},
-                              {"shared_mlp_adapter_rank", c.shared_mlp_adapter_rank()}}) {
+  for (auto [field, value] :
+       {std::pair<const char*, int64_t>{"num_shared_blocks", c.num_shared_blocks()},
+        {"shared_attention_adapter_rank", c.shared_attention_adapter_rank()},
+        {"shared_mlp_adapter_rank", c.shared_mlp_adapter_rank()}}) {
     if (value < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("config: ", field, " must be >= 0, got ",
-                                                     value));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: ", field, " must be >= 0, got ", value));
     }
     if (value > 0 && !UsesSharedBlock(c)) {
       return absl::InvalidArgumentError(
@@ -218,10 +218,10 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config: final_norm_epsilon must be >= 0 (0: norm_epsilon), got ", c.final_norm_epsilon()));
   }
-  for (auto [field, value] : {std::pair<const char*, double>{"embedding_multiplier",
-                                                             c.embedding_multiplier()},
-                              {"residual_multiplier", c.residual_multiplier()},
-                              {"logits_divisor", c.logits_divisor()}}) {
+  for (auto [field, value] :
+       {std::pair<const char*, double>{"embedding_multiplier", c.embedding_multiplier()},
+        {"residual_multiplier", c.residual_multiplier()},
+        {"logits_divisor", c.logits_divisor()}}) {
     if (!(value >= 0) || !std::isfinite(value)) {
       return absl::InvalidArgumentError(
           absl::StrCat("config: ", field, " must be finite and >= 0 (0: 1), got ", value));

@@ -120,8 +120,8 @@ void SharedBlock::AddRandomWeights(const v1::ModelConfig& c, uint64_t seed,
   // much as the projection itself.
   for (int layer : SharedBlockLayers(c)) {
     for (const auto& [name, shapes] : AdapterShapes(c)) {
-      for (const auto& [part, shape] : {std::pair{".down.weight", shapes.first},
-                                        std::pair{".up.weight", shapes.second}}) {
+      for (const auto& [part, shape] :
+           {std::pair{".down.weight", shapes.first}, std::pair{".up.weight", shapes.second}}) {
         (*w)[AdapterName(layer, name + part)] =
             at::normal(0.0, 1.0 / std::sqrt(static_cast<double>(shape[1])), shape, gen);
       }
@@ -151,13 +151,12 @@ absl::StatusOr<std::vector<std::unique_ptr<SharedBlock>>> SharedBlock::CreateUse
     for (const kernels::WeightSpec& spec : kernels::ExpectedWeights(attention)) {
       attention_weights[spec.name] = w(BlockName(b, "mixer." + spec.name));
     }
-    blocks.push_back(
-        {w(BlockName(b, "norm.weight")), w(BlockName(b, "mlp_norm.weight")),
-         kernels::AttentionProjections::FromConfig(attention, attention_weights),
-         kernels::GatedMlp(w(BlockName(b, "mlp.gate_proj.weight")),
-                           w(BlockName(b, "mlp.up_proj.weight")),
-                           w(BlockName(b, "mlp.down_proj.weight")), format,
-                           kernels::ParseMlpActivation(c.hidden_act()))});
+    blocks.push_back({w(BlockName(b, "norm.weight")), w(BlockName(b, "mlp_norm.weight")),
+                      kernels::AttentionProjections::FromConfig(attention, attention_weights),
+                      kernels::GatedMlp(w(BlockName(b, "mlp.gate_proj.weight")),
+                                        w(BlockName(b, "mlp.up_proj.weight")),
+                                        w(BlockName(b, "mlp.down_proj.weight")), format,
+                                        kernels::ParseMlpActivation(c.hidden_act()))});
   }
   std::vector<std::unique_ptr<SharedBlock>> uses;
   for (int layer : SharedBlockLayers(c)) {
@@ -173,8 +172,8 @@ absl::StatusOr<std::vector<std::unique_ptr<SharedBlock>>> SharedBlock::CreateUse
         return w(AdapterName(layer, absl::StrCat(name, end)));
       };
       // q's adapter carries the factor q_proj's rows carry (attention_scale).
-      at::Tensor q_up = part("q_proj", ".up.weight") *
-                        kernels::AttentionProjections::QueryFactor(attention);
+      at::Tensor q_up =
+          part("q_proj", ".up.weight") * kernels::AttentionProjections::QueryFactor(attention);
       if (kernels::IsBfloat16(format)) q_up = q_up.to(at::kBFloat16).to(at::kFloat);
       projections.qkv_adapter = kernels::LowRankAdapter(
           {part("q_proj", ".down.weight"), part("k_proj", ".down.weight"),

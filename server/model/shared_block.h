@@ -17,7 +17,8 @@
 //   backbone.shared.{b}.mlp_norm.weight (hidden) backbone.shared.{b}.mlp.{gate,up,down}_proj.weight
 //   backbone.layers.{i}.shared_linear.weight (hidden, hidden)        (Model's, not listed here)
 //   backbone.layers.{i}.shared_adapter.{q,k,v}_proj.down.weight (r, 2·hidden), .up.weight
-//     (q, k or v's width, r)                                        (shared_attention_adapter_rank r)
+//     (q, k or v's width, r)                                        (shared_attention_adapter_rank
+//     r)
 //   backbone.layers.{i}.shared_adapter.gate_up_proj.down.weight (r, hidden), .up.weight
 //     (2·intermediate_size, r), gate rows first                     (shared_mlp_adapter_rank r)
 // A SharedBlock is one marked layer's use of its block. Immutable after Create; safe to call

@@ -33,11 +33,12 @@ TEST_P(LowRankAdapterTest, MatchesFloat64Reference) {
   const at::Tensor y0 = at::randn({s.rows, out});
   std::vector<at::Tensor> parts;
   for (size_t i = 0; i < downs.size(); ++i) {
-    parts.push_back(x.to(at::kDouble).matmul(downs[i].to(at::kDouble).t())
-                        .matmul(ups[i].to(at::kDouble).t()));
+    parts.push_back(
+        x.to(at::kDouble).matmul(downs[i].to(at::kDouble).t()).matmul(ups[i].to(at::kDouble).t()));
   }
   const at::Tensor want = y0.to(at::kDouble) + at::cat(parts, -1);
-  for (WeightFormat format : {WeightFormat::kFloat32, WeightFormat::kBfloat16, WeightFormat::kInt8}) {
+  for (WeightFormat format :
+       {WeightFormat::kFloat32, WeightFormat::kBfloat16, WeightFormat::kInt8}) {
     std::vector<at::Tensor> d = downs, u = ups;
     if (IsBfloat16(format)) {  // the format's contract: bfloat16-exact values
       for (at::Tensor& t : d) t = t.to(at::kBFloat16).to(at::kFloat);
@@ -49,8 +50,7 @@ TEST_P(LowRankAdapterTest, MatchesFloat64Reference) {
     at::Tensor y = y0.clone();
     adapter.AddTo(x, y);
     const double bound = format == WeightFormat::kFloat32 ? 1e-5 : 3e-2;
-    EXPECT_LE(testing::MaxRelativeError(y, want.to(at::kFloat)), bound)
-        << static_cast<int>(format);
+    EXPECT_LE(testing::MaxRelativeError(y, want.to(at::kFloat)), bound) << static_cast<int>(format);
     // Each row alone gives its bits in the batch.
     for (int64_t r = 0; r < s.rows; ++r) {
       at::Tensor alone = y0.narrow(0, r, 1).clone();

@@ -95,18 +95,17 @@ TEST_P(MoeReferenceTest, MatchesFloat64Reference) {
 
 // One token (a decode step), fewer tokens than experts, top-1, all experts chosen (k = E),
 // widths off the 32-row panels, and a prefill-sized group.
-INSTANTIATE_TEST_SUITE_P(Shapes, MoeReferenceTest,
-                         ::testing::Values(MoeShape{1, 32, 64, 4, 2, RouterKind::kSoftmaxTopK},
-                                           MoeShape{3, 40, 72, 8, 2, RouterKind::kSoftmaxTopK},
-                                           MoeShape{17, 64, 96, 4, 1, RouterKind::kSoftmaxTopK},
-                                           MoeShape{9, 24, 40, 3, 3, RouterKind::kTopKSoftmax},
-                                           MoeShape{70, 64, 160, 8, 2, RouterKind::kTopKSoftmax},
-                                           MoeShape{33, 48, 80, 16, 4, RouterKind::kSoftmaxTopK},
-                                           MoeShape{1, 32, 64, 4, 2, RouterKind::kSigmoidTopK},
-                                           MoeShape{21, 40, 72, 8, 3, RouterKind::kSigmoidTopK,
-                                                    true},
-                                           MoeShape{70, 64, 96, 16, 6, RouterKind::kSigmoidTopK,
-                                                    true}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MoeReferenceTest,
+    ::testing::Values(MoeShape{1, 32, 64, 4, 2, RouterKind::kSoftmaxTopK},
+                      MoeShape{3, 40, 72, 8, 2, RouterKind::kSoftmaxTopK},
+                      MoeShape{17, 64, 96, 4, 1, RouterKind::kSoftmaxTopK},
+                      MoeShape{9, 24, 40, 3, 3, RouterKind::kTopKSoftmax},
+                      MoeShape{70, 64, 160, 8, 2, RouterKind::kTopKSoftmax},
+                      MoeShape{33, 48, 80, 16, 4, RouterKind::kSoftmaxTopK},
+                      MoeShape{1, 32, 64, 4, 2, RouterKind::kSigmoidTopK},
+                      MoeShape{21, 40, 72, 8, 3, RouterKind::kSigmoidTopK, true},
+                      MoeShape{70, 64, 96, 16, 6, RouterKind::kSigmoidTopK, true}));
 
 TEST(MoeRouterTest, VariantsWeighAlike) {
   // Logits of 2 tokens over 4 experts; the second has a tie at the top.
@@ -152,26 +151,26 @@ TEST(MoeMlpTest, TokenResultsDoNotDependOnTheBatch) {
   nemotron.normalize = true;
   for (const MoeConfig& c :
        {MoeConfig{64, 96, 8, 2, RouterKind::kSoftmaxTopK, MlpActivation::kSilu}, nemotron}) {
-  WeightMap w = MoeMlp::RandomWeights(c, 11);
-  for (auto& [name, t] : w) t = t.to(at::kBFloat16).to(at::kFloat);  // bf16-exact for kBfloat16
-  const at::Tensor x = testing::RandomTensor({24, 64}, 13);
-  for (WeightFormat format :
-       {WeightFormat::kFloat32, WeightFormat::kBfloat16, WeightFormat::kInt8}) {
-    const MoeMlp moe(c, w, format);
-    const at::Tensor batch = moe(x);
-    std::set<int32_t> chosen;
-    for (int64_t t = 0; t < x.size(0); ++t) {
-      EXPECT_TRUE(at::equal(moe(x.narrow(0, t, 1)), batch.narrow(0, t, 1)))
-          << "token " << t << " format " << static_cast<int>(format);
+    WeightMap w = MoeMlp::RandomWeights(c, 11);
+    for (auto& [name, t] : w) t = t.to(at::kBFloat16).to(at::kFloat);  // bf16-exact for kBfloat16
+    const at::Tensor x = testing::RandomTensor({24, 64}, 13);
+    for (WeightFormat format :
+         {WeightFormat::kFloat32, WeightFormat::kBfloat16, WeightFormat::kInt8}) {
+      const MoeMlp moe(c, w, format);
+      const at::Tensor batch = moe(x);
+      std::set<int32_t> chosen;
+      for (int64_t t = 0; t < x.size(0); ++t) {
+        EXPECT_TRUE(at::equal(moe(x.narrow(0, t, 1)), batch.narrow(0, t, 1)))
+            << "token " << t << " format " << static_cast<int>(format);
+      }
+      // The formats' outputs stay near float32's.
+      const at::Tensor f32 = MoeMlp(c, w, WeightFormat::kFloat32)(x);
+      EXPECT_LE(testing::MaxRelativeError(batch, f32), format == WeightFormat::kInt8 ? 3e-2 : 1e-6);
     }
-    // The formats' outputs stay near float32's.
-    const at::Tensor f32 = MoeMlp(c, w, WeightFormat::kFloat32)(x);
-    EXPECT_LE(testing::MaxRelativeError(batch, f32), format == WeightFormat::kInt8 ? 3e-2 : 1e-6);
-  }
-  // The rows of this batch chose different experts: the test groups tokens for real.
-  const at::Tensor logits = at::matmul(x, w.at("router.weight").t());
-  const at::Tensor top = std::get<1>(logits.topk(1, -1));
-  EXPECT_GE(std::get<0>(at::_unique(top)).numel(), 4);
+    // The rows of this batch chose different experts: the test groups tokens for real.
+    const at::Tensor logits = at::matmul(x, w.at("router.weight").t());
+    const at::Tensor top = std::get<1>(logits.topk(1, -1));
+    EXPECT_GE(std::get<0>(at::_unique(top)).numel(), 4);
   }
 }
 

@@ -33,8 +33,8 @@ void ExpectChunksStepsAndBatchedRowsEqualWholePass(const Model& m, int64_t vocab
   std::vector<ModelState> states;
   for (int64_t b = 0; b < 3; ++b) {
     states.push_back(*m.NewState());
-    auto a = m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, first), &states[b],
-                       OutputKind::kAllLogits);
+    auto a =
+        m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, first), &states[b], OutputKind::kAllLogits);
     ASSERT_TRUE(a.ok()) << a.status();
     auto rest = m.Forward(tokens.narrow(0, b, 1).narrow(1, first, prefilled - first), &states[b],
                           OutputKind::kAllLogits);
@@ -168,11 +168,11 @@ TEST(SharedBlockModelTest, TwoBlocksWithAdaptersChunksStepsAndBatchedRows) {
   const at::Tensor tokens = at::randint(0, 96, {3, 24}, at::kLong);
   const at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
   // Every adapter and both blocks take part: changing any one changes the logits.
-  for (const char* name : {"backbone.layers.3.shared_adapter.q_proj.up.weight",
-                           "backbone.layers.2.shared_adapter.v_proj.down.weight",
-                           "backbone.layers.0.shared_adapter.gate_up_proj.up.weight",
-                           "backbone.shared.1.mixer.k_proj.weight",
-                           "backbone.shared.0.mlp.up_proj.weight"}) {
+  for (const char* name :
+       {"backbone.layers.3.shared_adapter.q_proj.up.weight",
+        "backbone.layers.2.shared_adapter.v_proj.down.weight",
+        "backbone.layers.0.shared_adapter.gate_up_proj.up.weight",
+        "backbone.shared.1.mixer.k_proj.weight", "backbone.shared.0.mlp.up_proj.weight"}) {
     std::map<std::string, at::Tensor> changed = weights;
     changed[name] = changed[name] * 0.5;
     auto other = Model::Create("changed", *c, changed, {});

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "kernels/common/status_macros.h"
 #include "server/model/architectures/architecture.h"
 #include "server/model/architectures/decoder_only.h"
@@ -36,8 +36,7 @@ absl::StatusOr<v1::ModelConfig> ReadGraniteMoeHybridConfig(const ConfigJson& jso
   c.set_model_type("granitemoehybrid");
   ASSIGN_OR_RETURN(const std::string act, StringKey(json, "hidden_act", "silu"));
   if (act != "silu") return Unsupported("hidden_act", act, "silu is (the shared MLP's SwiGLU)");
-  ASSIGN_OR_RETURN(const std::string positions,
-                   StringKey(json, "position_embedding_type", "nope"));
+  ASSIGN_OR_RETURN(const std::string positions, StringKey(json, "position_embedding_type", "nope"));
   if (positions != "nope" && positions != "rope") {
     return Unsupported("position_embedding_type", positions, "nope (null) and rope are");
   }
@@ -152,8 +151,11 @@ std::vector<TensorPart> GraniteMoeHybridTensors(const std::string& stored,
 
 }  // namespace
 
-extern const Architecture kGraniteMoeHybrid = {
-    "granitemoehybrid", "GraniteMoeHybridForCausalLM", &ReadGraniteMoeHybridConfig, nullptr,
-    nullptr, &GraniteMoeHybridTensors};
+extern const Architecture kGraniteMoeHybrid = {"granitemoehybrid",
+                                               "GraniteMoeHybridForCausalLM",
+                                               &ReadGraniteMoeHybridConfig,
+                                               nullptr,
+                                               nullptr,
+                                               &GraniteMoeHybridTensors};
 
 }  // namespace attnserve::model::architectures

@@ -92,23 +92,9 @@ absl::StatusOr<v1::ModelConfig> ReadJambaConfig(const ConfigJson& json) {
   return c;
 }
 
-// model.embed_tokens -> backbone.embeddings, model.final_layernorm -> backbone.norm_f,
-// model.layers.N.{input_layernorm -> norm, pre_ff_layernorm -> mlp_norm, mamba. / self_attn. ->
-// mixer., feed_forward. -> mlp.}; lm_head as it is.
-std::string JambaModelName(const std::string& stored) {
-  return RenameLayerTensor(stored,
-                           {{"model.embed_tokens.weight", "backbone.embeddings.weight"},
-                            {"model.final_layernorm.weight", "backbone.norm_f.weight"}},
-                           {{".input_layernorm.", ".norm."},
-                            {".pre_ff_layernorm.", ".mlp_norm."},
-                            {".mamba.", ".mixer."},
-                            {".self_attn.", ".mixer."},
-                            {".feed_forward.", ".mlp."}});
-}
-
 }  // namespace
 
-extern const Architecture kJamba = {"jamba", "JambaForCausalLM", &ReadJambaConfig, &JambaModelName,
-                                    nullptr};
+extern const Architecture kJamba = {"jamba", "JambaForCausalLM", &ReadJambaConfig,
+                                    &HybridDecoderModelName, nullptr};
 
 }  // namespace attnserve::model::architectures

@@ -19,8 +19,8 @@ extern const Architecture kBamba;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
-      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm, &kRwkv,
-      &kLlama, &kMistral,     &kQwen2,  &kJamba,    &kZamba, &kZamba2, &kGraniteMoeHybrid, &kBamba};
+      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm,         &kRwkv, &kLlama, &kMistral, &kQwen2,
+      &kJamba, &kZamba,       &kZamba2, &kGraniteMoeHybrid, &kBamba};
   return all;
 }
 

@@ -21,6 +21,17 @@ std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
                              replacements);
 }
 
+std::string HybridDecoderModelName(const std::string& stored) {
+  return RenameLayerTensor(stored,
+                           {{"model.embed_tokens.weight", "backbone.embeddings.weight"},
+                            {"model.final_layernorm.weight", "backbone.norm_f.weight"}},
+                           {{".input_layernorm.", ".norm."},
+                            {".pre_ff_layernorm.", ".mlp_norm."},
+                            {".mamba.", ".mixer."},
+                            {".self_attn.", ".mixer."},
+                            {".feed_forward.", ".mlp."}});
+}
+
 bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest) {
   if (!absl::ConsumePrefix(&stored, "model.layers.")) return false;
   const size_t dot = stored.find('.');

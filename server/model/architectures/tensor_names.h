@@ -19,6 +19,12 @@ using NameMap = std::vector<std::pair<std::string, std::string>>;
 std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
                               const NameMap& parts);
 
+// The Mamba hybrids' decoder names, Jamba's and Bamba's: model.embed_tokens ->
+// backbone.embeddings, model.final_layernorm -> backbone.norm_f, model.layers.N.{input_layernorm
+// -> norm, pre_ff_layernorm -> mlp_norm, mamba. and self_attn. -> mixer., feed_forward. -> mlp.};
+// lm_head as it is.
+std::string HybridDecoderModelName(const std::string& stored);
+
 // "model.layers.N.REST": true, with N and REST; any other name false.
 bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest);
 

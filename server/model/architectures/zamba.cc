@@ -86,11 +86,12 @@ std::string ZambaModelName(const std::string& stored) {
   const std::string shared = ".shared_transf.";
   if (const size_t at = stored.find(shared);
       absl::StartsWith(stored, "model.layers.") && at != std::string::npos) {
-    return absl::StrCat("backbone.shared.0.", absl::StrReplaceAll(stored.substr(at + shared.size()),
-                                                                {{"input_layernorm.", "norm."},
-                                                                 {"self_attn.", "mixer."},
-                                                                 {"pre_ff_layernorm.", "mlp_norm."},
-                                                                 {"feed_forward.", "mlp."}}));
+    return absl::StrCat(
+        "backbone.shared.0.",
+        absl::StrReplaceAll(stored.substr(at + shared.size()), {{"input_layernorm.", "norm."},
+                                                                {"self_attn.", "mixer."},
+                                                                {"pre_ff_layernorm.", "mlp_norm."},
+                                                                {"feed_forward.", "mlp."}}));
   }
   // A hybrid layer's Mamba layer (mamba_decoder.) is the layer's own.
   return RenameLayerTensor(

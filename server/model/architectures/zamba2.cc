@@ -52,8 +52,11 @@ std::vector<std::string> DefaultBlockTypes() {
     for (int j = 0; j < 5; ++j) types.push_back("mamba");
     types.push_back("hybrid");
   }
-  for (const auto& [kind, n] : {std::pair<const char*, int>{"mamba", 4}, {"hybrid", 1},
-                                {"mamba", 3}, {"hybrid", 1}, {"mamba", 2}}) {
+  for (const auto& [kind, n] : {std::pair<const char*, int>{"mamba", 4},
+                                {"hybrid", 1},
+                                {"mamba", 3},
+                                {"hybrid", 1},
+                                {"mamba", 2}}) {
     for (int j = 0; j < n; ++j) types.push_back(kind);
   }
   return types;
@@ -126,8 +129,9 @@ absl::StatusOr<v1::ModelConfig> ReadZamba2Config(const ConfigJson& json) {
   kernels::ParseMlpActivation(act, &known_act);
   if (!known_act) return Unsupported("hidden_act", act, "gelu, gelu_pytorch_tanh and silu are");
   if (mamba_heads <= 0 || (expand * hidden) % mamba_heads != 0) {
-    return Unsupported("n_mamba_heads", absl::StrCat(mamba_heads),
-                       absl::StrCat("it must divide mamba_expand · hidden_size = ", expand * hidden));
+    return Unsupported(
+        "n_mamba_heads", absl::StrCat(mamba_heads),
+        absl::StrCat("it must divide mamba_expand · hidden_size = ", expand * hidden));
   }
   if (blocks < 1) return Unsupported("num_mem_blocks", absl::StrCat(blocks), "it must be >= 1");
   if (rank < 1) return Unsupported("adapter_rank", absl::StrCat(rank), "it must be >= 1");
@@ -174,7 +178,8 @@ std::vector<TensorPart> SharedTransformerTensors(int layer, absl::string_view re
   if (rest == "feed_forward.down_proj.weight") return {{prefix + "mlp.down_proj.weight"}};
   if (rest == "feed_forward.gate_up_proj.weight") {  // torch.chunk(2): gate rows first
     const int64_t mlp = c.intermediate_size();
-    return {{prefix + "mlp.gate_proj.weight", 0, 0, mlp}, {prefix + "mlp.up_proj.weight", 0, mlp, mlp}};
+    return {{prefix + "mlp.gate_proj.weight", 0, 0, mlp},
+            {prefix + "mlp.up_proj.weight", 0, mlp, mlp}};
   }
   for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
     if (rest == absl::StrCat("self_attn.", proj, ".weight")) {
@@ -193,7 +198,8 @@ std::vector<TensorPart> SharedTransformerTensors(int layer, absl::string_view re
       target = "gate_up_proj";
     } else if (parts[0] == "self_attn") {
       for (const char* p : {"q", "k", "v"}) {
-        if (parts[1] == absl::StrCat("linear_", p, "_adapter_list")) target = absl::StrCat(p, "_proj");
+        if (parts[1] == absl::StrCat("linear_", p, "_adapter_list"))
+          target = absl::StrCat(p, "_proj");
       }
     }
     if (!target.empty()) {
@@ -230,6 +236,6 @@ std::vector<TensorPart> Zamba2Tensors(const std::string& stored, const v1::Model
 }  // namespace
 
 extern const Architecture kZamba2 = {"zamba2", "Zamba2ForCausalLM", &ReadZamba2Config, nullptr,
-                                     nullptr, &Zamba2Tensors};
+                                     nullptr,  &Zamba2Tensors};
 
 }  // namespace attnserve::model::architectures
