@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/common/mixer_registry.h"
+#include "kernels/common/no_mixer.h"
 #include "kernels/common/tensor_checks.h"
 
 namespace attnserve::kernels {
@@ -32,6 +33,8 @@ const char* MixerKindName(MixerKind kind) {
       return "sparse";
     case MixerKind::kMamba2:
       return "mamba2";
+    case MixerKind::kNone:
+      return "none";
   }
   return "unknown";
 }
@@ -41,13 +44,14 @@ bool MixerOwnsNorms(MixerKind kind) { return kind == MixerKind::kRwkv; }
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
   for (MixerKind kind : {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear,
                          MixerKind::kMamba, MixerKind::kSlidingWindow, MixerKind::kPerformer,
-                         MixerKind::kRwkv, MixerKind::kSparse, MixerKind::kMamba2}) {
+                         MixerKind::kRwkv, MixerKind::kSparse, MixerKind::kMamba2,
+                         MixerKind::kNone}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mixer '", name,
       "'; expected one of standard, linformer, linear, mamba, sliding_window, performer, rwkv, "
-      "sparse, mamba2"));
+      "sparse, mamba2, none"));
 }
 
 namespace {
@@ -64,8 +68,12 @@ absl::Status ValidateMamba2Config(const MixerConfig& c) {
       return absl::InvalidArgumentError(absl::StrCat(field, " must be > 0, got ", value));
     }
   }
+  if (c.inner_dim < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inner_dim must be >= 0 (0: expand · d_model), got ", c.inner_dim));
+  }
   if (c.d_inner() % c.ssm_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("d_inner (expand · d_model = ", c.d_inner(),
+    return absl::InvalidArgumentError(absl::StrCat("d_inner (", c.d_inner(),
                                                    ") must be a multiple of ssm_heads (",
                                                    c.ssm_heads, ")"));
   }
@@ -209,6 +217,8 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
       return absl::OkStatus();
     case MixerKind::kMamba2:
       return ValidateMamba2Config(c);
+    case MixerKind::kNone:
+      return absl::OkStatus();
     case MixerKind::kRwkv:
       if (!c.causal) {
         return absl::InvalidArgumentError(
@@ -248,6 +258,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
       return ExpectedStandardWeights(config);  // the same four projections
     case MixerKind::kRwkv:
       return ExpectedRwkvWeights(config);
+    case MixerKind::kNone:
+      return {};
   }
   return {};
 }
@@ -271,6 +283,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
       return RandomStandardWeights(config, gen);
     case MixerKind::kRwkv:
       return RandomRwkvWeights(config, gen);
+    case MixerKind::kNone:
+      return {};
   }
   return {};
 }
@@ -452,6 +466,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreateRwkvMixer(config, weights);
       case MixerKind::kSparse:
         return CreateSparseMixer(config, weights);
+      case MixerKind::kNone:
+        return CreateNoMixer(config);
     }
     return absl::InvalidArgumentError("unknown mixer kind");
   });

@@ -1,5 +1,5 @@
 // The one interface every sequence mixer implements (standard, linformer, linear, mamba,
-// sliding_window, performer, rwkv, sparse, mamba2).
+// sliding_window, performer, rwkv, sparse, mamba2, and none: a layer with only an MLP).
 //
 // Contract (held by tests/unit/mixer_contract_test.cc for every streaming mixer):
 //   * Prefill(x, state): x is (B, L, d_model) float32 on the CPU. With a state, it continues
@@ -36,11 +36,12 @@ enum class MixerKind {
   kPerformer,
   kRwkv,
   kSparse,
-  kMamba2
+  kMamba2,
+  kNone  // no mixing: y = 0 (kernels/common/no_mixer.h); a model skips such a layer's mixer
 };
 
 // "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv", "sparse",
-// "mamba2".
+// "mamba2", "none".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
 
@@ -100,6 +101,12 @@ struct MixerConfig {
   int64_t ssm_chunk_size = 256;
   double dt_min = 0.0;
   double dt_max = std::numeric_limits<double>::infinity();
+  // mamba2: d_inner when it is not expand · d_model (Falcon-H1's mamba_d_ssm, Nemotron-H's
+  // heads · head_dim); 0: expand · d_model.
+  int64_t inner_dim = 0;
+  // mamba2: how the scan's y meets the gate z (kernels/mamba2/gated_rms_norm_cpu.h).
+  enum class SsmNorm { kGateThenNorm, kNormThenGate, kGateOnly };
+  SsmNorm ssm_norm = SsmNorm::kGateThenNorm;
   // rwkv (RWKV-4 block): channel-mixing width (0: 4 * d_model), the width of k, v, r and the
   // WKV state (0: d_model), and its LayerNorms' epsilon.
   int64_t ffn_dim = 0;
@@ -140,7 +147,7 @@ struct MixerConfig {
   }
   int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int64_t output_dim() const { return out_dim > 0 ? out_dim : d_model; }
-  int64_t d_inner() const { return expand * d_model; }
+  int64_t d_inner() const { return inner_dim > 0 ? inner_dim : expand * d_model; }
   int64_t ssm_head_dim() const { return ssm_heads > 0 ? d_inner() / ssm_heads : 0; }
   int64_t resolved_dt_rank() const { return dt_rank > 0 ? dt_rank : (d_model + 15) / 16; }
   int64_t resolved_ffn_dim() const { return ffn_dim > 0 ? ffn_dim : 4 * d_model; }

@@ -15,30 +15,41 @@ namespace {
 using vec::Float16;
 using vec::kLanes;
 
+using Mode = MixerConfig::SsmNorm;
+
 // One span of `n` channels of one row.
 ATTNSERVE_MULTIVERSION
 void NormSpan(int64_t n, const float* y, const float* z, const float* weight, float eps,
-              float* out) {
+              Mode mode, float* out) {
   Float16 sum = Float16{};
   int64_t i = 0;
+  // First pass: out = y · silu(z) (gate first) or y, and the sum of squares of what is normed.
+  const bool gate_first = mode != Mode::kNormThenGate;
   for (; i + kLanes <= n; i += kLanes) {
-    const Float16 v = vec::Load(y + i) * vec::Silu(vec::Load(z + i));
+    const Float16 v = gate_first ? vec::Load(y + i) * vec::Silu(vec::Load(z + i)) : vec::Load(y + i);
     vec::Store(out + i, v);
     sum += v * v;
   }
   float total = vec::Sum(sum);
   for (; i < n; ++i) {
     const float zi = z[i];
-    const float v = y[i] * (zi / (1.0f + std::exp(-zi)));
+    const float v = gate_first ? y[i] * (zi / (1.0f + std::exp(-zi))) : y[i];
     out[i] = v;
     total += v * v;
   }
+  if (mode == Mode::kGateOnly) return;
   const float scale = 1.0f / std::sqrt(total / static_cast<float>(n) + eps);
   const Float16 scale_v = vec::Broadcast(scale);
   for (i = 0; i + kLanes <= n; i += kLanes) {
-    vec::Store(out + i, vec::Load(weight + i) * (vec::Load(out + i) * scale_v));
+    Float16 v = vec::Load(weight + i) * (vec::Load(out + i) * scale_v);
+    if (!gate_first) v = v * vec::Silu(vec::Load(z + i));
+    vec::Store(out + i, v);
   }
-  for (; i < n; ++i) out[i] = weight[i] * (out[i] * scale);
+  for (; i < n; ++i) {
+    float v = weight[i] * (out[i] * scale);
+    if (!gate_first) v *= z[i] / (1.0f + std::exp(-z[i]));
+    out[i] = v;
+  }
 }
 
 }  // namespace
@@ -51,7 +62,8 @@ void GatedRmsNormCpu(const GatedRmsNormParams& p) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t r = i / p.groups, g = i % p.groups;
       NormSpan(span, p.y + r * p.dim + g * span, p.z + r * p.z_row_stride + g * span,
-               p.weight + g * span, p.eps, p.out + r * p.dim + g * span);
+               p.weight == nullptr ? nullptr : p.weight + g * span, p.eps, p.mode,
+               p.out + r * p.dim + g * span);
     }
   });
 }

@@ -40,7 +40,8 @@ class Mamba2Mixer final : public ConvSsmMixer {
         dt_bias_(w.at("dt_bias")),
         a_((-at::exp(w.at("A_log"))).contiguous()),
         d_skip_(w.at("D")),
-        norm_weight_(w.at("norm.weight")),
+        norm_weight_(config.ssm_norm == MixerConfig::SsmNorm::kGateOnly ? at::Tensor()
+                                                                        : w.at("norm.weight")),
         out_proj_(w.at("out_proj.weight"), config.weight_format) {}
 
   const MixerConfig& config() const override { return config_; }
@@ -103,9 +104,10 @@ class Mamba2Mixer final : public ConvSsmMixer {
     norm.y = y.data_ptr<float>();
     norm.z = zxbcdt.data_ptr<float>();
     norm.z_row_stride = row;
-    norm.weight = norm_weight_.data_ptr<float>();
+    norm.weight = norm_weight_.defined() ? norm_weight_.data_ptr<float>() : nullptr;
     norm.eps = static_cast<float>(config_.norm_epsilon);
     norm.out = y.data_ptr<float>();
+    norm.mode = config_.ssm_norm;
     if (length == 1 && batch > 1) {
       // A decode step of several rows: each row's conv, scan and norm in one task, one parallel
       // region instead of three (the kernels' own regions run inline inside it), the row's xBC
@@ -168,11 +170,17 @@ class Mamba2Mixer final : public ConvSsmMixer {
                             heads_, config_.ssm_groups, config_.d_state, dt_bias_, a_, d_skip_,
                             config_.dt_min, config_.dt_max, state->tensors[1]);
     at::Tensor z = zxbcdt.narrow(2, 0, d_inner_);
-    at::Tensor v = (y * (z * at::sigmoid(z)))
-                       .view({batch, length, config_.ssm_groups, d_inner_ / config_.ssm_groups});
-    v = v * at::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon);
+    at::Tensor gate = z * at::sigmoid(z);
     state->position += length;
-    return out_proj_(v.view({batch, length, d_inner_}) * norm_weight_);
+    using Mode = MixerConfig::SsmNorm;
+    if (config_.ssm_norm == Mode::kGateOnly) return out_proj_(y * gate);
+    const bool gate_first = config_.ssm_norm == Mode::kGateThenNorm;
+    at::Tensor v = (gate_first ? y * gate : y)
+                       .view({batch, length, config_.ssm_groups, d_inner_ / config_.ssm_groups});
+    v = (v * at::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon))
+            .view({batch, length, d_inner_}) *
+        norm_weight_;
+    return out_proj_(gate_first ? v : v * gate);
 #else
     (void)state;
     TORCH_CHECK(false, "mamba2: a CUDA tensor ", x.sizes(),
@@ -194,14 +202,15 @@ class Mamba2Mixer final : public ConvSsmMixer {
 std::vector<WeightSpec> ExpectedMamba2Weights(const MixerConfig& c) {
   const int64_t d_inner = c.d_inner(), h = c.ssm_heads;
   const int64_t conv_dim = d_inner + 2 * c.ssm_groups * c.d_state;
-  return {{"in_proj.weight", {d_inner + conv_dim + h, c.d_model}},
-          {"conv1d.weight", {conv_dim, 1, c.d_conv}},
-          {"conv1d.bias", {conv_dim}},
-          {"dt_bias", {h}},
-          {"A_log", {h}},
-          {"D", {h}},
-          {"norm.weight", {d_inner}},
-          {"out_proj.weight", {c.d_model, d_inner}}};
+  std::vector<WeightSpec> specs = {{"in_proj.weight", {d_inner + conv_dim + h, c.d_model}},
+                                   {"conv1d.weight", {conv_dim, 1, c.d_conv}},
+                                   {"conv1d.bias", {conv_dim}},
+                                   {"dt_bias", {h}},
+                                   {"A_log", {h}},
+                                   {"D", {h}}};
+  if (c.ssm_norm != MixerConfig::SsmNorm::kGateOnly) specs.push_back({"norm.weight", {d_inner}});
+  specs.push_back({"out_proj.weight", {c.d_model, d_inner}});
+  return specs;
 }
 
 // mamba_ssm's Mamba2 initialisation: dt log-uniform in [1e-3, 1e-1] (through softplus's
@@ -222,7 +231,9 @@ WeightMap RandomMamba2Weights(const MixerConfig& c, at::Generator& gen) {
   w["dt_bias"] = dt + at::log(-at::expm1(-dt));
   w["A_log"] = at::log(uniform({h}, 1, 16));
   w["D"] = uniform({h}, 0.5, 1.5);
-  w["norm.weight"] = uniform({d_inner}, 0.5, 1.5);
+  if (c.ssm_norm != MixerConfig::SsmNorm::kGateOnly) {
+    w["norm.weight"] = uniform({d_inner}, 0.5, 1.5);
+  }
   w["out_proj.weight"] =
       uniform({c.d_model, d_inner}, -1.0 / std::sqrt(d_inner), 1.0 / std::sqrt(d_inner));
   return w;

@@ -49,10 +49,15 @@ at::Tensor Mamba2Reference(const MixerConfig& c, const WeightMap& weights, const
   y = y + xs * w("D").view({1, 1, heads, 1});
   y = y.reshape({batch, len, d_inner});
 
-  // The gated RMSNorm, per group.
-  at::Tensor v = (y * (z * at::sigmoid(z))).reshape({batch, len, groups, d_inner / groups});
+  // The gate, and the RMSNorm per group before or after it, or none.
+  using Mode = MixerConfig::SsmNorm;
+  const at::Tensor gate = z * at::sigmoid(z);
+  if (c.ssm_norm == Mode::kGateOnly) return at::matmul(y * gate, w("out_proj.weight").t());
+  const bool gate_first = c.ssm_norm == Mode::kGateThenNorm;
+  at::Tensor v = (gate_first ? y * gate : y).reshape({batch, len, groups, d_inner / groups});
   v = v / at::sqrt(v.pow(2).mean(-1, /*keepdim=*/true) + c.norm_epsilon);
   v = v.reshape({batch, len, d_inner}) * w("norm.weight");
+  if (!gate_first) v = v * gate;
   return at::matmul(v, w("out_proj.weight").t());
 }
 

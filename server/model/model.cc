@@ -14,6 +14,7 @@
 #include "kernels/common/rms_norm.h"
 #include "kernels/common/status_macros.h"
 #include "kernels/common/tensor_checks.h"
+#include "server/model/layer_layout.h"
 #include "server/model/model_config.h"
 #include "server/model/model_fingerprint.h"
 #include "server/model/shared_block.h"
@@ -23,8 +24,6 @@ namespace {
 
 using kernels::ShapeString;
 using kernels::WeightSpec;
-
-std::string LayerPrefix(int i) { return absl::StrCat("backbone.layers.", i, "."); }
 
 // The tensors whose names start with `prefix`, under the rest of their names.
 kernels::WeightMap WeightsUnder(const std::map<std::string, at::Tensor>& weights,
@@ -59,112 +58,6 @@ ModelState ModelState::Clone() const {
 }
 
 Model::~Model() = default;
-
-std::vector<WeightSpec> Model::ExpectedTensors(const v1::ModelConfig& c) {
-  const int64_t hidden = c.hidden_size();
-  // With a shared block, intermediate_size is its MLP's: the layers have none.
-  const int64_t mlp = UsesSharedBlock(c) ? 0 : c.intermediate_size();
-  std::vector<WeightSpec> specs = {{"backbone.embeddings.weight", {c.vocab_size(), hidden}}};
-  auto norm = [&](const std::string& name) {
-    specs.push_back({name + ".weight", {hidden}});
-    if (UsesLayerNorm(c)) specs.push_back({name + ".bias", {hidden}});
-  };
-  if (c.embedding_norm()) norm("backbone.embeddings_norm");
-  for (int i = 0; i < c.layers_size(); ++i) {
-    const std::string prefix = LayerPrefix(i);
-    const kernels::MixerConfig mixer = LayerMixerConfig(c, i);
-    const bool owns_norms = kernels::MixerOwnsNorms(mixer.kind);
-    if (!owns_norms) norm(prefix + "norm");
-    for (WeightSpec spec : kernels::ExpectedWeights(mixer)) {
-      spec.name = prefix + "mixer." + spec.name;
-      specs.push_back(std::move(spec));
-    }
-    if (LayerUsesSharedBlock(c, i))
-      specs.push_back({prefix + "shared_linear.weight", {hidden, hidden}});
-    if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
-      norm(prefix + "mlp_norm");
-      for (WeightSpec spec : kernels::MoeMlp::ExpectedWeights(LayerMoeConfig(c))) {
-        spec.name = prefix + "mlp." + spec.name;
-        specs.push_back(std::move(spec));
-      }
-    } else if (mlp > 0 && !owns_norms) {
-      norm(prefix + "mlp_norm");
-      specs.push_back({prefix + "mlp.gate_proj.weight", {mlp, hidden}});
-      specs.push_back({prefix + "mlp.up_proj.weight", {mlp, hidden}});
-      specs.push_back({prefix + "mlp.down_proj.weight", {hidden, mlp}});
-      if (c.mlp_bias()) {
-        specs.push_back({prefix + "mlp.gate_proj.bias", {mlp}});
-        specs.push_back({prefix + "mlp.up_proj.bias", {mlp}});
-        specs.push_back({prefix + "mlp.down_proj.bias", {hidden}});
-      }
-    }
-  }
-  if (UsesSharedBlock(c)) {
-    for (WeightSpec spec : SharedBlock::ExpectedTensors(c)) specs.push_back(std::move(spec));
-  }
-  norm("backbone.norm_f");
-  if (!c.tie_word_embeddings()) specs.push_back({"lm_head.weight", {c.vocab_size(), hidden}});
-  return specs;
-}
-
-std::map<std::string, at::Tensor> Model::RandomWeights(const v1::ModelConfig& c, uint64_t seed) {
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::map<std::string, at::Tensor> w;
-  const int64_t hidden = c.hidden_size();
-  const int64_t mlp = UsesSharedBlock(c) ? 0 : c.intermediate_size();
-  // std 0.02 as Hugging Face initialises embeddings: a tied lm_head then gives spread-out
-  // next-token distributions rather than echoing the input token.
-  w["backbone.embeddings.weight"] = at::normal(0.0, 0.02, {c.vocab_size(), hidden}, gen);
-  auto norm = [&](const std::string& name) {
-    w[name + ".weight"] = at::ones({hidden});
-    if (UsesLayerNorm(c)) w[name + ".bias"] = at::zeros({hidden});
-  };
-  if (c.embedding_norm()) norm("backbone.embeddings_norm");
-  for (int i = 0; i < c.layers_size(); ++i) {
-    const std::string prefix = LayerPrefix(i);
-    const kernels::MixerConfig mixer = LayerMixerConfig(c, i);
-    const bool owns_norms = kernels::MixerOwnsNorms(mixer.kind);
-    if (!owns_norms) norm(prefix + "norm");
-    // Each layer's mixer gets its own seed drawn from the model's generator.
-    const uint64_t mixer_seed = static_cast<uint64_t>(
-        at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>());
-    for (auto& [name, t] : kernels::RandomWeights(mixer, mixer_seed)) {
-      w[prefix + "mixer." + name] = t;
-    }
-    if (LayerUsesSharedBlock(c, i)) {
-      w[prefix + "shared_linear.weight"] =
-          at::normal(0.0, 1.0 / std::sqrt(hidden), {hidden, hidden}, gen);
-    }
-    if (mlp > 0 && !owns_norms && LayerHasExperts(c, i)) {
-      norm(prefix + "mlp_norm");
-      const uint64_t moe_seed = static_cast<uint64_t>(
-          at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>());
-      for (auto& [name, t] : kernels::MoeMlp::RandomWeights(LayerMoeConfig(c), moe_seed)) {
-        w[prefix + "mlp." + name] = t;
-      }
-    } else if (mlp > 0 && !owns_norms) {
-      norm(prefix + "mlp_norm");
-      kernels::AddRandomGatedMlpWeights(prefix + "mlp.", hidden, mlp, gen, &w);
-      if (c.mlp_bias()) {
-        w[prefix + "mlp.gate_proj.bias"] = at::normal(0.0, 0.02, {mlp}, gen);
-        w[prefix + "mlp.up_proj.bias"] = at::normal(0.0, 0.02, {mlp}, gen);
-        w[prefix + "mlp.down_proj.bias"] = at::normal(0.0, 0.02, {hidden}, gen);
-      }
-    }
-  }
-  if (UsesSharedBlock(c)) {
-    SharedBlock::AddRandomWeights(
-        c,
-        static_cast<uint64_t>(
-            at::randint(0, int64_t{1} << 62, {1}, gen, at::kLong).item<int64_t>()),
-        &w);
-  }
-  norm("backbone.norm_f");
-  if (!c.tie_word_embeddings()) {
-    w["lm_head.weight"] = at::normal(0.0, 1.0 / std::sqrt(hidden), {c.vocab_size(), hidden}, gen);
-  }
-  return w;
-}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::ModelConfig config,
                                                      std::map<std::string, at::Tensor> weights,
@@ -235,6 +128,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
   bool standard_layers = UsesSharedBlock(config);  // its attention keeps a KV cache too
   for (int i = 0; i < config.layers_size(); ++i) {
     standard_layers |= LayerMixerConfig(config, i).kind == kernels::MixerKind::kStandard;
+    standard_layers |= LayerHasParallelMixer(config, i) &&
+                       ParallelMixerConfig(config, i).kind == kernels::MixerKind::kStandard;
   }
   if (options.kv_cache_dtype != at::kFloat && standard_layers) {
     const int tag = 0x4b56 + static_cast<int>(options.kv_cache_dtype);  // "KV"
@@ -283,23 +178,30 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
     }
     m->shared_uses_ = *std::move(uses);
   }
-  for (int i = 0; i < c.layers_size(); ++i) {
-    const std::string prefix = LayerPrefix(i);
-    Layer layer;
-    kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
-    const bool owns_norms = kernels::MixerOwnsNorms(mixer_config.kind);
-    if (!owns_norms) layer.norm = norm(prefix + "norm", c.norm_epsilon());
-    kernels::WeightMap mixer_weights = WeightsUnder(weights, prefix + "mixer.");
-    mixer_config.weight_format = format;
-    mixer_config.kv_cache_dtype = options.kv_cache_dtype;
+  auto create_mixer = [&](kernels::MixerConfig config, const std::string& prefix,
+                          int i) -> absl::StatusOr<std::unique_ptr<kernels::Mixer>> {
+    config.weight_format = format;
+    config.kv_cache_dtype = options.kv_cache_dtype;
     absl::StatusOr<std::unique_ptr<kernels::Mixer>> mixer =
-        kernels::CreateMixer(mixer_config, std::move(mixer_weights));
+        kernels::CreateMixer(config, WeightsUnder(weights, prefix));
     if (!mixer.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("model '", m->name_, "' layer ", i, ": ", mixer.status().message()));
     }
-    layer.mixer = *std::move(mixer);
-    m->can_stream_ = m->can_stream_ && layer.mixer->can_stream();
+    m->can_stream_ = m->can_stream_ && (*mixer)->can_stream();
+    return mixer;
+  };
+  for (int i = 0; i < c.layers_size(); ++i) {
+    const std::string prefix = LayerPrefix(i);
+    Layer layer;
+    const kernels::MixerConfig mixer_config = LayerMixerConfig(c, i);
+    if (HasOwnNorm(mixer_config.kind)) layer.norm = norm(prefix + "norm", c.norm_epsilon());
+    ASSIGN_OR_RETURN(layer.mixer, create_mixer(mixer_config, prefix + "mixer.", i));
+    layer.mixes = mixer_config.kind != kernels::MixerKind::kNone;
+    if (LayerHasParallelMixer(c, i)) {
+      ASSIGN_OR_RETURN(layer.parallel,
+                       create_mixer(ParallelMixerConfig(c, i), prefix + "parallel_mixer.", i));
+    }
     if (mixer_config.kind == kernels::MixerKind::kLinformer &&
         !mixer_config.linformer_interpolate) {
       m->max_sequence_length_ = std::min(m->max_sequence_length_, mixer_config.max_len);
@@ -314,25 +216,29 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(std::string name, v1::Model
       layer.shared_linear = kernels::LinearWeight(w(prefix + "shared_linear.weight"), format);
       layer.shared_slot = c.layers_size() + shared_uses++;
     }
-    if (c.intermediate_size() > 0 && !owns_norms && !UsesSharedBlock(c)) {
+    if (LayerHasMlp(c, i)) {
       layer.mlp_norm = norm(prefix + "mlp_norm", c.norm_epsilon());
       const kernels::MlpActivation act = kernels::ParseMlpActivation(c.hidden_act());
       if (LayerHasExperts(c, i)) {
         layer.moe = std::make_unique<kernels::MoeMlp>(
             LayerMoeConfig(c), WeightsUnder(weights, prefix + "mlp."), format);
       } else {
-        auto bias = [&](const char* proj) {
-          return c.mlp_bias() ? w(prefix + "mlp." + proj + ".bias") : at::Tensor();
+        auto maybe = [&](const std::string& tensor) {
+          return weights.count(prefix + "mlp." + tensor) ? w(prefix + "mlp." + tensor)
+                                                         : at::Tensor();
         };
-        layer.mlp =
-            kernels::GatedMlp(w(prefix + "mlp.gate_proj.weight"), w(prefix + "mlp.up_proj.weight"),
-                              w(prefix + "mlp.down_proj.weight"), format, act, bias("gate_proj"),
-                              bias("up_proj"), bias("down_proj"));
+        layer.mlp = kernels::GatedMlp(maybe("gate_proj.weight"), w(prefix + "mlp.up_proj.weight"),
+                                      w(prefix + "mlp.down_proj.weight"), format, act,
+                                      maybe("gate_proj.bias"), maybe("up_proj.bias"),
+                                      maybe("down_proj.bias"));
       }
     }
     m->layers_.push_back(std::move(layer));
   }
   m->state_slots_ = c.layers_size() + shared_uses;
+  for (Layer& layer : m->layers_) {  // the parallel mixers' slots follow the shared blocks'
+    if (layer.parallel) layer.parallel_slot = m->state_slots_++;
+  }
 
   m->fingerprint_ = fingerprint;
   // What a decode step reads: every weight but the embedding table (a step looks up B rows of
@@ -366,6 +272,7 @@ int64_t Model::StepKeysRead(int64_t position) const {
   for (const Layer& layer : layers_) {
     keys += layer.mixer->StepKeysRead(position);
     if (layer.shared != nullptr) keys += layer.shared->attention().StepKeysRead(position);
+    if (layer.parallel) keys += layer.parallel->StepKeysRead(position);
   }
   return keys;
 }
@@ -377,6 +284,7 @@ int64_t Model::StateBytesPerSequence(int64_t position) const {
     if (layer.shared != nullptr) {
       bytes += layer.shared->attention().StateBytesPerSequence(position);
     }
+    if (layer.parallel) bytes += layer.parallel->StateBytesPerSequence(position);
   }
   return bytes;
 }
@@ -397,6 +305,11 @@ absl::StatusOr<ModelState> Model::NewState(int64_t batch) const {
   for (const Layer& layer : layers_) {
     if (layer.shared == nullptr) continue;
     ASSIGN_OR_RETURN(kernels::MixerState s, layer.shared->attention().InitialState(batch));
+    state.layers.push_back(std::move(s));
+  }
+  for (const Layer& layer : layers_) {  // then each parallel mixer's (Layer::parallel_slot)
+    if (!layer.parallel) continue;
+    ASSIGN_OR_RETURN(kernels::MixerState s, layer.parallel->InitialState(batch));
     state.layers.push_back(std::move(s));
   }
   return state;
@@ -469,13 +382,23 @@ absl::StatusOr<at::Tensor> Model::RunLayers(at::Tensor x, ModelState* state) con
                                              state ? &state->layers[layer.shared_slot] : nullptr));
       input = x + layer.shared_linear(t);
     }
-    at::Tensor normed = Norm(input, layer.norm);
-    at::Tensor mixed;
-    if (step) {
-      ASSIGN_OR_RETURN(mixed, layer.mixer->Step(normed.squeeze(1), s));
-      mixed = mixed.unsqueeze(1);
-    } else {
-      ASSIGN_OR_RETURN(mixed, layer.mixer->Prefill(normed, s));
+    if (!layer.mixes) {  // an MLP alone; its empty state only advances
+      if (s != nullptr) s->position += x.size(1);
+      x = AddMlp(layer, x);
+      continue;
+    }
+    const at::Tensor normed = Norm(input, layer.norm);
+    auto mix = [&](const kernels::Mixer& mixer,
+                   kernels::MixerState* mixer_state) -> absl::StatusOr<at::Tensor> {
+      if (!step) return mixer.Prefill(normed, mixer_state);
+      ASSIGN_OR_RETURN(const at::Tensor y, mixer.Step(normed.squeeze(1), mixer_state));
+      return y.unsqueeze(1);
+    };
+    ASSIGN_OR_RETURN(at::Tensor mixed, mix(*layer.mixer, s));
+    if (layer.parallel) {
+      ASSIGN_OR_RETURN(const at::Tensor beside,
+                       mix(*layer.parallel, state ? &state->layers[layer.parallel_slot] : nullptr));
+      mixed = mixed + beside;
     }
     x = AddMlp(layer, x + Residual(mixed));
   }
@@ -553,9 +476,21 @@ absl::StatusOr<at::Tensor> Model::StepRows(const std::vector<int64_t>& tokens,
       ASSIGN_OR_RETURN(const at::Tensor t, layer.shared->StepBatch(x, embeddings, layer_states));
       input = x + layer.shared_linear(t);
     }
+    if (!layer.mixes) {  // an MLP alone (RunLayers)
+      for (size_t i = begin; i < end; ++i) states[i]->layers[l].position += 1;
+      x = AddMlp(layer, x);
+      continue;
+    }
+    const at::Tensor normed = Norm(input, layer.norm);
     for (size_t i = begin; i < end; ++i) layer_states[i - begin] = &states[i]->layers[l];
-    ASSIGN_OR_RETURN(at::Tensor mixed,
-                     layer.mixer->StepBatch(Norm(input, layer.norm), layer_states));
+    ASSIGN_OR_RETURN(at::Tensor mixed, layer.mixer->StepBatch(normed, layer_states));
+    if (layer.parallel) {
+      for (size_t i = begin; i < end; ++i) {
+        layer_states[i - begin] = &states[i]->layers[layer.parallel_slot];
+      }
+      ASSIGN_OR_RETURN(const at::Tensor beside, layer.parallel->StepBatch(normed, layer_states));
+      mixed = mixed + beside;
+    }
     x = AddMlp(layer, x + Residual(mixed));
   }
   for (size_t i = begin; i < end; ++i) states[i]->position += 1;

@@ -5,8 +5,12 @@
 // attention + MLP block on concat(x, input embeddings) and feeds x + its shared_linear of that
 // to its mixer (shared_block.h; the block's KV cache of each such layer is a slot of its own in
 // ModelState::layers, after the layers'). A layer whose mixer is a whole block with its norms
-// inside (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. Each
-// layer names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and
+// inside (kernels::MixerOwnsNorms: rwkv) is x + mixer(x), with no norm or MLP of the model's. A
+// layer whose mixer is "none" is x + MLP(mlp_norm(x)) alone, and a layer may have no MLP
+// (config.mlp_layers: Nemotron-H's one-part blocks). A layer with a parallel mixer
+// (config.parallel_layers: Falcon-H1) adds both mixers' outputs of the same normed input; the
+// parallel mixer's state is a slot of its own in ModelState::layers, after the shared blocks'
+// (layer_layout.h). Each layer names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and
 // safe to call from many threads at once with distinct states; a ModelState belongs to one caller
 // at a time.
 //
@@ -15,6 +19,7 @@
 //   backbone.embeddings.weight (vocab, hidden)   (backbone.embedding.weight is accepted too)
 //   backbone.embeddings_norm.weight              (config.embedding_norm)
 //   backbone.layers.{i}.norm.weight              backbone.layers.{i}.mixer.<mixer tensor>
+//   (parallel_layers)                            backbone.layers.{i}.parallel_mixer.<tensor>
 //   backbone.layers.{i}.mlp_norm.weight          backbone.layers.{i}.mlp.{gate,up,down}_proj.weight
 //                                                (and .bias each with mlp_bias)
 //   with experts (config.expert_layers):         backbone.layers.{i}.mlp.router.weight,
@@ -220,8 +225,13 @@ class Model {
     double epsilon = 0;  // norm_epsilon, or FinalNormEpsilon for the final norm
   };
   struct Layer {
-    NormWeights norm;  // undefined for a mixer that owns its norms
+    NormWeights norm;  // undefined for a mixer that owns its norms, or none
     std::unique_ptr<kernels::Mixer> mixer;
+    bool mixes = true;  // false for "none": the norm and mixer are skipped
+    // A second mixer reading the same normed input (Falcon-H1's attention beside Mamba-2), and
+    // its state's slot in ModelState::layers; null / -1: none.
+    std::unique_ptr<kernels::Mixer> parallel;
+    int64_t parallel_slot = -1;
     NormWeights mlp_norm;
     kernels::GatedMlp mlp;                 // the dense MLP; undefined without one
     std::unique_ptr<kernels::MoeMlp> moe;  // instead, on a layer with experts
@@ -260,8 +270,8 @@ class Model {
   kernels::LinearWeight lm_head_;
   std::vector<Layer> layers_;
   std::vector<std::unique_ptr<SharedBlock>> shared_uses_;  // Zamba's: a use per marked layer
-  int64_t state_slots_ = 0;                    // ModelState::layers' size: the layers, then their
-                                               // shared-block KV slots
+  int64_t state_slots_ = 0;                    // ModelState::layers' size: the layers, their
+                                               // shared-block KV slots, their parallel mixers'
   std::map<std::string, at::Tensor> weights_;  // as loaded, for NamedWeights; float32 only
   std::vector<std::vector<bool>> growing_caches_;
   bool can_stream_ = true;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "server/model/architectures/architecture.h"
 #include "server/model/python_json.h"
+#include "server/model/layer_layout.h"
 #include "server/model/shared_block.h"
 
 namespace attnserve::model {
@@ -97,7 +98,7 @@ absl::Status ValidateExperts(const v1::ModelConfig& c) {
   }
   if (c.num_experts() == 0) {
     if (c.expert_layers_size() > 0 || c.num_experts_per_tok() != 0 || !c.moe_router().empty() ||
-        c.moe_plain_experts() || c.moe_shared_expert_size() != 0 || c.moe_norm_topk_prob() ||
+        c.moe_shared_expert_size() != 0 || c.moe_norm_topk_prob() ||
         c.moe_routed_scaling_factor() != 0) {
       return absl::InvalidArgumentError(
           "config: expert_layers, num_experts_per_tok, moe_router and the moe_ fields need "
@@ -172,7 +173,7 @@ absl::Status ValidateSharedBlock(const v1::ModelConfig& c) {
 }  // namespace
 
 bool LayerHasExperts(const v1::ModelConfig& c, int layer) {
-  if (c.num_experts() <= 0 || c.intermediate_size() <= 0) return false;
+  if (c.num_experts() <= 0 || !LayerHasMlp(c, layer)) return false;
   return c.expert_layers_size() == 0 || (layer < c.expert_layers_size() && c.expert_layers(layer));
 }
 
@@ -184,7 +185,7 @@ kernels::MoeConfig LayerMoeConfig(const v1::ModelConfig& c) {
   m.top_k = c.num_experts_per_tok();
   m.router = kernels::ParseRouterKind(c.moe_router()).value_or(kernels::RouterKind::kSoftmaxTopK);
   m.act = kernels::ParseMlpActivation(c.hidden_act());
-  m.gated = !c.moe_plain_experts();
+  m.gated = !c.plain_mlp();
   m.shared_d_ff = c.moe_shared_expert_size();
   m.normalize = c.moe_norm_topk_prob();
   m.scaling = c.moe_routed_scaling_factor() > 0 ? c.moe_routed_scaling_factor() : 1.0;
@@ -295,6 +296,7 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
   }
   if (absl::Status s = ValidateExperts(c); !s.ok()) return s;
   if (absl::Status s = ValidateSharedBlock(c); !s.ok()) return s;
+  if (absl::Status s = ValidateLayerLayout(c); !s.ok()) return s;
   if (c.mamba_bcdt_norm_weights() && !(c.mamba_bcdt_rms_eps() > 0)) {
     return absl::InvalidArgumentError(
         "config: mamba_bcdt_norm_weights needs the norms: mamba_bcdt_rms_eps > 0");
@@ -314,8 +316,12 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& c) {
 }
 
 kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
+  return MixerConfigOf(c, layer, c.layers(layer));
+}
+
+kernels::MixerConfig MixerConfigOf(const v1::ModelConfig& c, int layer, const std::string& kind) {
   kernels::MixerConfig m;
-  m.kind = kernels::ParseMixerKind(c.layers(layer)).value_or(kernels::MixerKind::kStandard);
+  m.kind = kernels::ParseMixerKind(kind).value_or(kernels::MixerKind::kStandard);
   m.d_model = c.hidden_size();
   m.num_heads = c.num_heads();
   m.causal = m.kind != kernels::MixerKind::kLinformer && !c.bidirectional();
@@ -340,6 +346,8 @@ kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& c, int layer) {
     m.ssm_heads = c.ssm_num_heads();
     m.ssm_groups = c.ssm_n_groups();
     m.ssm_chunk_size = c.ssm_chunk_size();
+    m.inner_dim = c.ssm_inner_size();
+    m.ssm_norm = ParseSsmNorm(c.ssm_norm()).value_or(kernels::MixerConfig::SsmNorm::kGateThenNorm);
     if (c.time_step_limit_size() == 2) {
       m.dt_min = c.time_step_limit(0);
       m.dt_max = c.time_step_limit(1);

@@ -28,6 +28,9 @@ absl::Status ValidateModelConfig(const v1::ModelConfig& config);
 // The kernels' config of layer `layer` (its mixer kind must parse; see ValidateModelConfig).
 // Its norm_epsilon is RwkvLayerNormEpsilon's for an rwkv layer.
 kernels::MixerConfig LayerMixerConfig(const v1::ModelConfig& config, int layer);
+// The same for a mixer of kind `kind` in layer `layer` (a parallel mixer: layer_layout.h).
+kernels::MixerConfig MixerConfigOf(const v1::ModelConfig& config, int layer,
+                                   const std::string& kind);
 
 // Whether layer `layer`'s MLP is a mixture of experts (num_experts > 0 and expert_layers marks
 // it, or expert_layers is empty; the layer has an MLP: intermediate_size > 0).

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "server/model/shared_block.h"
 
@@ -27,8 +29,13 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
   bool attention = false, linformer = false, mamba = false, mamba2 = false, rwkv = false,
        window = false, performer = false, sparse = false, only_rwkv = true;
-  for (const std::string& layer : a.layers()) {
-    attention = attention || (layer != "mamba" && layer != "rwkv" && layer != "mamba2") ||
+  std::vector<std::string> kinds(a.layers().begin(), a.layers().end());
+  for (const std::string& beside : a.parallel_layers()) {
+    if (!beside.empty()) kinds.push_back(beside);
+  }
+  for (const std::string& layer : kinds) {
+    attention = attention ||
+                (layer != "mamba" && layer != "rwkv" && layer != "mamba2" && layer != "none") ||
                 UsesSharedBlock(a);
     linformer = linformer || layer == "linformer";
     mamba = mamba || layer == "mamba";
@@ -67,6 +74,13 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   for (int64_t w : a.attention_windows()) windows = windows || w != 0;
   if (!windows) a.clear_attention_windows();
   if (!UsesSharedBlock(a)) a.clear_shared_block_layers();
+  if (std::all_of(a.mlp_layers().begin(), a.mlp_layers().end(), [](bool b) { return b; })) {
+    a.clear_mlp_layers();  // every layer: the default, spelt out
+  }
+  if (std::all_of(a.parallel_layers().begin(), a.parallel_layers().end(),
+                  [](const std::string& k) { return k.empty(); })) {
+    a.clear_parallel_layers();
+  }
   if (!attention) {
     a.clear_attention_scale();
     a.clear_num_heads();

@@ -16,6 +16,7 @@
 #include "kernels/common/tensor_checks.h"
 #include "server/model/architectures/architecture.h"
 #include "server/model/model_config.h"
+#include "server/model/python_json.h"
 #include "server/model/safetensors.h"
 #include "server/model/torch_pickle.h"
 
@@ -213,6 +214,15 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModelFolder(const std::string& dir, s
     if (!weights.count(tensor)) {
       return absl::InvalidArgumentError(absl::StrCat(dir, ": missing tensor '", tensor,
                                                      "' of shape ", kernels::ShapeString(shape)));
+    }
+  }
+  if (architecture != nullptr && architecture->fold_weights != nullptr) {
+    architectures::ConfigJson root;  // parsed once already by ParseModelConfigJson
+    if (!google::protobuf::util::JsonStringToMessage(PythonJsonToJson(json), &root).ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: not a JSON object"));
+    }
+    if (absl::Status s = architecture->fold_weights(root, *config, &weights); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: ", s.message()));
     }
   }
   ASSIGN_OR_RETURN(std::optional<ModelText> text, LoadModelText(dir, config->vocab_size()));

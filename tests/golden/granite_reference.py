@@ -184,7 +184,9 @@ def forward(cfg, w, tokens):
     return (h @ head.T) / logits_div
 
 
-def check(folder, tolerance):
+def check(folder, tolerance, forward=forward):
+    """Prints how far the folder's stored references are from `forward`'s float64 logits;
+    whether within `tolerance` with the same greedy tokens."""
     cfg = json.load(open(os.path.join(folder, "config.json")))
     ref = json.load(open(os.path.join(folder, "reference.json")))
     w = load_safetensors(os.path.join(folder, "model.safetensors"))

@@ -17,6 +17,8 @@ namespace {
 struct Mamba2Shape {
   int64_t batch, len, d_model, heads, groups, d_state, chunk;
   int64_t d_conv = 4;
+  int64_t inner = 0;  // d_inner; 0: expand · d_model
+  MixerConfig::SsmNorm norm = MixerConfig::SsmNorm::kGateThenNorm;
 };
 
 MixerConfig Mamba2Config(const Mamba2Shape& s) {
@@ -28,6 +30,8 @@ MixerConfig Mamba2Config(const Mamba2Shape& s) {
   c.d_state = s.d_state;
   c.ssm_chunk_size = s.chunk;
   c.d_conv = s.d_conv;
+  c.inner_dim = s.inner;
+  c.ssm_norm = s.norm;
   return c;
 }
 
@@ -66,7 +70,21 @@ INSTANTIATE_TEST_SUITE_P(
                       Mamba2Shape{1, 33, 128, 2, 1, 128, 256},
                       Mamba2Shape{1, 70, 64, 1, 1, 256, 32}, Mamba2Shape{2, 45, 128, 8, 8, 32, 13},
                       Mamba2Shape{1, 9, 48, 3, 1, 16, 1}, Mamba2Shape{3, 64, 96, 6, 3, 48, 64},
-                      Mamba2Shape{1, 130, 64, 4, 2, 16, 64, 3}));
+                      Mamba2Shape{1, 130, 64, 4, 2, 16, 64, 3},
+                      // Falcon-H1's and Nemotron-H's: d_inner not 2 · d_model, the norm before
+                      // the gate, or no norm at all.
+                      Mamba2Shape{2, 41, 64, 6, 2, 16, 16, 4, 96},
+                      Mamba2Shape{1, 35, 32, 8, 4, 16, 8, 4, 256},
+                      Mamba2Shape{2, 29, 64, 4, 2, 16, 8, 4, 0, MixerConfig::SsmNorm::kNormThenGate},
+                      Mamba2Shape{1, 30, 64, 6, 1, 16, 16, 4, 96, MixerConfig::SsmNorm::kGateOnly}));
+
+TEST(Mamba2Test, WithoutNormHasNoNormWeight) {
+  Mamba2Shape s{1, 1, 64, 4, 1, 16, 8};
+  s.norm = MixerConfig::SsmNorm::kGateOnly;
+  for (const WeightSpec& spec : ExpectedWeights(Mamba2Config(s))) {
+    EXPECT_NE(spec.name, "norm.weight");
+  }
+}
 
 TEST(Mamba2Test, TimeStepLimitClampsDt) {
   Mamba2Shape s{1, 30, 32, 4, 1, 16, 8};

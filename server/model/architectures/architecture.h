@@ -20,9 +20,16 @@
 //   granitemoehybrid GraniteMoeHybridForCausalLM granite_moe_hybrid.cc (Mamba-2 + attention +
 //           a shared MLP and experts; Granite-4.0-H)
 //   bamba   BambaForCausalLM      bamba.cc     (Mamba-2 + attention with partial rotary positions)
+//   nemotron_h NemotronHForCausalLM nemotron_h.cc (Mamba-2, attention, relu² MLP or experts: one
+//           part per block)
+//   falcon_h1 FalconH1ForCausalLM falcon_h1.cc (attention beside Mamba-2 in every layer, µP
+//           multipliers folded into the weights)
 // A config.json of any other model_type is attnserve's own schema.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,6 +66,12 @@ struct Architecture {
   // depend on which hybrid layer holds them, and whose fused gate_up_proj is split in two).
   std::vector<TensorPart> (*model_tensors)(const std::string& stored,
                                            const v1::ModelConfig& config) = nullptr;
+  // Where the checkpoint's numbers are scaled at run time by config.json's multipliers that
+  // attnserve folds into the weights (null otherwise): applied to the loaded float32 tensors,
+  // under Model's names, before the model is built (Falcon-H1's µP multipliers). An error names
+  // the key.
+  absl::Status (*fold_weights)(const ConfigJson& json, const v1::ModelConfig& config,
+                               std::map<std::string, at::Tensor>* weights) = nullptr;
 };
 
 // The architecture of config.json's model_type, or null (attnserve's own schema).

@@ -79,7 +79,7 @@ absl::Status ReadTimeStepLimit(const ConfigJson& json, v1::ModelConfig* c) {
   return absl::OkStatus();
 }
 
-absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* c) {
+absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* c, bool falcon_h1) {
   const int64_t hidden = c->hidden_size();
   ASSIGN_OR_RETURN(const int64_t heads, IntKey(json, "mamba_n_heads", 128));
   ASSIGN_OR_RETURN(const int64_t groups, IntKey(json, "mamba_n_groups", 1));
@@ -90,14 +90,21 @@ absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* c) {
   ASSIGN_OR_RETURN(const int64_t head_dim, IntOrAutoKey(json, "mamba_d_head"));
   ASSIGN_OR_RETURN(const bool conv_bias, BoolKey(json, "mamba_conv_bias", true));
   ASSIGN_OR_RETURN(const bool proj_bias, BoolKey(json, "mamba_proj_bias", false));
-  if (heads <= 0 || (head_dim > 0 && head_dim * heads != expand * hidden) ||
-      (head_dim <= 0 && (expand * hidden) % heads != 0)) {
-    return Unsupported("mamba_n_heads", absl::StrCat(heads),
-                       absl::StrCat("mamba_n_heads · mamba_d_head must be mamba_expand · "
-                                    "hidden_size = ",
-                                    expand * hidden));
+  int64_t width = expand * hidden;
+  if (falcon_h1) {  // FalconH1Config's default is 1024; null is expand · hidden
+    ASSIGN_OR_RETURN(width, Has(json, "mamba_d_ssm") ? IntOrAutoKey(json, "mamba_d_ssm")
+                                                     : absl::StatusOr<int64_t>(1024));
+    if (width <= 0) width = expand * hidden;
   }
-  if (groups != 1) {
+  if (heads <= 0 || (head_dim > 0 && head_dim * heads != width) ||
+      (head_dim <= 0 && width % heads != 0)) {
+    return Unsupported("mamba_n_heads", absl::StrCat(heads),
+                       absl::StrCat("mamba_n_heads · mamba_d_head must be ",
+                                    falcon_h1 ? "mamba_d_ssm" : "mamba_expand · hidden_size", " = ",
+                                    width));
+  }
+  if (width != expand * hidden) c->set_ssm_inner_size(width);
+  if (groups != 1 && !falcon_h1) {
     return Unsupported("mamba_n_groups", absl::StrCat(groups),
                        "upstream's gated norm spans all of d_inner, attnserve's a group at a "
                        "time: only 1 (every released Granite-4.0-H and Bamba) is the same");
@@ -110,7 +117,8 @@ absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* c) {
   c->set_ssm_num_heads(heads);
   c->set_ssm_n_groups(groups);
   c->set_ssm_chunk_size(chunk);
-  return ReadTimeStepLimit(json, c);
+  // FalconH1Mixer fixes time_step_limit at (0, inf), whatever the config says.
+  return falcon_h1 ? absl::OkStatus() : ReadTimeStepLimit(json, c);
 }
 
 }  // namespace attnserve::model::architectures

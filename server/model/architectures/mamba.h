@@ -32,7 +32,12 @@ absl::Status ReadTimeStepLimit(const ConfigJson& json, v1::ModelConfig* config);
 // gated norm spans all of d_inner, attnserve's a group at a time: the same for one group, as
 // every released model has), mamba_d_head · mamba_n_heads other than mamba_expand · hidden_size,
 // mamba_conv_bias false, mamba_proj_bias.
-absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* config);
+// With falcon_h1 (FalconH1Config's): mamba_d_ssm is the width (absent: 1024, null: mamba_expand ·
+// hidden_size; config.ssm_inner_size where they differ), mamba_d_head · mamba_n_heads must be it,
+// groups are allowed (FalconH1RMSNormGated normalises each group apart, as attnserve does), and
+// time_step_limit is not read (FalconH1Mixer fixes it at (0, inf)).
+absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* config,
+                            bool falcon_h1 = false);
 
 // Model's names, but for mamba_ssm's backbone.embedding.weight (backbone.embeddings.weight).
 std::string MambaModelName(const std::string& stored);

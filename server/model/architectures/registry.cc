@@ -16,11 +16,14 @@ extern const Architecture kZamba;
 extern const Architecture kZamba2;
 extern const Architecture kGraniteMoeHybrid;
 extern const Architecture kBamba;
+extern const Architecture kNemotronH;
+extern const Architecture kFalconH1;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
       &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm,         &kRwkv, &kLlama, &kMistral, &kQwen2,
-      &kJamba, &kZamba,       &kZamba2, &kGraniteMoeHybrid, &kBamba};
+      &kJamba, &kZamba,       &kZamba2, &kGraniteMoeHybrid, &kBamba,
+      &kNemotronH, &kFalconH1};
   return all;
 }
 

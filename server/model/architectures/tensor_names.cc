@@ -32,8 +32,9 @@ std::string HybridDecoderModelName(const std::string& stored) {
                             {".feed_forward.", ".mlp."}});
 }
 
-bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest) {
-  if (!absl::ConsumePrefix(&stored, "model.layers.")) return false;
+bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest,
+                    absl::string_view layers) {
+  if (!absl::ConsumePrefix(&stored, layers)) return false;
   const size_t dot = stored.find('.');
   if (dot == absl::string_view::npos || !absl::SimpleAtoi(stored.substr(0, dot), layer)) {
     return false;

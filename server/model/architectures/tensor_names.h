@@ -25,7 +25,8 @@ std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
 // lm_head as it is.
 std::string HybridDecoderModelName(const std::string& stored);
 
-// "model.layers.N.REST": true, with N and REST; any other name false.
-bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest);
+// "model.layers.N.REST" (or `layers` N.REST): true, with N and REST; any other name false.
+bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest,
+                    absl::string_view layers = "model.layers.");
 
 }  // namespace attnserve::model::architectures

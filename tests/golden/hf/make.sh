@@ -50,3 +50,11 @@ cp -r "$ref/golden_2025_hybrids/granitemoehybrid" "$here/granitemoehybrid"
 rm -rf "$here/bamba"
 cp -r "$ref/golden_2025_hybrids/bamba" "$here/bamba"
 rm "$here/bamba/llamacpp_logits_all.npy"
+# Falcon-H1 and Nemotron-H (a dense one, 'M-M*-M*-', and a MoE one, 'MEM*EME*'): the same folder
+# set, llama.cpp c9ced49's logits (agreeing with the shared float64 port to 3.0e-7, 7.5e-7 and
+# 4.1e-6), copied as they are; tests/golden/hybrid_reference.py checks them against attnserve's
+# own port of the upstream files.
+for case in falcon_h1 nemotron_h nemotron_h_moe; do
+  rm -rf "$here/$case"
+  cp -r "$ref/golden_2025_hybrids/$case" "$here/$case"
+done
