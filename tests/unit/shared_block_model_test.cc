@@ -11,6 +11,7 @@
 #include "server/model/model.h"
 #include "server/model/model_config.h"
 #include "server/model/shared_block.h"
+#include "tests/unit/model_test_util.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::model {
@@ -21,44 +22,6 @@ constexpr char kZambaLike[] = R"({"vocab_size": 96, "hidden_size": 32, "num_head
   "layers": ["mamba", "mamba", "mamba", "mamba"], "mamba_num_heads": 2,
   "shared_block_layers": [false, true, false, true], "intermediate_size": 48,
   "hidden_act": "gelu"})";
-
-// Three sequences of `length` tokens: each prefilled in two chunks (`first` tokens, then up to
-// `steps` before the end) = the whole pass; then the steps batched = the whole pass, and
-// row `alone` stepped by itself = its batched row, bit for bit.
-void ExpectChunksStepsAndBatchedRowsEqualWholePass(const Model& m, int64_t vocab, int64_t length,
-                                                   int64_t first, int64_t steps, int64_t alone) {
-  const at::Tensor tokens = at::randint(0, vocab, {3, length}, at::kLong);
-  const at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
-  const int64_t prefilled = length - steps;
-  std::vector<ModelState> states;
-  for (int64_t b = 0; b < 3; ++b) {
-    states.push_back(*m.NewState());
-    auto a =
-        m.Forward(tokens.narrow(0, b, 1).narrow(1, 0, first), &states[b], OutputKind::kAllLogits);
-    ASSERT_TRUE(a.ok()) << a.status();
-    auto rest = m.Forward(tokens.narrow(0, b, 1).narrow(1, first, prefilled - first), &states[b],
-                          OutputKind::kAllLogits);
-    ASSERT_TRUE(rest.ok());
-    EXPECT_LE(testing::MaxRelativeError(at::cat({*a, *rest}, 1),
-                                        whole.narrow(0, b, 1).narrow(1, 0, prefilled)),
-              1e-5);
-  }
-  for (int64_t t = prefilled; t < length; ++t) {
-    ModelState single_state = states[alone].Clone();
-    std::vector<int64_t> ids;
-    std::vector<ModelState*> ptrs;
-    for (int64_t b = 0; b < 3; ++b) {
-      ids.push_back(tokens[b][t].item<int64_t>());
-      ptrs.push_back(&states[b]);
-    }
-    auto batch = m.StepBatch(ids, ptrs);
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    auto single = m.StepBatch({ids[alone]}, {&single_state});
-    ASSERT_TRUE(single.ok());
-    EXPECT_TRUE(at::equal(*single, batch->narrow(0, alone, 1))) << t;
-    EXPECT_LE(testing::MaxRelativeError(*batch, whole.select(1, t)), 1e-5) << "step " << t;
-  }
-}
 
 TEST(SharedBlockModelTest, ConfigTensorsAndRefusals) {
   auto c = ParseModelConfigJson(kZambaLike);
