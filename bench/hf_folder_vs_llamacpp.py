@@ -93,7 +93,8 @@ def measure_precision(build, script, repo, model, folder, work, precision, reps,
 def print_comparison(med, lmed, targets, bounds):
     """The table of pp512, tg128 and 16 sessions: each side's tok/s, the ratio against its
     target, and each side's share of its bound (bounds[test] = (ours, llama.cpp's) tok/s or
-    None)."""
+    None); then, where med has it, attnserve's 64 sessions against one session and its bound
+    (bounds["64"])."""
     print("| test | attnserve tok/s | llama.cpp tok/s | ratio | target | attnserve / bound | "
           "llama.cpp / bound |")
     print("|---|---|---|---|---|---|---|")
@@ -106,3 +107,7 @@ def print_comparison(med, lmed, targets, bounds):
         print(f"| {name} | {med[test]:.1f} | {lmed[test]:.1f} | **{ratio:.2f}x** | "
               f">= {targets[test]}x {'met' if ratio >= targets[test] else 'MISSED'} | "
               f"{share} | {lshare} |", flush=True)
+    bound64 = (bounds.get("64") or (None, None))[0]
+    if "64" in med and bound64:
+        print(f"| 64 sessions | {med['64']:.1f} | - | {med['64'] / med['tg128']:.2f}x one session "
+              f"| - | {med['64'] / bound64:.2f} | - |", flush=True)

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/common/linear.h"
+#include "kernels/common/rms_norm.h"
 
 namespace attnserve::kernels {
 
@@ -21,16 +22,23 @@ std::vector<WeightSpec> AttentionProjectionSpecs(const MixerConfig& config) {
     specs.push_back({"v_proj.bias", {kv_width}});
   }
   if (config.o_bias) specs.push_back({"o_proj.bias", {config.output_dim()}});
+  if (config.qk_norm) {
+    specs.push_back({"q_norm.weight", {config.head_dim()}});
+    specs.push_back({"k_norm.weight", {config.head_dim()}});
+  }
   return specs;
 }
 
 void AddRandomAttentionProjections(const MixerConfig& config, at::Generator& gen,
                                    WeightMap* weights) {
   for (const WeightSpec& spec : AttentionProjectionSpecs(config)) {
-    // A weight (out, in) ~ Normal(0, 1/sqrt(in)); a bias ~ Normal(0, 0.02).
-    const double std =
-        spec.shape.size() == 2 ? 1.0 / std::sqrt(static_cast<double>(spec.shape[1])) : 0.02;
-    (*weights)[spec.name] = at::normal(0.0, std, spec.shape, gen);
+    // A weight (out, in) ~ Normal(0, 1/sqrt(in)); a bias ~ Normal(0, 0.02); a norm's weight
+    // ~ Normal(1, 0.1).
+    const bool norm = spec.name == "q_norm.weight" || spec.name == "k_norm.weight";
+    const double std = spec.shape.size() == 2 ? 1.0 / std::sqrt(static_cast<double>(spec.shape[1]))
+                       : norm                 ? 0.1
+                                              : 0.02;
+    (*weights)[spec.name] = at::normal(norm ? 1.0 : 0.0, std, spec.shape, gen);
   }
 }
 
@@ -47,6 +55,10 @@ AttentionProjections AttentionProjections::FromWeights(const WeightMap& weights,
         {weights.at("q_proj.bias"), weights.at("k_proj.bias"), weights.at("v_proj.bias")}, 0);
   }
   if (weights.count("o_proj.bias")) p.o_bias = weights.at("o_proj.bias").contiguous();
+  if (weights.count("q_norm.weight")) {
+    p.q_norm = weights.at("q_norm.weight").contiguous();
+    p.k_norm = weights.at("k_norm.weight").contiguous();
+  }
   return p;
 }
 
@@ -57,6 +69,16 @@ double AttentionProjections::QueryFactor(const MixerConfig& config) {
 
 AttentionProjections AttentionProjections::FromConfig(const MixerConfig& config,
                                                       const WeightMap& weights) {
+  if (config.attention_scale > 0 && config.qk_norm) {
+    // Normed queries: the factor goes into q_norm's weight (after the norm) instead.
+    WeightMap scaled = weights;
+    scaled["q_norm.weight"] = weights.at("q_norm.weight") * QueryFactor(config);
+    AttentionProjections p = FromWeights(scaled, config.weight_format);
+    p.kv_heads = config.kv_heads();
+    p.head_dim = config.head_dim();
+    p.qk_norm_epsilon = config.norm_epsilon;
+    return p;
+  }
   if (config.attention_scale > 0) {
     // softmax(s · q·k) = softmax(d^-1/2 · (s·√d · q)·k): q_proj's rows (and bias) scaled, the
     // kernels' own d^-1/2 kept.
@@ -75,6 +97,7 @@ AttentionProjections AttentionProjections::FromConfig(const MixerConfig& config,
   AttentionProjections p = FromWeights(weights, config.weight_format);
   p.kv_heads = config.kv_heads();
   p.head_dim = config.head_dim();
+  p.qk_norm_epsilon = config.norm_epsilon;
   return p;
 }
 
@@ -87,6 +110,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionProjections::ProjectQkv(
   at::Tensor y = qkv(x);  // (B, L, (H + 2 Hkv) d)
   if (qkv_bias.defined()) y.add_(qkv_bias);
   if (qkv_adapter.defined()) qkv_adapter.AddTo(x, y);
+  if (q_norm.defined()) {  // each head's q and k normed in place, before the heads are split
+    const auto norm = [&](int64_t from, int64_t count, const at::Tensor& weight) {
+      at::Tensor part = y.narrow(2, from * d, count * d);
+      part.copy_(RmsNorm(part.reshape({b, l, count, d}).contiguous(), weight, qk_norm_epsilon)
+                     .view({b, l, count * d}));
+    };
+    norm(0, num_heads, q_norm);
+    norm(num_heads, groups, k_norm);
+  }
   if (groups == num_heads) {
     y = y.view({b, l, 3, num_heads, d}).permute({2, 0, 3, 1, 4});
     return {y[0].contiguous(), y[1].contiguous(), y[2].contiguous()};

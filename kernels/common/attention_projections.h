@@ -1,9 +1,10 @@
 // The q/k/v/o projections that the attention-style mixers (standard, linformer, linear) share.
 // Weights, as in Llama-style checkpoints: q_proj.weight (H·d, D), k_proj.weight and
 // v_proj.weight (Hkv·d, D), o_proj.weight (D, H·d), applied as y = x Wᵀ (+ b); with
-// MixerConfig::qkv_bias q_proj.bias, k_proj.bias, v_proj.bias, with o_bias o_proj.bias. Only the
-// standard mixer has Hkv < H, d != D / H or biases (ValidateMixerConfig); for the others every
-// matrix is (D, D).
+// MixerConfig::qkv_bias q_proj.bias, k_proj.bias, v_proj.bias, with o_bias o_proj.bias, with
+// qk_norm q_norm.weight and k_norm.weight (d): RMSNorms of each head's q and k. Only the
+// standard mixer has Hkv < H, d != D / H, biases or q/k norms (ValidateMixerConfig); for the
+// others every matrix is (D, D).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +35,11 @@ struct AttentionProjections {
   // of one hybrid layer over a shared block's projections (a copy of an AttentionProjections
   // shares its matrices). Its q rows carry QueryFactor like q_proj's.
   LowRankAdapter qkv_adapter;
+  // Each head's q and k RMSNormed with these weights (d), or undefined: LFM2's q_layernorm and
+  // k_layernorm (before the rotary positions, which the mixers apply after ProjectQkv). q_norm
+  // carries QueryFactor instead of q_proj then.
+  at::Tensor q_norm, k_norm;
+  double qk_norm_epsilon = 1e-5;
 
   // format: see MixerConfig::weight_format. Heads of D / H, as many for keys as for queries.
   static AttentionProjections FromWeights(const WeightMap& weights,
@@ -46,7 +52,7 @@ struct AttentionProjections {
   // Where the weights live; the mixer runs there.
   at::Device device() const { return o.device(); }
 
-  // x (B, L, D) -> q (B, H, L, d), k, v (B, Hkv, L, d), contiguous.
+  // x (B, L, D) -> q (B, H, L, d), k, v (B, Hkv, L, d), contiguous (q and k normed with q_norm).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> ProjectQkv(const at::Tensor& x,
                                                             int64_t num_heads) const;
   // heads (B, H, L, d) -> (B, L, D) through o_proj.

@@ -33,6 +33,8 @@ const char* MixerKindName(MixerKind kind) {
       return "sparse";
     case MixerKind::kMamba2:
       return "mamba2";
+    case MixerKind::kShortConv:
+      return "short_conv";
     case MixerKind::kNone:
       return "none";
   }
@@ -42,16 +44,16 @@ const char* MixerKindName(MixerKind kind) {
 bool MixerOwnsNorms(MixerKind kind) { return kind == MixerKind::kRwkv; }
 
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name) {
-  for (MixerKind kind : {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear,
-                         MixerKind::kMamba, MixerKind::kSlidingWindow, MixerKind::kPerformer,
-                         MixerKind::kRwkv, MixerKind::kSparse, MixerKind::kMamba2,
-                         MixerKind::kNone}) {
+  for (MixerKind kind :
+       {MixerKind::kStandard, MixerKind::kLinformer, MixerKind::kLinear, MixerKind::kMamba,
+        MixerKind::kSlidingWindow, MixerKind::kPerformer, MixerKind::kRwkv, MixerKind::kSparse,
+        MixerKind::kMamba2, MixerKind::kShortConv, MixerKind::kNone}) {
     if (name == MixerKindName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown mixer '", name,
       "'; expected one of standard, linformer, linear, mamba, sliding_window, performer, rwkv, "
-      "sparse, mamba2, none"));
+      "sparse, mamba2, short_conv, none"));
 }
 
 namespace {
@@ -73,9 +75,8 @@ absl::Status ValidateMamba2Config(const MixerConfig& c) {
         absl::StrCat("inner_dim must be >= 0 (0: expand · d_model), got ", c.inner_dim));
   }
   if (c.d_inner() % c.ssm_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("d_inner (", c.d_inner(),
-                                                   ") must be a multiple of ssm_heads (",
-                                                   c.ssm_heads, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "d_inner (", c.d_inner(), ") must be a multiple of ssm_heads (", c.ssm_heads, ")"));
   }
   if (c.ssm_heads % c.ssm_groups != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -183,12 +184,12 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
             MixerKindName(c.kind), " attention takes no grouped key/value heads (num_kv_heads ",
             c.num_kv_heads, " != num_heads ", c.num_heads, "): only standard does"));
       }
-      if (c.attention_head_dim != 0 || c.qkv_bias || c.o_bias || c.rope.enabled() ||
+      if (c.attention_head_dim != 0 || c.qkv_bias || c.o_bias || c.rope.enabled() || c.qk_norm ||
           c.attention_window != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             MixerKindName(c.kind),
-            " attention takes no head_dim, biases, rotary positions or attention window: only "
-            "standard does"));
+            " attention takes no head_dim, biases, q/k norms, rotary positions or attention "
+            "window: only standard does"));
       }
       if (c.d_model % c.num_heads != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -217,6 +218,9 @@ absl::Status ValidateMixerConfig(const MixerConfig& c) {
       return absl::OkStatus();
     case MixerKind::kMamba2:
       return ValidateMamba2Config(c);
+    case MixerKind::kShortConv:
+      if (!c.causal) return absl::InvalidArgumentError("short_conv is causal; set causal = true");
+      return positive("d_conv", c.d_conv);
     case MixerKind::kNone:
       return absl::OkStatus();
     case MixerKind::kRwkv:
@@ -258,6 +262,8 @@ std::vector<WeightSpec> ExpectedWeights(const MixerConfig& config) {
       return ExpectedStandardWeights(config);  // the same four projections
     case MixerKind::kRwkv:
       return ExpectedRwkvWeights(config);
+    case MixerKind::kShortConv:
+      return ExpectedShortConvWeights(config);
     case MixerKind::kNone:
       return {};
   }
@@ -283,6 +289,8 @@ WeightMap RandomWeights(const MixerConfig& config, uint64_t seed) {
       return RandomStandardWeights(config, gen);
     case MixerKind::kRwkv:
       return RandomRwkvWeights(config, gen);
+    case MixerKind::kShortConv:
+      return RandomShortConvWeights(config, gen);
     case MixerKind::kNone:
       return {};
   }
@@ -466,6 +474,8 @@ absl::StatusOr<std::unique_ptr<Mixer>> CreateMixer(const MixerConfig& config, We
         return CreateRwkvMixer(config, weights);
       case MixerKind::kSparse:
         return CreateSparseMixer(config, weights);
+      case MixerKind::kShortConv:
+        return CreateShortConvMixer(config, weights);
       case MixerKind::kNone:
         return CreateNoMixer(config);
     }

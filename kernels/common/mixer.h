@@ -37,11 +37,12 @@ enum class MixerKind {
   kRwkv,
   kSparse,
   kMamba2,
-  kNone  // no mixing: y = 0 (kernels/common/no_mixer.h); a model skips such a layer's mixer
+  kShortConv,  // LFM2's gated short convolution (kernels/short_conv/)
+  kNone        // no mixing: y = 0 (kernels/common/no_mixer.h); a model skips such a layer's mixer
 };
 
 // "standard", "linformer", "linear", "mamba", "sliding_window", "performer", "rwkv", "sparse",
-// "mamba2", "none".
+// "mamba2", "short_conv", "none".
 const char* MixerKindName(MixerKind kind);
 absl::StatusOr<MixerKind> ParseMixerKind(const std::string& name);
 
@@ -101,6 +102,8 @@ struct MixerConfig {
   int64_t ssm_chunk_size = 256;
   double dt_min = 0.0;
   double dt_max = std::numeric_limits<double>::infinity();
+  // short_conv: biases on in_proj, the conv and out_proj (its width is d_conv).
+  bool conv_bias = false;
   // mamba2: d_inner when it is not expand · d_model (Falcon-H1's mamba_d_ssm, Nemotron-H's
   // heads · head_dim); 0: expand · d_model.
   int64_t inner_dim = 0;
@@ -130,6 +133,9 @@ struct MixerConfig {
   // sliding_window).
   int64_t num_kv_heads = 0;
   int64_t attention_head_dim = 0;
+  // standard: RMSNorms of each head's q and k (q_norm.weight, k_norm.weight: head_dim; epsilon
+  // norm_epsilon) before the rotary positions (LFM2's).
+  bool qk_norm = false;
   bool qkv_bias = false;
   bool o_bias = false;
   RotaryConfig rope;

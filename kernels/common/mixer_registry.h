@@ -43,6 +43,10 @@ std::unique_ptr<Mixer> CreatePerformerMixer(const MixerConfig& config, const Wei
 
 std::unique_ptr<Mixer> CreateSparseMixer(const MixerConfig& config, const WeightMap& weights);
 
+std::vector<WeightSpec> ExpectedShortConvWeights(const MixerConfig& config);
+WeightMap RandomShortConvWeights(const MixerConfig& config, at::Generator& gen);
+std::unique_ptr<Mixer> CreateShortConvMixer(const MixerConfig& config, const WeightMap& weights);
+
 std::vector<WeightSpec> ExpectedRwkvWeights(const MixerConfig& config);
 WeightMap RandomRwkvWeights(const MixerConfig& config, at::Generator& gen);
 std::unique_ptr<Mixer> CreateRwkvMixer(const MixerConfig& config, const WeightMap& weights);

@@ -12,9 +12,7 @@ class NoMixer final : public Mixer {
   const MixerConfig& config() const override { return config_; }
   bool can_stream() const override { return true; }
 
-  absl::StatusOr<MixerState> InitialState(int64_t /*batch*/) const override {
-    return MixerState{};
-  }
+  absl::StatusOr<MixerState> InitialState(int64_t /*batch*/) const override { return MixerState{}; }
 
   absl::StatusOr<at::Tensor> Prefill(const at::Tensor& x, MixerState* state) const override {
     if (state != nullptr) state->position += x.size(1);

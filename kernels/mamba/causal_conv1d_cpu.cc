@@ -31,21 +31,21 @@ void ConvRows(const CausalConv1dParams& p, int64_t b, int64_t t0, int64_t t1,
     float* out = p.out + (b * p.seqlen + t) * p.dim;
     int64_t c = 0;
     for (; c + kLanes <= p.dim; c += kLanes) {
-      Float16 acc = vec::Load(p.bias + c);
+      Float16 acc = p.bias ? vec::Load(p.bias + c) : Float16{};
       for (int64_t k = 0; k < k_width; ++k) {
         const float* row = InputRow(p, b, t - (k_width - 1) + k, history);
         acc += vec::Load(p.weight_t + k * p.dim + c) * vec::Load(row + c);
       }
-      vec::Store(out + c, vec::Silu(acc));
+      vec::Store(out + c, p.silu ? vec::Silu(acc) : acc);
     }
     if (c < p.dim) {
       const int n = static_cast<int>(p.dim - c);
-      Float16 acc = vec::LoadPartial(p.bias + c, n);
+      Float16 acc = p.bias ? vec::LoadPartial(p.bias + c, n) : Float16{};
       for (int64_t k = 0; k < k_width; ++k) {
         const float* row = InputRow(p, b, t - (k_width - 1) + k, history);
         acc += vec::LoadPartial(p.weight_t + k * p.dim + c, n) * vec::LoadPartial(row + c, n);
       }
-      vec::StorePartial(out + c, vec::Silu(acc), n);
+      vec::StorePartial(out + c, p.silu ? vec::Silu(acc) : acc, n);
     }
   }
 }
@@ -95,7 +95,7 @@ void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
     const Float16 t3 = __builtin_shufflevector(b01, b23, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23,
                                                25, 27, 29, 31);
     const Float16 xc = vec::Load(x + c);
-    Float16 acc = vec::Load(p.bias + c);
+    Float16 acc = p.bias ? vec::Load(p.bias + c) : Float16{};
     acc += vec::Load(wt + c) * t1;
     acc += vec::Load(wt + p.dim + c) * t2;
     acc += vec::Load(wt + 2 * p.dim + c) * t3;
@@ -119,7 +119,7 @@ void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
     vec::Store(s + 48, __builtin_shufflevector(n23, m23, 8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28,
                                                29, 14, 15, 30, 31));
   }
-  SiluInPlace(out, c);
+  if (p.silu) SiluInPlace(out, c);
   if (c < p.dim) {  // the last channels, through arrays
     const int n = static_cast<int>(p.dim - c);
     float taps[3][kLanes] = {};
@@ -127,12 +127,12 @@ void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
       for (int k = 0; k < 3; ++k) taps[k][i] = state[(c + i) * 4 + k + 1];
     }
     const Float16 xc = vec::LoadPartial(x + c, n);
-    Float16 acc = vec::LoadPartial(p.bias + c, n);
+    Float16 acc = p.bias ? vec::LoadPartial(p.bias + c, n) : Float16{};
     for (int k = 0; k < 3; ++k) {
       acc += vec::LoadPartial(wt + k * p.dim + c, n) * vec::LoadPartial(taps[k], n);
     }
     acc += vec::LoadPartial(wt + 3 * p.dim + c, n) * xc;
-    vec::StorePartial(out + c, vec::Silu(acc), n);
+    vec::StorePartial(out + c, p.silu ? vec::Silu(acc) : acc, n);
     for (int i = 0; i < n; ++i) {
       for (int k = 0; k < 3; ++k) state[(c + i) * 4 + k] = taps[k][i];
       state[(c + i) * 4 + 3] = x[c + i];
@@ -142,7 +142,7 @@ void StepWidth4(const CausalConv1dParams& p, int64_t b, float* state) {
 
 }  // namespace
 
-void CausalConv1dSiluCpu(const CausalConv1dParams& p) {
+void CausalConv1dCpu(const CausalConv1dParams& p) {
   const int64_t w = p.width, dim = p.dim;
   auto state_of = [&](int64_t b) { return p.row_states ? p.row_states[b] : p.state + b * dim * w; };
   // Row b's state as (width, dim), so that history reads are contiguous in channels.

@@ -32,8 +32,9 @@ absl::StatusOr<MixerState> ConvSsmMixer::InitialState(int64_t batch) const {
   return GuardTorch("InitialState", [&]() -> absl::StatusOr<MixerState> {
     MixerState state;
     const at::TensorOptions options = at::TensorOptions(at::kFloat).device(device());
-    state.tensors = {at::zeros(WithBatch(batch, conv_shape_), options),
-                     at::zeros(WithBatch(batch, ssm_shape_), options)};
+    state.tensors = {at::zeros(WithBatch(batch, conv_shape_), options)};
+    if (!ssm_shape_.empty())
+      state.tensors.push_back(at::zeros(WithBatch(batch, ssm_shape_), options));
     return state;
   });
 }
@@ -69,9 +70,9 @@ absl::StatusOr<at::Tensor> ConvSsmMixer::StepBatch(const at::Tensor& x_t,
     std::vector<float*> conv_rows, ssm_rows;
     for (MixerState* state : states) {
       conv_rows.push_back(state->tensors[0].data_ptr<float>());
-      ssm_rows.push_back(state->tensors[1].data_ptr<float>());
+      if (!ssm_shape_.empty()) ssm_rows.push_back(state->tensors[1].data_ptr<float>());
     }
-    const RowStates rows{conv_rows.data(), ssm_rows.data()};
+    const RowStates rows{conv_rows.data(), ssm_shape_.empty() ? nullptr : ssm_rows.data()};
     at::Tensor y = Forward(x_t.unsqueeze(1), nullptr, &rows).squeeze(1);
     for (MixerState* state : states) state->position += 1;
     return y;
@@ -79,7 +80,7 @@ absl::StatusOr<at::Tensor> ConvSsmMixer::StepBatch(const at::Tensor& x_t,
 }
 
 int64_t ConvSsmMixer::StateBytesPerSequence(int64_t) const {
-  int64_t conv = 1, ssm = 1;
+  int64_t conv = 1, ssm = ssm_shape_.empty() ? 0 : 1;
   for (int64_t n : conv_shape_) conv *= n;
   for (int64_t n : ssm_shape_) ssm *= n;
   return (conv + ssm) * static_cast<int64_t>(sizeof(float));
@@ -87,17 +88,24 @@ int64_t ConvSsmMixer::StateBytesPerSequence(int64_t) const {
 
 absl::Status ConvSsmMixer::CheckState(const MixerState* state, int64_t batch) const {
   if (state == nullptr) return absl::OkStatus();
-  if (state->tensors.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name_, " state: expected 2 tensors (conv_state, ssm_state), got ", state->tensors.size()));
+  const size_t count = ssm_shape_.empty() ? 1 : 2;
+  if (state->tensors.size() != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, " state: expected ", count,
+                     count == 1 ? " tensor (conv_state)" : " tensors (conv_state, ssm_state)",
+                     ", got ", state->tensors.size()));
   }
   const std::string conv = name_ + " conv_state", ssm = name_ + " ssm_state";
   RETURN_IF_ERROR(
       CheckFloatTensor(state->tensors[0], conv.c_str(), WithBatch(batch, conv_shape_), device()));
-  RETURN_IF_ERROR(
-      CheckFloatTensor(state->tensors[1], ssm.c_str(), WithBatch(batch, ssm_shape_), device()));
-  if (!state->tensors[0].is_contiguous() || !state->tensors[1].is_contiguous()) {
-    return absl::InvalidArgumentError(name_ + " state tensors must be contiguous");
+  if (count == 2) {
+    RETURN_IF_ERROR(
+        CheckFloatTensor(state->tensors[1], ssm.c_str(), WithBatch(batch, ssm_shape_), device()));
+  }
+  for (const at::Tensor& t : state->tensors) {
+    if (!t.is_contiguous()) {
+      return absl::InvalidArgumentError(name_ + " state tensors must be contiguous");
+    }
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
-// What the Mamba mixers share (mamba_mixer.cc, kernels/mamba2/mamba2_mixer.cc): a fixed-size
-// state of two float32 tensors, {conv_state, ssm_state}, each with a leading batch dimension
-// and one sequence's shape given by the subclass; Prefill, Step and StepBatch with their
+// What the Mamba mixers share (mamba_mixer.cc, kernels/mamba2/mamba2_mixer.cc, and LFM2's
+// kernels/short_conv/, which has no SSM): a fixed-size state of float32 tensors, {conv_state,
+// ssm_state} (or {conv_state} alone where ssm_shape is empty), each with a leading batch
+// dimension and one sequence's shape given by the subclass; Prefill, Step and StepBatch with their
 // checks; and a batched CPU step that hands the kernels each row's state pointers (RowStates),
 // so that no state is gathered or scattered. On a GPU StepBatch is Mixer's default (the states
 // gathered into one batch).
@@ -27,11 +28,12 @@ class ConvSsmMixer : public Mixer {
   int64_t StateBytesPerSequence(int64_t position) const override;
 
  protected:
-  // `name` ("mamba", "mamba2") starts the error messages; conv_shape and ssm_shape are one
-  // sequence's state shapes.
+  // `name` ("mamba", "mamba2", "short_conv") starts the error messages; conv_shape and ssm_shape
+  // are one sequence's state shapes (ssm_shape empty: no ssm_state).
   ConvSsmMixer(std::string name, std::vector<int64_t> conv_shape, std::vector<int64_t> ssm_shape);
 
-  // One state per batch row (CPU kernels only): row b's conv and ssm states, each contiguous.
+  // One state per batch row (CPU kernels only): row b's conv and ssm states, each contiguous
+  // (ssm null without one).
   struct RowStates {
     float* const* conv;
     float* const* ssm;

@@ -157,7 +157,7 @@ class MambaMixer final : public ConvSsmMixer {
     conv.state = row_states ? nullptr : conv_state.data_ptr<float>();
     conv.row_states = row_states;
     conv.out = u.data_ptr<float>();
-    mamba::CausalConv1dSiluCpu(conv);
+    mamba::CausalConv1dCpu(conv);
     return u;
   }
 

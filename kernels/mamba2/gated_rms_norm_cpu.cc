@@ -19,14 +19,15 @@ using Mode = MixerConfig::SsmNorm;
 
 // One span of `n` channels of one row.
 ATTNSERVE_MULTIVERSION
-void NormSpan(int64_t n, const float* y, const float* z, const float* weight, float eps,
-              Mode mode, float* out) {
+void NormSpan(int64_t n, const float* y, const float* z, const float* weight, float eps, Mode mode,
+              float* out) {
   Float16 sum = Float16{};
   int64_t i = 0;
   // First pass: out = y · silu(z) (gate first) or y, and the sum of squares of what is normed.
   const bool gate_first = mode != Mode::kNormThenGate;
   for (; i + kLanes <= n; i += kLanes) {
-    const Float16 v = gate_first ? vec::Load(y + i) * vec::Silu(vec::Load(z + i)) : vec::Load(y + i);
+    const Float16 v =
+        gate_first ? vec::Load(y + i) * vec::Silu(vec::Load(z + i)) : vec::Load(y + i);
     vec::Store(out + i, v);
     sum += v * v;
   }

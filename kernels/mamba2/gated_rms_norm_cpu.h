@@ -5,8 +5,8 @@
 // each row's d_inner channels normalised in `groups` spans of d_inner / groups. The other modes
 // (MixerConfig::SsmNorm): kNormThenGate, norm_before_gate=True (Falcon-H1's):
 //   out = weight · y / sqrt(mean(y² over the span) + eps) · silu(z);
-// kGateOnly, no norm (Falcon-H1's mamba_rms_norm false; weight unused): out = y · silu(z). With one group
-// this is transformers' MambaRMSNormGated; with several, transformers (up to v4.51) spans all
+// kGateOnly, no norm (Falcon-H1's mamba_rms_norm false; weight unused): out = y · silu(z). With one
+// group this is transformers' MambaRMSNormGated; with several, transformers (up to v4.51) spans all
 // of d_inner, which is a bug upstream fixed in mamba_ssm's direction (docs/models.md).
 // All in float32, as both compute it.
 #pragma once

@@ -118,7 +118,7 @@ class Mamba2Mixer final : public ConvSsmMixer {
         for (int64_t b = begin; b < end; ++b) StepRow(conv, scan, norm, b);
       });
     } else {
-      mamba::CausalConv1dSiluCpu(conv);
+      mamba::CausalConv1dCpu(conv);
       mamba2::SsdScanCpu(scan);
       mamba2::GatedRmsNormCpu(norm);
     }
@@ -152,7 +152,7 @@ class Mamba2Mixer final : public ConvSsmMixer {
     norm.y += b * d_inner_;
     norm.z += b * norm.z_row_stride;
     norm.out += b * d_inner_;
-    mamba::CausalConv1dSiluCpu(conv);
+    mamba::CausalConv1dCpu(conv);
     mamba2::SsdScanCpu(scan);
     mamba2::GatedRmsNormCpu(norm);
   }

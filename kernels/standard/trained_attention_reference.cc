@@ -52,6 +52,14 @@ absl::StatusOr<at::Tensor> TrainedAttentionReference(const MixerConfig& c, const
     at::Tensor q = Heads(Project(weights, "q_proj", xd), h, d);
     at::Tensor k = Heads(Project(weights, "k_proj", xd), hkv, d);
     at::Tensor v = Heads(Project(weights, "v_proj", xd), hkv, d);
+    if (c.qk_norm) {  // each head's q and k: x / sqrt(mean(x²) + eps) · weight
+      const auto norm = [&](const at::Tensor& t, const char* name) {
+        return t * at::rsqrt(t.pow(2).mean(-1, /*keepdim=*/true) + c.norm_epsilon) *
+               weights.at(name).to(at::kDouble);
+      };
+      q = norm(q, "q_norm.weight");
+      k = norm(k, "k_norm.weight");
+    }
     if (c.rope.enabled()) {
       const int64_t dim = c.rope.rotary_dim > 0 ? c.rope.rotary_dim : d;
       q = Rotate(q, c.rope.theta, dim);

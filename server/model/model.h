@@ -10,9 +10,9 @@
 // (config.mlp_layers: Nemotron-H's one-part blocks). A layer with a parallel mixer
 // (config.parallel_layers: Falcon-H1) adds both mixers' outputs of the same normed input; the
 // parallel mixer's state is a slot of its own in ModelState::layers, after the shared blocks'
-// (layer_layout.h). Each layer names its mixer, so hybrids are ordinary configs. A Model is immutable after Create and
-// safe to call from many threads at once with distinct states; a ModelState belongs to one caller
-// at a time.
+// (layer_layout.h). Each layer names its mixer, so hybrids are ordinary configs. A Model is
+// immutable after Create and safe to call from many threads at once with distinct states; a
+// ModelState belongs to one caller at a time.
 //
 // Checkpoint names (Hugging Face MambaForCausalLM's, extended for MLPs and attention; a
 // LayerNorm has a .bias next to each .weight):

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/model/architectures/architecture.h"
-#include "server/model/python_json.h"
 #include "server/model/layer_layout.h"
+#include "server/model/python_json.h"
 #include "server/model/shared_block.h"
 
 namespace attnserve::model {
@@ -39,14 +39,19 @@ void FillModelConfigDefaults(v1::ModelConfig* c) {
   if (c->expand() == 0) c->set_expand(2);
   if (c->norm_epsilon() == 0) c->set_norm_epsilon(1e-5);
   if (c->max_sequence_length() == 0) c->set_max_sequence_length(1 << 20);
-  if (std::find(c->layers().begin(), c->layers().end(), "mamba2") != c->layers().end()) {
+  const auto uses = [&](const char* kind) {  // as a layer's mixer or beside one
+    return std::find(c->layers().begin(), c->layers().end(), kind) != c->layers().end() ||
+           std::find(c->parallel_layers().begin(), c->parallel_layers().end(), kind) !=
+               c->parallel_layers().end();
+  };
+  if (uses("mamba2")) {
     if (c->ssm_n_groups() == 0) c->set_ssm_n_groups(1);
     if (c->ssm_chunk_size() == 0) c->set_ssm_chunk_size(256);
     if (c->ssm_num_heads() == 0)
       c->set_ssm_num_heads(std::max<int64_t>(1, c->expand() * c->hidden_size() / 64));
   }
   if (c->num_experts() > 0 && c->num_experts_per_tok() == 0) c->set_num_experts_per_tok(2);
-  if (std::find(c->layers().begin(), c->layers().end(), "sparse") != c->layers().end()) {
+  if (uses("sparse")) {
     if (c->sparse_pattern().empty()) c->set_sparse_pattern("strided");
     if (c->sparse_stride() == 0) c->set_sparse_stride(128);
     if (c->sparse_c() == 0 && c->sparse_pattern() == "fixed") c->set_sparse_c(8);
@@ -353,6 +358,7 @@ kernels::MixerConfig MixerConfigOf(const v1::ModelConfig& c, int layer, const st
       m.dt_max = c.time_step_limit(1);
     }
   }
+  m.conv_bias = m.kind == kernels::MixerKind::kShortConv && c.short_conv_bias();
   m.ffn_dim = c.intermediate_size();
   m.rwkv_attention_dim = c.rwkv_attention_size();
   m.norm_epsilon =
@@ -365,6 +371,7 @@ kernels::MixerConfig MixerConfigOf(const v1::ModelConfig& c, int layer, const st
     m.attention_window = layer < c.attention_windows_size() ? c.attention_windows(layer) : 0;
     m.rope = RotaryConfigOf(c);
     m.attention_scale = c.attention_scale();
+    m.qk_norm = c.attention_qk_norm();
   }
   return m;
 }

@@ -28,18 +28,20 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   a.clear_max_sequence_length();
   if (a.norm() == "rms_norm") a.clear_norm();  // the default, spelt out
   bool attention = false, linformer = false, mamba = false, mamba2 = false, rwkv = false,
-       window = false, performer = false, sparse = false, only_rwkv = true;
+       short_conv = false, window = false, performer = false, sparse = false, only_rwkv = true;
   std::vector<std::string> kinds(a.layers().begin(), a.layers().end());
   for (const std::string& beside : a.parallel_layers()) {
     if (!beside.empty()) kinds.push_back(beside);
   }
   for (const std::string& layer : kinds) {
     attention = attention ||
-                (layer != "mamba" && layer != "rwkv" && layer != "mamba2" && layer != "none") ||
+                (layer != "mamba" && layer != "rwkv" && layer != "mamba2" && layer != "none" &&
+                 layer != "short_conv") ||
                 UsesSharedBlock(a);
     linformer = linformer || layer == "linformer";
     mamba = mamba || layer == "mamba";
     mamba2 = mamba2 || layer == "mamba2";
+    short_conv = short_conv || layer == "short_conv";
     rwkv = rwkv || layer == "rwkv";
     window = window || layer == "sliding_window";
     sparse = sparse || layer == "sparse";
@@ -88,6 +90,7 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
     a.clear_num_key_value_heads();
     a.clear_head_dim();
     a.clear_attention_qkv_bias();
+    a.clear_attention_qk_norm();
     a.clear_attention_out_bias();
     a.clear_rope_theta();
     a.clear_partial_rotary_factor();
@@ -111,9 +114,10 @@ v1::ModelConfig ArchitectureOf(const v1::ModelConfig& config) {
   }
   if (!mamba && !mamba2) {
     a.clear_state_size();
-    a.clear_conv_kernel();
     a.clear_expand();
   }
+  if (!mamba && !mamba2 && !short_conv) a.clear_conv_kernel();
+  if (!short_conv) a.clear_short_conv_bias();
   if (a.num_experts() == 0) {
     a.clear_num_experts_per_tok();
     a.clear_moe_router();

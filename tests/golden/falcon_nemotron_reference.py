@@ -25,19 +25,25 @@ token-by-token recurrence (tests/golden/zamba2_reference.py's ssd_recurrent):
               NemotronHMLP (the same down(relu(up x)^2)), which the upstream file lacks.
 
     /usr/bin/python3 tests/golden/falcon_nemotron_reference.py DIR [DIR ...] [--tolerance 1e-5]
+    /usr/bin/python3 tests/golden/falcon_nemotron_reference.py --rewrite DIR
 
 Prints how far each folder's stored logits (prompt and generate's steps) are from this port,
-relative to max |logit|; exits 1 over --tolerance or where the greedy tokens differ.
+relative to max |logit|; exits 1 over --tolerance or where the greedy tokens differ. --rewrite
+makes this port the folder's reference (where llama.cpp is wrong: a Falcon-H1 with tied
+embeddings, whose lm_head llama.cpp c9ced49 scales by the embedding multiplier): its logits and
+greedy tokens replace the stored ones, which are kept as llamacpp_*.npy.
 """
 import argparse
+import json
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from granite_reference import apply_rotary, check, rotary  # noqa: E402
+from granite_reference import apply_rotary, check, load_safetensors, rotary  # noqa: E402
 from zamba2_reference import rms_norm, ssd_recurrent  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -186,11 +192,41 @@ def forward(cfg, w, tokens):
     return {"falcon_h1": falcon_h1, "nemotron_h": nemotron_h}[cfg["model_type"]](cfg, w, tokens)
 
 
+def rewrite(folder):
+    """This port's logits (prompt, then generate's steps from its own greedy tokens) as the
+    folder's reference; llama.cpp's kept beside them."""
+    cfg = json.load(open(os.path.join(folder, "config.json")))
+    ref = json.load(open(os.path.join(folder, "reference.json")))
+    w = load_safetensors(os.path.join(folder, "model.safetensors"))
+    tokens, greedy = ref["tokens"], []
+    for _ in range(len(ref["greedy_tokens"])):
+        greedy.append(int(forward(cfg, w, tokens + greedy)[-1].argmax()))
+    logits = forward(cfg, w, tokens + greedy[:-1])
+    for name in ("logits_all.npy", "greedy_step_logits.npy"):
+        os.replace(os.path.join(folder, name), os.path.join(folder, "llamacpp_" + name))
+    np.save(os.path.join(folder, "logits_all.npy"), logits[:len(tokens)].numpy())
+    np.save(os.path.join(folder, "greedy_step_logits.npy"), logits[len(tokens) - 1:].numpy())
+    llama = np.load(os.path.join(folder, "llamacpp_logits_all.npy"))
+    ours = logits[:len(tokens)].numpy()
+    ref.update({"reference_is": "tests/golden/falcon_nemotron_reference.py (float64), NOT llama.cpp",
+                "greedy_tokens": greedy, "llamacpp_logits_all_npy": "llamacpp_logits_all.npy",
+                "llamacpp_vs_reference_rel": float(np.abs(llama - ours).max() / np.abs(ours).max())})
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    print(f"{folder}: reference rewritten; llama.cpp's logits are "
+          f"{ref['llamacpp_vs_reference_rel']:.3g} of max |logit| from it")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+")
     parser.add_argument("--tolerance", type=float, default=1e-5)
+    parser.add_argument("--rewrite", action="store_true")
     args = parser.parse_args()
+    if args.rewrite:
+        for folder in args.folders:
+            rewrite(folder)
+        return
     ok = all([check(f, args.tolerance, forward) for f in args.folders])
     sys.exit(0 if ok else 1)
 

@@ -245,7 +245,7 @@ class HfGoldenTest(unittest.TestCase):
         for case in ("llama_gqa", "mistral_window8", "qwen2_biases_tied", "llama_rope_yarn",
                      "mamba2", "mamba2_groups4", "jamba", "zamba", "zamba_heads4_untied",
                      "zamba2", "zamba2_blocks2_groups2", "granitemoehybrid", "falcon_h1",
-                     "nemotron_h", "nemotron_h_moe"):
+                     "nemotron_h", "nemotron_h_moe", "lfm2", "lfm2_conv_bias_untied"):
             with self.subTest(case=case):
                 ref, want = self.reference(case)
                 tokens, cut = ref["tokens"], 21
@@ -323,7 +323,7 @@ class HfGoldenTest(unittest.TestCase):
                     stub = inference_pb2_grpc.AttnServeStub(channel)
                     for case in ("mamba2", "mamba2_groups4", "jamba", "zamba",
                                  "zamba2_blocks2_groups2", "falcon_h1", "nemotron_h",
-                                 "nemotron_h_moe"):
+                                 "nemotron_h_moe", "lfm2_conv_bias_untied"):
                         with self.subTest(case=case, precision=precision):
                             ref, want = self.reference(case)
                             response = stub.Infer(pb.InferRequest(
@@ -411,16 +411,30 @@ class HfGoldenTest(unittest.TestCase):
                 self.assertEqual(info.state_bytes_per_token,
                                  hybrid * 2 * c["num_key_value_heads"] * head_dim * 4)
 
-    def test_falcon_h1_and_nemotron_h_state_sizes(self):
+    def test_falcon_h1_nemotron_h_and_lfm2_state_sizes(self):
         """A session's fixed state is each Mamba-2 layer's conv state over x, B and C (d_conv
-        wide) and its heads' SSM states (head_dim x d_state), float32; it grows by each
-        attention layer's keys and values a token: Falcon-H1's attention beside the Mamba-2 in
-        every layer, Nemotron-H's '*' blocks; its MLP-only blocks hold nothing."""
+        wide) and its heads' SSM states (head_dim x d_state), or each LFM2 conv layer's last
+        conv_L_cache values of B·x, float32; it grows by each attention layer's keys and values
+        a token: Falcon-H1's attention beside the Mamba-2 in every layer, Nemotron-H's '*'
+        blocks, LFM2's full_attention layers; MLP-only blocks hold nothing."""
         pb = self.pb
-        for case in ("falcon_h1", "nemotron_h", "nemotron_h_moe"):
+        for case in ("falcon_h1", "nemotron_h", "nemotron_h_moe", "lfm2",
+                     "lfm2_conv_bias_untied"):
             with self.subTest(case=case):
                 with open(os.path.join(golden_dir(), case, "config.json")) as f:
                     c = json.load(f)
+                if case.startswith("lfm2"):
+                    info = self.stub.GetModel(pb.GetModelRequest(name=case), timeout=30)
+                    attention = [i for i in range(c["num_hidden_layers"])
+                                 if i in (c.get("full_attn_idxs") or [])
+                                 or (c.get("layer_types") or [""] * 99)[i] == "full_attention"]
+                    conv_layers = c["num_hidden_layers"] - len(attention)
+                    head_dim = c["hidden_size"] // c["num_attention_heads"]
+                    self.assertEqual(info.state_bytes_per_session,
+                                     conv_layers * c["hidden_size"] * c["conv_L_cache"] * 4)
+                    self.assertEqual(info.state_bytes_per_token, len(attention) * 2 *
+                                     c["num_key_value_heads"] * head_dim * 4)
+                    continue
                 if case == "falcon_h1":
                     inner, heads = c["mamba_d_ssm"], c["mamba_n_heads"]
                     groups, n, conv = c["mamba_n_groups"], c["mamba_d_state"], c["mamba_d_conv"]
@@ -443,7 +457,8 @@ class HfGoldenTest(unittest.TestCase):
         import threading
         pb = self.pb
         for case in ("mamba2", "mamba2_groups4", "jamba", "zamba_heads4_untied",
-                     "zamba2_blocks2_groups2", "granitemoehybrid", "falcon_h1", "nemotron_h_moe"):
+                     "zamba2_blocks2_groups2", "granitemoehybrid", "falcon_h1", "nemotron_h_moe",
+                     "lfm2"):
             with self.subTest(case=case):
                 ref, _ = self.reference(case)
                 prompts = [ref["tokens"][:12 + i] for i in range(16)]

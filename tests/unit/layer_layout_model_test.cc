@@ -67,7 +67,7 @@ TEST(LayerLayoutModelTest, TensorsAndStateSlots) {
   ASSERT_TRUE(state.ok());
   // Four layers' slots, then the two parallel mixers': layer 0's KV cache, layer 2's Mamba-2.
   ASSERT_EQ(state->layers.size(), 6u);
-  EXPECT_TRUE(state->layers[1].tensors.empty());  // an MLP alone holds nothing
+  EXPECT_TRUE(state->layers[1].tensors.empty());   // an MLP alone holds nothing
   EXPECT_EQ(state->layers[5].tensors.size(), 2u);  // conv and SSM states
   // Mamba-2 (conv over 48 + 2 · 2 · 8 channels, 4 wide; 48 x 8 SSM) twice, float32; two
   // attention layers' keys and values, 2 heads of 8, a token.
@@ -91,7 +91,8 @@ TEST(LayerLayoutModelTest, EveryPartChangesTheLogits) {
       *(*Model::Create("layout", c, weights))->Forward(tokens, nullptr, OutputKind::kAllLogits);
   for (const char* part :
        {"backbone.layers.0.parallel_mixer.o_proj.weight", "backbone.layers.0.mixer.out_proj.weight",
-        "backbone.layers.1.mlp.down_proj.weight", "backbone.layers.2.parallel_mixer.out_proj.weight",
+        "backbone.layers.1.mlp.down_proj.weight",
+        "backbone.layers.2.parallel_mixer.out_proj.weight",
         "backbone.layers.3.mlp.shared_expert.down_proj.weight"}) {
     std::map<std::string, at::Tensor> zeroed = weights;
     zeroed[part] = at::zeros_like(weights.at(part));

@@ -66,17 +66,16 @@ TEST_P(Mamba2ReferenceTest, WholeSequenceAndStepsMatchFloat64Reference) {
 // chunk), shorter than, equal to and longer than the sequence, sequences ending mid-chunk.
 INSTANTIATE_TEST_SUITE_P(
     Shapes, Mamba2ReferenceTest,
-    ::testing::Values(Mamba2Shape{1, 37, 64, 4, 1, 16, 8}, Mamba2Shape{2, 50, 64, 2, 2, 64, 16},
-                      Mamba2Shape{1, 33, 128, 2, 1, 128, 256},
-                      Mamba2Shape{1, 70, 64, 1, 1, 256, 32}, Mamba2Shape{2, 45, 128, 8, 8, 32, 13},
-                      Mamba2Shape{1, 9, 48, 3, 1, 16, 1}, Mamba2Shape{3, 64, 96, 6, 3, 48, 64},
-                      Mamba2Shape{1, 130, 64, 4, 2, 16, 64, 3},
-                      // Falcon-H1's and Nemotron-H's: d_inner not 2 · d_model, the norm before
-                      // the gate, or no norm at all.
-                      Mamba2Shape{2, 41, 64, 6, 2, 16, 16, 4, 96},
-                      Mamba2Shape{1, 35, 32, 8, 4, 16, 8, 4, 256},
-                      Mamba2Shape{2, 29, 64, 4, 2, 16, 8, 4, 0, MixerConfig::SsmNorm::kNormThenGate},
-                      Mamba2Shape{1, 30, 64, 6, 1, 16, 16, 4, 96, MixerConfig::SsmNorm::kGateOnly}));
+    ::testing::Values(
+        Mamba2Shape{1, 37, 64, 4, 1, 16, 8}, Mamba2Shape{2, 50, 64, 2, 2, 64, 16},
+        Mamba2Shape{1, 33, 128, 2, 1, 128, 256}, Mamba2Shape{1, 70, 64, 1, 1, 256, 32},
+        Mamba2Shape{2, 45, 128, 8, 8, 32, 13}, Mamba2Shape{1, 9, 48, 3, 1, 16, 1},
+        Mamba2Shape{3, 64, 96, 6, 3, 48, 64}, Mamba2Shape{1, 130, 64, 4, 2, 16, 64, 3},
+        // Falcon-H1's and Nemotron-H's: d_inner not 2 · d_model, the norm before
+        // the gate, or no norm at all.
+        Mamba2Shape{2, 41, 64, 6, 2, 16, 16, 4, 96}, Mamba2Shape{1, 35, 32, 8, 4, 16, 8, 4, 256},
+        Mamba2Shape{2, 29, 64, 4, 2, 16, 8, 4, 0, MixerConfig::SsmNorm::kNormThenGate},
+        Mamba2Shape{1, 30, 64, 6, 1, 16, 16, 4, 96, MixerConfig::SsmNorm::kGateOnly}));
 
 TEST(Mamba2Test, WithoutNormHasNoNormWeight) {
   Mamba2Shape s{1, 1, 64, 4, 1, 16, 8};

@@ -89,6 +89,15 @@ MixerConfig Mamba2(int64_t d_model, int64_t heads, int64_t groups, int64_t d_sta
   return c;
 }
 
+// LFM2's gated short convolution: widths 3 (its conv_L_cache) and 4 (the conv kernel's own
+// decode path), with and without biases, a width not a multiple of 16.
+MixerConfig ShortConv(int64_t d_model, int64_t width, bool bias) {
+  MixerConfig c = Config(MixerKind::kShortConv, d_model, 1);
+  c.d_conv = width;
+  c.conv_bias = bias;
+  return c;
+}
+
 MixerConfig Rwkv(int64_t d_model, int64_t attention_dim) {
   MixerConfig c = Config(MixerKind::kRwkv, d_model, 1);
   c.rwkv_attention_dim = attention_dim;
@@ -114,6 +123,14 @@ MixerConfig TrainedAttention(int64_t heads, int64_t kv_heads, int64_t head_dim,
   return c;
 }
 
+// LFM2's attention: q and k RMSNormed per head before the rotary positions.
+MixerConfig Lfm2Attention() {
+  MixerConfig c = TrainedAttention(4, 2, 16, "default", 0);
+  c.qkv_bias = c.o_bias = false;
+  c.qk_norm = true;
+  return c;
+}
+
 std::vector<ContractCase> StreamingCases() {
   return {{"standard", Config(MixerKind::kStandard, 64, 4)},
           {"standard_wide_heads", Config(MixerKind::kStandard, 128, 1)},
@@ -132,6 +149,9 @@ std::vector<ContractCase> StreamingCases() {
           {"mamba2", Mamba2(64, 8, 1, 16, 16)},
           {"mamba2_groups_wide_state", Mamba2(64, 4, 2, 32, 7)},
           {"mamba2_odd_head_dim_and_state", Mamba2(36, 3, 3, 12, 64)},
+          {"short_conv", ShortConv(64, 3, false)},
+          {"short_conv_width4_biases_ragged", ShortConv(40, 4, true)},
+          {"lfm2_attention_qk_norm", Lfm2Attention()},
           {"sliding_window", SlidingWindow(64, 4, 37)},
           {"sliding_window_of_one", SlidingWindow(32, 2, 1)},
           {"sliding_window_with_sinks", SlidingWindow(64, 4, 29, 5)},

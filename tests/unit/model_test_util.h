@@ -14,8 +14,9 @@ namespace attnserve::model {
 // Three sequences of `length` tokens: each prefilled in two chunks (`first` tokens, then up to
 // `steps` before the end) = the whole pass; then the steps batched = the whole pass, and
 // row `alone` stepped by itself = its batched row, bit for bit.
-inline void ExpectChunksStepsAndBatchedRowsEqualWholePass(const Model& m, int64_t vocab, int64_t length,
-                                                   int64_t first, int64_t steps, int64_t alone) {
+inline void ExpectChunksStepsAndBatchedRowsEqualWholePass(const Model& m, int64_t vocab,
+                                                          int64_t length, int64_t first,
+                                                          int64_t steps, int64_t alone) {
   const at::Tensor tokens = at::randint(0, vocab, {3, length}, at::kLong);
   const at::Tensor whole = *m.Forward(tokens, nullptr, OutputKind::kAllLogits);
   const int64_t prefilled = length - steps;

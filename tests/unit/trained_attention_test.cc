@@ -32,6 +32,7 @@ struct Shape {
   int64_t rotary_dim;   // 0: head_dim
   double scale = 0;     // 0: head_dim^-1/2
   int64_t out_dim = 0;  // 0: d_model
+  bool qk_norm = false;
 };
 
 MixerConfig ConfigOf(const Shape& s, int64_t d_model) {
@@ -46,6 +47,7 @@ MixerConfig ConfigOf(const Shape& s, int64_t d_model) {
   c.attention_window = s.window;
   c.attention_scale = s.scale;
   c.out_dim = s.out_dim;
+  c.qk_norm = s.qk_norm;
   if (s.rope) {
     c.rope.type = "default";
     c.rope.theta = 500.0;  // fast rotations: a position error would show within 40 tokens
@@ -74,6 +76,10 @@ TEST(TrainedAttentionTest, WholeChunksAndStepsMatchTheFloat64ReferenceOnRandomSh
       // Granite-like: a scale of its own, with biases.
       {4, 2, 32, 0, false, false, 0, 1.0 / 4.0, 24},
       {4, 4, 16, 0, true, false, 0, 0.0078125, 0},
+      // LFM2's: q and k RMSNormed per head before the rotary positions; with a scale of its own
+      // (folded into q_norm's weight then).
+      {4, 2, 16, 0, false, true, 0, 0, 0, true},
+      {6, 2, 32, 7, true, true, 16, 0.05, 0, true},
   };
   for (const Shape& s : shapes) {
     const int64_t d_model = 8 * (1 + static_cast<int64_t>(rng() % 12));

@@ -24,6 +24,8 @@
 //           part per block)
 //   falcon_h1 FalconH1ForCausalLM falcon_h1.cc (attention beside Mamba-2 in every layer, µP
 //           multipliers folded into the weights)
+//   lfm2    Lfm2ForCausalLM       lfm2.cc      (gated short convolutions + GQA attention with
+//           q/k norms)
 // A config.json of any other model_type is attnserve's own schema.
 #pragma once
 

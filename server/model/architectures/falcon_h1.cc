@@ -6,7 +6,8 @@
 //   n = input_layernorm(h)
 //   h = h + ssm_out_multiplier · mamba(n) + attention_out_multiplier · attention(n ·
 //       attention_in_multiplier)
-//   h = h + down_multiplier · down(silu(gate_multiplier · gate(m)) · up(m)),  m = pre_ff_layernorm(h)
+//   h = h + down_multiplier · down(silu(gate_multiplier · gate(m)) · up(m)),  m =
+//   pre_ff_layernorm(h)
 // The mamba's in_proj reads n · ssm_in_multiplier and its output is times the mup vector (the five
 // ssm_multipliers over its z, x, B, C and dt rows); the attention's keys are times
 // key_multiplier; the input embeddings times embedding_multiplier; the logits times
@@ -22,11 +23,11 @@
 //
 // Refused by name: mamba_proj_bias, projectors_bias, attention_bias and mlp_bias true (biases the
 // multipliers would have to treat apart), mamba_conv_bias false, hidden_act other than silu.
+#include <ATen/ATen.h>
+
 #include <map>
 #include <string>
 #include <vector>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/common/status_macros.h"
@@ -98,8 +99,7 @@ absl::Status FoldFalconH1Multipliers(const ConfigJson& json, const v1::ModelConf
   const int64_t d_ssm = c.ssm_inner_size() > 0 ? c.ssm_inner_size() : c.expand() * c.hidden_size();
   const int64_t group_width = c.ssm_n_groups() * c.state_size();
   // in_proj's rows: z, x, B, C, dt.
-  const std::vector<int64_t> sections = {d_ssm, d_ssm, group_width, group_width,
-                                         c.ssm_num_heads()};
+  const std::vector<int64_t> sections = {d_ssm, d_ssm, group_width, group_width, c.ssm_num_heads()};
   auto scale = [&](const std::string& name, double factor) {
     at::Tensor& t = weights->at(name);
     t = t * factor;  // not in place: a loaded tensor may be a view of a stored one
@@ -127,24 +127,13 @@ absl::Status FoldFalconH1Multipliers(const ConfigJson& json, const v1::ModelConf
 
 // HybridDecoderModelName's, but self_attn is the parallel mixer.
 std::string FalconH1ModelName(const std::string& stored) {
-  return RenameLayerTensor(stored,
-                           {{"model.embed_tokens.weight", "backbone.embeddings.weight"},
-                            {"model.final_layernorm.weight", "backbone.norm_f.weight"}},
-                           {{".input_layernorm.", ".norm."},
-                            {".pre_ff_layernorm.", ".mlp_norm."},
-                            {".mamba.", ".mixer."},
-                            {".self_attn.", ".parallel_mixer."},
-                            {".feed_forward.", ".mlp."}});
+  return HybridDecoderModelName(stored, ".parallel_mixer.");
 }
 
 }  // namespace
 
-extern const Architecture kFalconH1 = {"falcon_h1",
-                                       "FalconH1ForCausalLM",
-                                       &ReadFalconH1Config,
-                                       &FalconH1ModelName,
-                                       nullptr,
-                                       nullptr,
-                                       &FoldFalconH1Multipliers};
+extern const Architecture kFalconH1 = {
+    "falcon_h1", "FalconH1ForCausalLM",   &ReadFalconH1Config, &FalconH1ModelName, nullptr,
+    nullptr,     &FoldFalconH1Multipliers};
 
 }  // namespace attnserve::model::architectures

@@ -98,10 +98,10 @@ absl::Status ReadMambaNKeys(const ConfigJson& json, v1::ModelConfig* c, bool fal
   }
   if (heads <= 0 || (head_dim > 0 && head_dim * heads != width) ||
       (head_dim <= 0 && width % heads != 0)) {
-    return Unsupported("mamba_n_heads", absl::StrCat(heads),
-                       absl::StrCat("mamba_n_heads · mamba_d_head must be ",
-                                    falcon_h1 ? "mamba_d_ssm" : "mamba_expand · hidden_size", " = ",
-                                    width));
+    return Unsupported(
+        "mamba_n_heads", absl::StrCat(heads),
+        absl::StrCat("mamba_n_heads · mamba_d_head must be ",
+                     falcon_h1 ? "mamba_d_ssm" : "mamba_expand · hidden_size", " = ", width));
   }
   if (width != expand * hidden) c->set_ssm_inner_size(width);
   if (groups != 1 && !falcon_h1) {

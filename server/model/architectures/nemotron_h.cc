@@ -42,7 +42,8 @@ namespace {
 absl::StatusOr<std::vector<char>> ReadBlocks(const ConfigJson& json) {
   std::vector<char> blocks;
   if (Has(json, "layers_block_type")) {
-    ASSIGN_OR_RETURN(const std::vector<std::string> words, StringListKey(json, "layers_block_type"));
+    ASSIGN_OR_RETURN(const std::vector<std::string> words,
+                     StringListKey(json, "layers_block_type"));
     for (const std::string& word : words) {
       if (word == "mamba") {
         blocks.push_back('M');
@@ -212,8 +213,8 @@ std::vector<TensorPart> NemotronHTensors(const std::string& stored, const v1::Mo
 
 }  // namespace
 
-extern const Architecture kNemotronH = {"nemotron_h",         "NemotronHForCausalLM",
-                                        &ReadNemotronHConfig, nullptr,
-                                        nullptr,              &NemotronHTensors};
+extern const Architecture kNemotronH = {
+    "nemotron_h", "NemotronHForCausalLM", &ReadNemotronHConfig, nullptr,
+    nullptr,      &NemotronHTensors};
 
 }  // namespace attnserve::model::architectures

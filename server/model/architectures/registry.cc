@@ -18,12 +18,13 @@ extern const Architecture kGraniteMoeHybrid;
 extern const Architecture kBamba;
 extern const Architecture kNemotronH;
 extern const Architecture kFalconH1;
+extern const Architecture kLfm2;
 
 const std::vector<const Architecture*>& Architectures() {
   static const std::vector<const Architecture*> all = {
-      &kMamba, &kFalconMamba, &kMamba2, &kMambaSsm,         &kRwkv, &kLlama, &kMistral, &kQwen2,
-      &kJamba, &kZamba,       &kZamba2, &kGraniteMoeHybrid, &kBamba,
-      &kNemotronH, &kFalconH1};
+      &kMamba,   &kFalconMamba, &kMamba2,   &kMambaSsm, &kRwkv,   &kLlama,
+      &kMistral, &kQwen2,       &kJamba,    &kZamba,    &kZamba2, &kGraniteMoeHybrid,
+      &kBamba,   &kNemotronH,   &kFalconH1, &kLfm2};
   return all;
 }
 

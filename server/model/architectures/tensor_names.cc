@@ -22,13 +22,17 @@ std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
 }
 
 std::string HybridDecoderModelName(const std::string& stored) {
+  return HybridDecoderModelName(stored, ".mixer.");
+}
+
+std::string HybridDecoderModelName(const std::string& stored, const std::string& attention) {
   return RenameLayerTensor(stored,
                            {{"model.embed_tokens.weight", "backbone.embeddings.weight"},
                             {"model.final_layernorm.weight", "backbone.norm_f.weight"}},
                            {{".input_layernorm.", ".norm."},
                             {".pre_ff_layernorm.", ".mlp_norm."},
                             {".mamba.", ".mixer."},
-                            {".self_attn.", ".mixer."},
+                            {".self_attn.", attention},
                             {".feed_forward.", ".mlp."}});
 }
 

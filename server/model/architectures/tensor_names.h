@@ -24,6 +24,8 @@ std::string RenameLayerTensor(const std::string& stored, const NameMap& whole,
 // -> norm, pre_ff_layernorm -> mlp_norm, mamba. and self_attn. -> mixer., feed_forward. -> mlp.};
 // lm_head as it is.
 std::string HybridDecoderModelName(const std::string& stored);
+// The same with self_attn. -> `attention` (Falcon-H1's ".parallel_mixer.").
+std::string HybridDecoderModelName(const std::string& stored, const std::string& attention);
 
 // "model.layers.N.REST" (or `layers` N.REST): true, with N and REST; any other name false.
 bool SplitLayerName(absl::string_view stored, int* layer, absl::string_view* rest,

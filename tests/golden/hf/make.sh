@@ -58,3 +58,17 @@ for case in falcon_h1 nemotron_h nemotron_h_moe; do
   rm -rf "$here/$case"
   cp -r "$ref/golden_2025_hybrids/$case" "$here/$case"
 done
+# LFM2: not in transformers 4.47.1, not converted by llama.cpp here: attnserve's own float64 port
+# of modeling_lfm2.py writes the folders and their references.
+for case in lfm2 lfm2_conv_bias_untied; do
+  rm -rf "$here/$case"
+  /usr/bin/python3 "$here/../lfm2_reference.py" --out "$here/$case" --case "$case"
+done
+# Falcon-H1 with tied embeddings: llama.cpp c9ced49 scales its lm_head by the embedding
+# multiplier (10.3 of max |logit| off); the folder's reference is attnserve's own port's,
+# llama.cpp's logits kept as llamacpp_*.npy.
+rm -rf "$here/falcon_h1_tied"
+/usr/bin/python3 "$ref/make_hf_folder.py" --arch falcon_h1 --out "$here/falcon_h1_tied" --seed 1 \
+  --set tie_word_embeddings=true
+rm "$here/falcon_h1_tied/float64_port_logits_all.npy"
+/usr/bin/python3 "$here/../falcon_nemotron_reference.py" --rewrite "$here/falcon_h1_tied"
