@@ -176,7 +176,7 @@ class Mamba2Mixer final : public ConvSsmMixer {
     if (config_.ssm_norm == Mode::kGateOnly) return out_proj_(y * gate);
     const bool gate_first = config_.ssm_norm == Mode::kGateThenNorm;
     at::Tensor v = (gate_first ? y * gate : y)
-                       .view({batch, length, config_.ssm_groups, d_inner_ / config_.ssm_groups});
+                       .reshape({batch, length, config_.ssm_groups, d_inner_ / config_.ssm_groups});
     v = (v * at::rsqrt(v.pow(2).mean(-1, /*keepdim=*/true) + config_.norm_epsilon))
             .view({batch, length, d_inner_}) *
         norm_weight_;
