@@ -22,17 +22,15 @@ generate() uses) against the whole-sequence forward.
     /usr/bin/python3 tests/golden/lfm2_reference.py --out DIR --case lfm2|lfm2_conv_bias_untied
 """
 import argparse
-import json
 import math
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zamba2_reference import margin, rms_norm, rotate_half, write_safetensors  # noqa: E402
+from zamba2_reference import margin, rms_norm, rotate_half, write_golden_folder  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 
@@ -224,23 +222,17 @@ def main():
         "cached steps disagree with the whole-sequence forward"
     logits_all = whole[:len(prompt)]
 
-    os.makedirs(args.out, exist_ok=True)
-    config = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", **cfg}
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=1, sort_keys=True)
-    write_safetensors(os.path.join(args.out, "model.safetensors"), w)
-    np.save(os.path.join(args.out, "logits_all.npy"), logits_all.numpy())
-    np.save(os.path.join(args.out, "greedy_step_logits.npy"), step_logits.numpy())
-    with open(os.path.join(args.out, "reference.json"), "w") as f:
-        json.dump({"arch": "lfm2", "model_class": "Lfm2ForCausalLM",
-                   "model_source": "tests/golden/lfm2_reference.py: a float64 port of "
-                                   "transformers' modeling_lfm2.py at commit "
-                                   "1d6b6ca61a8b640b6a5874c1eb4c154fd112a000",
-                   "case": args.case, "seed": args.seed, "prompt_attempt": attempt,
-                   "tokens": prompt, "greedy_tokens": tokens,
-                   "greedy_margins": [margin(r) for r in step_logits],
-                   "ff_width": ff_width(cfg), "reference_dtype": "float64",
-                   "weights_file_dtype": "float32"}, f, indent=1)
+    write_golden_folder(args.out, {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", **cfg},
+                        w, logits_all, step_logits,
+                        {"arch": "lfm2", "model_class": "Lfm2ForCausalLM",
+                         "model_source": "tests/golden/lfm2_reference.py: a float64 port of "
+                                         "transformers' modeling_lfm2.py at commit "
+                                         "1d6b6ca61a8b640b6a5874c1eb4c154fd112a000",
+                         "case": args.case, "seed": args.seed, "prompt_attempt": attempt,
+                         "tokens": prompt, "greedy_tokens": tokens,
+                         "greedy_margins": [margin(r) for r in step_logits],
+                         "ff_width": ff_width(cfg), "reference_dtype": "float64",
+                         "weights_file_dtype": "float32"})
     print(f"{args.case}: {layer_types(cfg)}, MLP {ff_width(cfg)}, greedy {tokens}, "
           f"min margin {min(margin(r) for r in step_logits):.3g}")
 

@@ -413,6 +413,19 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def write_golden_folder(out, config, tensors, logits_all, step_logits, reference):
+    """A golden folder as tests/integration/hf_golden_test.py reads it: config.json,
+    model.safetensors (float32), logits_all.npy, greedy_step_logits.npy, reference.json."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1, sort_keys=True)
+    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+    np.save(os.path.join(out, "logits_all.npy"), logits_all.numpy())
+    np.save(os.path.join(out, "greedy_step_logits.npy"), step_logits.numpy())
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(reference, f, indent=1)
+
+
 def greedy(cfg, w, prompt, steps):
     """generate(do_sample=False) through the cached path: the prompt, then one token at a time.
     Returns the tokens and each step's logits (the prompt's last row first)."""
@@ -458,27 +471,21 @@ def main():
         "cached steps disagree with the whole-sequence forward"
     logits_all = forward(cfg, w, prompt, new_caches(cfg), 0)
 
-    os.makedirs(args.out, exist_ok=True)
     config = {"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2",
               "num_hidden_layers": cfg.num_hidden_layers, "num_key_value_heads":
               cfg.num_key_value_heads, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
               **{k: v for k, v in case.items()}}
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=1, sort_keys=True)
-    write_safetensors(os.path.join(args.out, "model.safetensors"),
-                      stored_names(cfg, w, every_copy))
-    np.save(os.path.join(args.out, "logits_all.npy"), logits_all.numpy())
-    np.save(os.path.join(args.out, "greedy_step_logits.npy"), step_logits.numpy())
-    with open(os.path.join(args.out, "reference.json"), "w") as f:
-        json.dump({"arch": "zamba2", "model_class": "Zamba2ForCausalLM",
-                   "model_source": "tests/golden/zamba2_reference.py: a float64 port of "
-                                   "transformers' modeling_zamba2.py at commit "
-                                   "00511f5df3b63c48b31496072ec35d6ff3ffa6c6",
-                   "case": args.case, "seed": args.seed, "prompt_attempt": attempt,
-                   "tokens": prompt, "greedy_tokens": tokens,
-                   "greedy_margins": [margin(r) for r in step_logits],
-                   "torch_forward_literal_interchunk_error": max(LITERAL_ERRORS),
-                   "reference_dtype": "float64", "weights_file_dtype": "float32"}, f, indent=1)
+    write_golden_folder(args.out, config, stored_names(cfg, w, every_copy), logits_all,
+                        step_logits,
+                        {"arch": "zamba2", "model_class": "Zamba2ForCausalLM",
+                         "model_source": "tests/golden/zamba2_reference.py: a float64 port of "
+                                         "transformers' modeling_zamba2.py at commit "
+                                         "00511f5df3b63c48b31496072ec35d6ff3ffa6c6",
+                         "case": args.case, "seed": args.seed, "prompt_attempt": attempt,
+                         "tokens": prompt, "greedy_tokens": tokens,
+                         "greedy_margins": [margin(r) for r in step_logits],
+                         "torch_forward_literal_interchunk_error": max(LITERAL_ERRORS),
+                         "reference_dtype": "float64", "weights_file_dtype": "float32"})
     print(f"{args.case}: {cfg.num_hidden_layers} layers {cfg.layers_block_type}, "
           f"{cfg.num_mem_blocks} block(s), greedy {tokens}, "
           f"min margin {min(margin(r) for r in step_logits):.3g}; torch_forward's literal "
