@@ -451,6 +451,29 @@ class HfGoldenTest(unittest.TestCase):
                 self.assertEqual(info.state_bytes_per_token,
                                  attention_layers * 2 * c["num_key_value_heads"] * head_dim * 4)
 
+    def test_open_inference_protocol_door(self):
+        """The 2025 hybrids through the Open Inference Protocol door of the same server
+        (ModelInfer with input_ids, every position's logits): the same reference."""
+        from inference import grpc_predict_v2_pb2 as oip_pb, grpc_predict_v2_pb2_grpc as oip_grpc
+        oip = oip_grpc.GRPCInferenceServiceStub(self.channel)
+        for case in ("granitemoehybrid", "falcon_h1", "nemotron_h_moe", "lfm2"):
+            with self.subTest(case=case):
+                ref, want = self.reference(case)
+                request = oip_pb.ModelInferRequest(model_name=case, id="golden")
+                ids = request.inputs.add(name="input_ids", datatype="INT64",
+                                         shape=[1, len(ref["tokens"])])
+                ids.contents.int64_contents.extend(ref["tokens"])
+                request.outputs.add(name="logits").parameters["positions"].string_param = "all"
+                response = oip.ModelInfer(request, timeout=60)
+                out = response.outputs[0]
+                self.assertEqual(list(out.shape), [1, len(ref["tokens"]), want.shape[1]])
+                if response.raw_output_contents:
+                    got = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
+                else:
+                    got = np.array(out.contents.fp32_contents, dtype=np.float32)
+                self.assertClose(got.reshape(want.shape).astype(np.float64), want,
+                                 case + " through the OIP door")
+
     def test_sixteen_sessions_decoded_together_equal_each_alone(self):
         """16 streams generating at once (the scheduler batches their steps) give each the
         tokens it gets alone."""

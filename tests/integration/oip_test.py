@@ -13,7 +13,6 @@ restart through the session store, and belongs to its principal; metrics carry t
 Usage: oip_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
 
-import glob
 import hashlib
 import os
 import shutil
@@ -30,25 +29,13 @@ import python_client_test as pct  # noqa: E402  (Server, ServerProcesses, run_te
 ARGS = None
 
 
-def generate_stubs(source_dir, out_dir):
-    plugin, protoc = shutil.which("grpc_python_plugin"), shutil.which("protoc")
-    if plugin is None or protoc is None:
-        raise unittest.SkipTest("protoc or grpc_python_plugin is not installed")
-    proto_dir = os.path.join(os.path.abspath(source_dir), "proto")
-    protos = sorted(os.path.relpath(p, proto_dir)
-                    for d in ("inference", os.path.join("attnserve", "v1"))
-                    for p in glob.glob(os.path.join(proto_dir, d, "*.proto")))
-    subprocess.run([protoc, "--python_out=" + out_dir, "--grpc_out=" + out_dir,
-                    "--plugin=protoc-gen-grpc=" + plugin, "-I" + proto_dir] + protos,
-                   check=True, cwd=proto_dir)
-    sys.path.insert(0, out_dir)
 
 
 class OipTest(pct.ServerProcesses, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="attnserve_oip_")
-        generate_stubs(ARGS.source_dir, cls.tmp)
+        pct.generate_stubs(ARGS.source_dir, cls.tmp)
         import grpc
         import numpy
         from inference import grpc_predict_v2_pb2, grpc_predict_v2_pb2_grpc

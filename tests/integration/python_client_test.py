@@ -43,14 +43,16 @@ service Health { rpc Check(HealthCheckRequest) returns (HealthCheckResponse); }
 
 
 def generate_stubs(source_dir, out_dir):
-    """Runs protoc with the gRPC Python plugin on our protos and health.proto."""
+    """Runs protoc with the gRPC Python plugin on our protos (AttnServe's and the Open Inference
+    Protocol's) and health.proto."""
     plugin = shutil.which("grpc_python_plugin")
     protoc = shutil.which("protoc")
     if plugin is None or protoc is None:
         raise unittest.SkipTest("protoc or grpc_python_plugin is not installed")
     proto_dir = os.path.join(os.path.abspath(source_dir), "proto")
     protos = sorted(os.path.relpath(p, proto_dir)
-                    for p in glob.glob(os.path.join(proto_dir, "attnserve", "v1", "*.proto")))
+                    for d in ("inference", os.path.join("attnserve", "v1"))
+                    for p in glob.glob(os.path.join(proto_dir, d, "*.proto")))
     # The file lies outside grpc/ so that its module does not collide with the grpc package.
     health_dir = os.path.join(out_dir, "health_src")
     os.makedirs(os.path.join(health_dir, "attnserve_health"))
