@@ -20,21 +20,32 @@ Before it writes a folder it checks its cached, token-by-token path (the conv st
 generate() uses) against the whole-sequence forward.
 
     /usr/bin/python3 tests/golden/lfm2_reference.py --out DIR --case lfm2|lfm2_conv_bias_untied
+    /usr/bin/python3 tests/golden/lfm2_reference.py --adopt DIR PROMPT.npy STEPS.npy
+    /usr/bin/python3 tests/golden/lfm2_reference.py --check DIR [DIR ...]
+
+--adopt makes another implementation's logits (llama.cpp's: tests/golden/hf/make.sh) the folder's
+reference when they agree with this port within 1e-5 of max |logit| and give the same greedy
+tokens; this port's are kept as float64_port_*.npy. --check prints how far a folder's stored
+logits are from this port (exit 1 over 1e-5 or on other greedy tokens).
 """
 import argparse
+import json
 import math
 import os
 import sys
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zamba2_reference import margin, rms_norm, rotate_half, write_golden_folder  # noqa: E402
+from zamba2_reference import (clear_prompt, margin, rms_norm, rotate_half,  # noqa: E402
+                              write_golden_folder)
 
 torch.set_default_dtype(torch.float64)
 
-BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=128, block_ff_dim=128,
+            num_hidden_layers=6,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
             norm_eps=1e-5, rope_theta=10000.0, conv_L_cache=3, block_multiple_of=16,
             block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=True, bos_token_id=1,
@@ -63,7 +74,7 @@ def layer_types(cfg):
 
 def ff_width(cfg):
     """Lfm2MLP.__init__'s intermediate size."""
-    ff = cfg["intermediate_size"]
+    ff = cfg.get("block_ff_dim", cfg["intermediate_size"])  # Lfm2Config reads block_ff_dim first
     if cfg["block_auto_adjust_ff_dim"]:
         ff = int(2 * ff / 3)
         if cfg["block_ffn_dim_multiplier"] is not None:
@@ -199,7 +210,42 @@ def greedy(cfg, w, prompt, steps):
     return tokens, torch.stack(rows)
 
 
+def whole_forward(cfg, w, tokens):
+    return forward(cfg, w, tokens, [{} for _ in layer_types(cfg)], 0)
+
+
+def adopt(folder, prompt_npy, steps_npy):
+    """Another implementation's logits (prompt [T, V], generate's steps [gen, V]) as the folder's
+    reference, where they agree with this port's."""
+    ref = json.load(open(os.path.join(folder, "reference.json")))
+    theirs = {"logits_all.npy": np.load(prompt_npy), "greedy_step_logits.npy": np.load(steps_npy)}
+    agreement = {}
+    for name, logits in theirs.items():
+        ours = np.load(os.path.join(folder, name))
+        agreement[name] = float(np.abs(logits - ours).max() / np.abs(ours).max())
+        if agreement[name] > 1e-5 or logits.shape != ours.shape:
+            raise SystemExit(f"{folder}: {name} is {agreement[name]:.3g} from this port")
+        if name == "greedy_step_logits.npy" and \
+                [int(r.argmax()) for r in logits] != ref["greedy_tokens"]:
+            raise SystemExit(f"{folder}: the greedy tokens differ")
+        os.replace(os.path.join(folder, name), os.path.join(folder, "float64_port_" + name))
+        np.save(os.path.join(folder, name), logits.astype(np.float64))
+    ref.update({"reference_is": "llama.cpp c9ced49 (its convert_hf_to_gguf.py, F32, and "
+                                "../shared/peers' logits.cpp); this port's float64 logits are "
+                                "float64_port_*.npy",
+                "llamacpp_vs_port_rel": agreement})
+    with open(os.path.join(folder, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    print(f"{folder}: llama.cpp's logits adopted; from this port: {agreement}")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("--adopt", "--check"):
+        from granite_reference import check
+        if sys.argv[1] == "--adopt":
+            adopt(*sys.argv[2:5])
+            return
+        sys.exit(0 if all([check(f, 1e-5, whole_forward) for f in sys.argv[2:]]) else 1)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--case", required=True, choices=sorted(CASES))
@@ -210,14 +256,9 @@ def main():
     cfg = dict(BASE, **CASES[args.case])
     gen = torch.Generator().manual_seed(args.seed)
     w = random_weights(cfg, gen)
-    for attempt in range(50):  # a prompt whose greedy steps are each clear by 2e-3
-        prompt = torch.randint(0, cfg["vocab_size"], (args.tokens,), generator=gen).tolist()
-        tokens, step_logits = greedy(cfg, w, prompt, args.gen)
-        if min(margin(r) for r in step_logits) >= 2e-3:
-            break
-    else:
-        raise SystemExit("no prompt with clear greedy margins in 50 attempts")
-    whole = forward(cfg, w, prompt + tokens[:-1], [{} for _ in layer_types(cfg)], 0)
+    attempt, prompt, tokens, step_logits = clear_prompt(
+        lambda p: greedy(cfg, w, p, args.gen), cfg["vocab_size"], args.tokens, gen)
+    whole = whole_forward(cfg, w, prompt + tokens[:-1])
     assert torch.allclose(whole[len(prompt) - 1:], step_logits, rtol=1e-9, atol=1e-9), \
         "cached steps disagree with the whole-sequence forward"
     logits_all = whole[:len(prompt)]

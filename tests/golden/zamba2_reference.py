@@ -413,6 +413,20 @@ def write_safetensors(path, tensors):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+def clear_prompt(generate, vocab, length, gen, before=None):
+    """The first of up to 50 random prompts of `length` tokens (drawn from `gen`) whose greedy
+    steps are each clear by 2e-3 of the largest logit: (attempt, prompt, tokens, step logits),
+    `generate(prompt)` giving the tokens and step logits; `before` runs before each attempt."""
+    for attempt in range(50):
+        if before is not None:
+            before()
+        prompt = torch.randint(0, vocab, (length,), generator=gen).tolist()
+        tokens, step_logits = generate(prompt)
+        if min(margin(r) for r in step_logits) >= 2e-3:
+            return attempt, prompt, tokens, step_logits
+    raise SystemExit("no prompt with clear greedy margins in 50 attempts")
+
+
 def write_golden_folder(out, config, tensors, logits_all, step_logits, reference):
     """A golden folder as tests/integration/hf_golden_test.py reads it: config.json,
     model.safetensors (float32), logits_all.npy, greedy_step_logits.npy, reference.json."""
@@ -457,15 +471,9 @@ def main():
     cfg = Config(case)
     gen = torch.Generator().manual_seed(args.seed)
     w = random_weights(cfg, gen)
-    # A prompt whose greedy steps are each clear by 2e-3 of the largest logit.
-    for attempt in range(50):
-        LITERAL_ERRORS.clear()
-        prompt = torch.randint(0, cfg.vocab_size, (args.tokens,), generator=gen).tolist()
-        tokens, step_logits = greedy(cfg, w, prompt, args.gen)
-        if min(margin(r) for r in step_logits) >= 2e-3:
-            break
-    else:
-        raise SystemExit("no prompt with clear greedy margins in 50 attempts")
+    attempt, prompt, tokens, step_logits = clear_prompt(
+        lambda p: greedy(cfg, w, p, args.gen), cfg.vocab_size, args.tokens, gen,
+        before=LITERAL_ERRORS.clear)
     whole = forward(cfg, w, prompt + tokens[:-1], new_caches(cfg), 0)
     assert torch.allclose(whole[len(prompt) - 1:], step_logits, rtol=1e-9, atol=1e-9), \
         "cached steps disagree with the whole-sequence forward"

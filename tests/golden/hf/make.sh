@@ -58,12 +58,25 @@ for case in falcon_h1 nemotron_h nemotron_h_moe; do
   rm -rf "$here/$case"
   cp -r "$ref/golden_2025_hybrids/$case" "$here/$case"
 done
-# LFM2: not in transformers 4.47.1, not converted by llama.cpp here: attnserve's own float64 port
-# of modeling_lfm2.py writes the folders and their references.
+# LFM2: not in transformers 4.47.1. attnserve's own float64 port of modeling_lfm2.py writes the
+# folders; for `lfm2` llama.cpp c9ced49's logits, which agree with the port to 7.9e-7, become the
+# reference. ../shared/peers/llamacpp.sh lists the model types it converts and LFM2 is not among
+# them, though llama.cpp's converter has it: a copy of the script with lfm2 added is used.
+# `lfm2_conv_bias_untied` keeps the port's reference: llama.cpp's converter takes no conv biases
+# (no released LFM2 has them).
 for case in lfm2 lfm2_conv_bias_untied; do
   rm -rf "$here/$case"
   /usr/bin/python3 "$here/../lfm2_reference.py" --out "$here/$case" --case "$case"
 done
+work="$(mktemp -d)"
+sed -e "s|^HERE=.*|HERE=$(cd "$ref/../peers" && pwd)|" \
+    -e 's|    "nemotron_h": ("NemotronHForCausalLM", "NemotronHModel"),|&\n    "lfm2": ("Lfm2ForCausalLM", "LFM2Model"),|' \
+    "$ref/../peers/llamacpp.sh" > "$work/llamacpp.sh"
+bash "$work/llamacpp.sh" convert "$here/lfm2" "$work/lfm2.gguf" f32
+bash "$work/llamacpp.sh" logits "$work/lfm2.gguf" "$here/lfm2/reference.json" "$work/prompt.npy" \
+  --gen 8 --gen-logits "$work/steps.npy"
+/usr/bin/python3 "$here/../lfm2_reference.py" --adopt "$here/lfm2" "$work/prompt.npy" "$work/steps.npy"
+rm -rf "$work"
 # Falcon-H1 with tied embeddings: llama.cpp c9ced49 scales its lm_head by the embedding
 # multiplier (10.3 of max |logit| off); the folder's reference is attnserve's own port's,
 # llama.cpp's logits kept as llamacpp_*.npy.
