@@ -5,12 +5,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <random>
 
 #include "absl/status/statusor.h"
 #include "attnserve/v1/inference.pb.h"
 #include "server/model/model.h"
 #include "server/request_validation.h"
+#include "server/scheduler/job.h"
 
 namespace attnserve::server {
 
@@ -25,10 +25,8 @@ model::OutputKind ModelOutputKind(const v1::OutputSpec& spec);
 // Fills `out` from the model's `result` for `spec`: batch 1 is dropped from the tensor.
 absl::Status FillOutputs(const at::Tensor& result, const v1::OutputSpec& spec, v1::Outputs* out);
 
-// Samples the next token from last-position `logits` (1, vocab): greedy at `temperature` 0,
-// else from softmax(logits / temperature) over the `top_k` most likely (0: all), drawing from
-// `rng`. `logprob` gets the token's log-probability under the unscaled logits.
-int64_t SampleToken(const at::Tensor& logits, float temperature, int top_k, std::mt19937_64& rng,
-                    float* logprob);
+// The scheduler's Sampling of a GenerateSpec (0 leaves top_p, min_p and repetition_penalty at
+// their neutral values), checked against `vocab`: INVALID_ARGUMENT naming the field.
+absl::StatusOr<scheduler::Sampling> SamplingOf(const v1::GenerateSpec& spec, int64_t vocab);
 
 }  // namespace attnserve::server

@@ -9,12 +9,12 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <random>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "server/scheduler/batch_scheduler.h"
+#include "server/scheduler/token_sampler.h"
 
 namespace attnserve::server::scheduler {
 
@@ -66,7 +66,7 @@ struct BatchScheduler::Active {
   std::optional<Next> next;
   std::optional<model::ModelState> own_state;  // a job without a session, cut into chunks
   std::vector<at::Tensor> chunk_outputs;       // all logits or hidden states, per chunk
-  std::mt19937_64 rng;
+  std::optional<TokenSampler> sampler;         // from Begin, for a job that generates
   int64_t submitted_ns = 0, ready_since_ns = 0, first_compute_ns = 0;
   JobResult result;
 

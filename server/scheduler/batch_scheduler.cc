@@ -228,7 +228,6 @@ bool BatchScheduler::Begin(Active& a) {
     return false;
   }
   a.started = true;
-  a.rng.seed(a.job->sampling.seed);
   if (a.job->on_start) {
     absl::StatusOr<bool> run = a.job->on_start();
     if (!run.ok() || !*run || !a.job->tokens.defined()) {
@@ -239,6 +238,17 @@ bool BatchScheduler::Begin(Active& a) {
   const model::Model& m = *a.job->model;
   const at::Tensor& tokens = a.job->tokens;
   const int64_t lo = tokens.min().item<int64_t>(), hi = tokens.max().item<int64_t>();
+  if (a.job->max_new_tokens > 0) {
+    if (absl::Status valid = ValidateSampling(a.job->sampling, m.vocab_size()); !valid.ok()) {
+      Finish(a, valid);
+      return false;
+    }
+    std::vector<int64_t> prompt;
+    if (a.job->sampling.repetition_penalty != 1) {
+      prompt.assign(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + tokens.numel());
+    }
+    a.sampler.emplace(a.job->sampling, prompt);
+  }
   if (lo < 0 || hi >= m.vocab_size()) {
     Finish(a, absl::InvalidArgumentError(
                   absl::StrCat("token id ", lo < 0 ? lo : hi, " is outside the vocabulary [0, ",
@@ -451,6 +461,7 @@ bool BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
   const Active::Next next = *a.next;
   a.next.reset();
   a.result.generated.push_back(next.token);
+  a.sampler->Accept(next.token);
   ++a.generated;
   a.stopped = next.stop;
   a.pending = true;
@@ -459,15 +470,12 @@ bool BatchScheduler::Advance(Active& a, const at::Tensor& logits) {
 }
 
 void BatchScheduler::SampleAndSend(Active& a, const at::Tensor& logits) {
-  float logprob = 0;
-  const Sampling& sampling = a.job->sampling;
-  const bool limited = sampling.vocab_limit > 0 && sampling.vocab_limit < logits.size(-1);
+  const SampledToken sampled = a.sampler->Next(logits);
+  if (a.job->on_token) a.job->on_token(sampled, a.generated);
+  const std::vector<int64_t>& stops = a.job->sampling.stop_tokens;
   Active::Next next;
-  next.token = SampleToken(limited ? logits.narrow(-1, 0, sampling.vocab_limit) : logits,
-                           sampling.temperature, sampling.top_k, a.rng, &logprob);
-  if (a.job->on_token) a.job->on_token(next.token, logprob, a.generated);
-  next.stop = std::find(sampling.stop_tokens.begin(), sampling.stop_tokens.end(), next.token) !=
-                  sampling.stop_tokens.end() ||
+  next.token = sampled.token;
+  next.stop = std::find(stops.begin(), stops.end(), next.token) != stops.end() ||
               (a.job->stop_requested && a.job->stop_requested());
   a.next = next;
 }

@@ -18,6 +18,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,16 +43,38 @@ struct JobResult {
 };
 
 // How generated tokens are drawn; protocol-neutral (each door fills it from its own request).
+// server/scheduler/token_sampler.h defines what each field does and in which order.
 struct Sampling {
   float temperature = 0;  // 0: greedy; otherwise softmax(logits / temperature)
   int top_k = 0;          // sample among the k most likely (0: all)
-  uint64_t seed = 0;      // the same seed gives the same tokens
+  float top_p = 1;        // nucleus: the most likely whose probabilities sum to top_p (1: all)
+  float min_p = 0;        // only tokens at least min_p x the most likely's probability (0: all)
+  float repetition_penalty = 1;  // ids of the prompt and of the generation (1: none)
+  float presence_penalty = 0;    // subtracted once for every id generated so far
+  float frequency_penalty = 0;   // subtracted for every time an id was generated so far
+  std::vector<std::pair<int64_t, float>> logit_bias;  // (id, added to its logit)
+  int top_logprobs = 0;  // alternatives reported with each token, 0 to kMaxTopLogprobs
+  uint64_t seed = 0;     // the same seed gives the same tokens, alone or in any batch
   // Generation ends after one of these tokens is generated (it is returned and fed back, as
   // every generated token is), before max_new_tokens.
   std::vector<int64_t> stop_tokens;
   // Only ids below this are drawn (0: any): a model whose tokenizer has fewer ids than its
   // vocabulary (the default models' byte tokenizer) generates only ids that have text.
   int64_t vocab_limit = 0;
+};
+inline constexpr int kMaxTopLogprobs = 20;  // OpenAI's bound on top_logprobs
+
+struct TokenLogprob {
+  int64_t token = 0;
+  float logprob = 0;
+};
+
+// One generated token, as on_token gets it (token_sampler.h says which distribution the
+// log-probabilities are of).
+struct SampledToken {
+  int64_t token = 0;
+  float logprob = 0;
+  std::vector<TokenLogprob> top;  // the Sampling::top_logprobs most likely, most likely first
 };
 
 struct Job {
@@ -86,9 +109,9 @@ struct Job {
   // the session's state, sequence number and stored results the job's to read): an error ends
   // the job with it; false ends it with OK and no computation (a replayed append).
   std::function<absl::StatusOr<bool>()> on_start;
-  // A generated token: its index (0-based) within this job and its log-probability under the
-  // unscaled logits.
-  std::function<void(int64_t token, float logprob, int index)> on_token;
+  // A generated token (with its log-probability, token_sampler.h) and its index (0-based)
+  // within this job.
+  std::function<void(const SampledToken& sampled, int index)> on_token;
   // Asked after each on_token (may be empty): true ends generation after that token, as a stop
   // token does (a stop string found in the generated text, server/text/generation_text.h).
   std::function<bool()> stop_requested;

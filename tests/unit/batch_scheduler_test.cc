@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "server/inference.h"
 #include "server/model/model_repository.h"
+#include "server/scheduler/token_sampler.h"
 #include "tests/unit/test_util.h"
 
 namespace attnserve::server::scheduler {
@@ -60,11 +61,14 @@ std::vector<Outcome> RunAlone(const model::Model& m, const std::vector<Request>&
     at::Tensor logits = r.output == model::OutputKind::kAllLogits
                             ? o.output.select(1, o.output.size(1) - 1)
                             : o.output;
-    std::mt19937_64 rng(r.generate.seed());
+    Sampling sampling;
+    sampling.temperature = r.generate.temperature();
+    sampling.top_k = r.generate.top_k();
+    sampling.seed = r.generate.seed();
+    TokenSampler sampler(sampling, {});
     for (int i = 0; i < r.max_new_tokens; ++i) {
-      float logprob;
-      const int64_t token =
-          SampleToken(logits, r.generate.temperature(), r.generate.top_k(), rng, &logprob);
+      const int64_t token = sampler.Next(logits).token;
+      sampler.Accept(token);
       o.generated.push_back(token);
       logits =
           *m.Forward(at::full({1, 1}, token, at::kLong), &state, model::OutputKind::kLastLogits);
@@ -86,7 +90,9 @@ std::unique_ptr<Job> MakeJob(const model::Model* m, std::optional<SessionUse> se
   job->sampling.temperature = r.generate.temperature();
   job->sampling.top_k = r.generate.top_k();
   job->sampling.seed = r.generate.seed();
-  job->on_token = [outcome](int64_t token, float, int) { outcome->streamed.push_back(token); };
+  job->on_token = [outcome](const scheduler::SampledToken& sampled, int) {
+    outcome->streamed.push_back(sampled.token);
+  };
   job->on_done = [outcome, order, remaining](const absl::Status& status, JobResult result) {
     outcome->status = status;
     outcome->output = result.output;
@@ -300,8 +306,8 @@ TEST_F(BatchSchedulerSessionTest, CancelledGenerationStopsWithinOneStepAndLateJo
   auto job = MakeJob(mamba, SessionUse(a.get()), r, &got, &order, &remaining);
   job->is_cancelled = [&] { return cancelled.load(); };
   auto on_token = job->on_token;
-  job->on_token = [&, on_token](int64_t token, float logprob, int index) {
-    on_token(token, logprob, index);
+  job->on_token = [&, on_token](const scheduler::SampledToken& sampled, int index) {
+    on_token(sampled, index);
     if (index == 9) {
       tokens_when_cancelled = index + 1;
       cancelled = true;  // the client goes away after its 10th token

@@ -9,9 +9,10 @@ GeneratedTokenStream::GeneratedTokenStream(int64_t sequence_number, int interval
                                            std::shared_ptr<text::GenerationText> text)
     : sequence_number_(sequence_number), groups_(std::move(text), interval, max_new_tokens) {}
 
-std::optional<v1::StreamResponse> GeneratedTokenStream::Add(int64_t token, float logprob,
+std::optional<v1::StreamResponse> GeneratedTokenStream::Add(const scheduler::SampledToken& sampled,
                                                             int index) {
-  if (!groups_.Add(token, logprob, index)) return std::nullopt;
+  top_ = sampled.top;
+  if (!groups_.Add(sampled.token, sampled.logprob, index)) return std::nullopt;
   return Flush();
 }
 
@@ -26,6 +27,11 @@ std::optional<v1::StreamResponse> GeneratedTokenStream::Flush() {
     g->set_logprob(group.logprobs[0]);
     g->set_index(group.first_index);
     g->set_text(group.text);
+    for (const scheduler::TokenLogprob& t : top_) {
+      v1::TokenProbability* p = g->add_top_logprobs();
+      p->set_token(t.token);
+      p->set_logprob(t.logprob);
+    }
   } else {
     v1::GeneratedTokens* g = response.mutable_generated_tokens();
     g->set_sequence_number(sequence_number_);

@@ -13,6 +13,7 @@
 
 #include "attnserve/v1/inference.pb.h"
 #include "server/rpc/generated_token_groups.h"
+#include "server/scheduler/job.h"
 #include "server/text/generation_text.h"
 
 namespace attnserve::server {
@@ -24,14 +25,16 @@ class GeneratedTokenStream {
   GeneratedTokenStream(int64_t sequence_number, int interval, int max_new_tokens,
                        std::shared_ptr<text::GenerationText> text);
 
-  // Generated token number `index` (0-based): the message to send now, if any.
-  std::optional<v1::StreamResponse> Add(int64_t token, float logprob, int index);
+  // Generated token number `index` (0-based): the message to send now, if any. Its top
+  // alternatives go into a GeneratedToken (one message per token) only.
+  std::optional<v1::StreamResponse> Add(const scheduler::SampledToken& sampled, int index);
 
   // The tokens of a group not sent yet, if any.
   std::optional<v1::StreamResponse> Flush();
 
  private:
   const int64_t sequence_number_;
+  std::vector<scheduler::TokenLogprob> top_;  // the last token's alternatives
   GeneratedTokenGroups groups_;
 };
 

@@ -342,9 +342,7 @@ class AttnServeService::StreamReactor final
     if (generate) {
       const v1::GenerateSpec& g = append.generate();
       job->max_new_tokens = g.max_new_tokens();
-      job->sampling.temperature = g.temperature();
-      job->sampling.top_k = g.top_k();
-      job->sampling.seed = g.seed();
+      ASSIGN_OR_RETURN(job->sampling, SamplingOf(g, job->model->vocab_size()));
       ASSIGN_OR_RETURN(generation,
                        AttachGenerationText(*job->model,
                                             {{g.stop().begin(), g.stop().end()},
@@ -364,8 +362,8 @@ class AttnServeService::StreamReactor final
       streamed = std::make_shared<GeneratedTokenStream>(seq, append.generate().stream_interval(),
                                                         max_new, generation);
     }
-    job->on_token = [this, streamed](int64_t token, float logprob, int index) {
-      if (std::optional<v1::StreamResponse> r = streamed->Add(token, logprob, index)) Send(*r);
+    job->on_token = [this, streamed](const scheduler::SampledToken& sampled, int index) {
+      if (std::optional<v1::StreamResponse> r = streamed->Add(sampled, index)) Send(*r);
     };
     job->on_done = [this, seq, request_hash, arrival, generation, text_ids, max_new, streamed](
                        const absl::Status& status, scheduler::JobResult result) {

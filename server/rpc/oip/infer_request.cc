@@ -272,6 +272,22 @@ absl::Status ReadParameters(const ModelInferRequest& request, const InferLimits&
             "parameter 'temperature' must be a finite double_param >= 0 (0: greedy)");
       }
       out->temperature = static_cast<float>(t);
+    } else if (name == "top_p" || name == "min_p" || name == "repetition_penalty" ||
+               name == "presence_penalty" || name == "frequency_penalty") {
+      // Ranges are the scheduler's (token_sampler.h), checked when the job starts.
+      const double v = p.parameter_choice_case() == InferParameter::kDoubleParam ? p.double_param()
+                       : p.parameter_choice_case() == InferParameter::kInt64Param
+                           ? static_cast<double>(p.int64_param())
+                           : std::nan("");
+      if (!std::isfinite(v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameter '", name, "' must be a finite double_param"));
+      }
+      (name == "top_p"                ? out->top_p
+       : name == "min_p"              ? out->min_p
+       : name == "repetition_penalty" ? out->repetition_penalty
+       : name == "presence_penalty"   ? out->presence_penalty
+                                      : out->frequency_penalty) = static_cast<float>(v);
     } else if (name == "stop") {
       if (p.parameter_choice_case() == InferParameter::kStringParam) {
         out->stop_strings.push_back(p.string_param());  // checked with the model's tokenizer

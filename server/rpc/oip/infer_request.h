@@ -1,7 +1,8 @@
 // An Open Inference Protocol ModelInferRequest read into what attnserve computes: the prompt's
 // token ids (input_ids, INT64 or INT32, shape [1, L]) or its text (text_input, BYTES, one
 // element), the outputs asked for, generation parameters named as Triton's LLM backends name
-// them (max_tokens, temperature, top_k, seed, stop, stop_token_ids, ignore_eos) and the
+// them (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
+// frequency_penalty, seed, stop, stop_token_ids, ignore_eos) and the
 // sequence flags (sequence_id,
 // sequence_start, sequence_end). Typed contents and raw_input_contents both work; shapes,
 // datatypes and sizes are checked before anything is looked up or allocated beyond what the
@@ -58,6 +59,9 @@ struct ParsedInfer {
   float temperature = 0;
   int top_k = 0;
   uint64_t seed = 0;
+  // top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty (double_param):
+  // server/scheduler/token_sampler.h.
+  float top_p = 1, min_p = 0, repetition_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> stop;
   bool ignore_eos = false;

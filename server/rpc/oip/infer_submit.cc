@@ -126,6 +126,11 @@ absl::Status OipService::Submit(Call call) {
   job->sampling.temperature = parsed->temperature;
   job->sampling.top_k = parsed->top_k;
   job->sampling.seed = parsed->seed;
+  job->sampling.top_p = parsed->top_p;
+  job->sampling.min_p = parsed->min_p;
+  job->sampling.repetition_penalty = parsed->repetition_penalty;
+  job->sampling.presence_penalty = parsed->presence_penalty;
+  job->sampling.frequency_penalty = parsed->frequency_penalty;
   // Stop strings and tokens, the vocabulary limit and the text pieces, as the AttnServe door.
   std::shared_ptr<text::GenerationText> generation;
   if (parsed->max_tokens > 0) {
@@ -141,9 +146,9 @@ absl::Status OipService::Submit(Call call) {
   if (generation != nullptr) {
     groups = std::make_shared<GeneratedTokenGroups>(generation, parsed->stream_interval,
                                                     parsed->max_tokens);
-    job->on_token = [groups, wants_text, on_token = call.on_token](int64_t token, float logprob,
-                                                                   int index) {
-      if (!groups->Add(token, logprob, index)) return;
+    job->on_token = [groups, wants_text, on_token = call.on_token](
+                        const scheduler::SampledToken& sampled, int index) {
+      if (!groups->Add(sampled.token, sampled.logprob, index)) return;
       const GeneratedTokenGroups::Group& group = groups->group();
       if (on_token) on_token(group.tokens, group.first_index, wants_text ? &group.text : nullptr);
       groups->Clear();
