@@ -62,6 +62,37 @@ TEST(ChatTemplateGolden, MatchesJinja) {
   EXPECT_GE(renders, 100);
 }
 
+// Malformed templates (every prefix of the real ones, at a stride) parse or fail cleanly, and
+// those that parse render or fail cleanly: no crash, no hang.
+TEST(ChatTemplateGolden, TruncatedTemplatesFailCleanly) {
+  nlohmann::ordered_json spec = nlohmann::ordered_json::parse(ReadAll(kDir + "cases.json"));
+  ChatTemplateInputs in;
+  in.messages = spec["cases"]["system_multi_turn"]["messages"];
+  int parsed = 0, failed = 0;
+  for (auto& [name, tokens] : spec["templates"].items()) {
+    const std::string source = ReadAll(kDir + name + ".jinja");
+    for (size_t n = 0; n < source.size(); n += 5) {
+      absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source.substr(0, n));
+      if (!t.ok()) {
+        ++failed;
+        EXPECT_TRUE(t.status().code() == absl::StatusCode::kInvalidArgument ||
+                    t.status().code() == absl::StatusCode::kResourceExhausted)
+            << t.status();
+        continue;
+      }
+      ++parsed;
+      absl::StatusOr<std::string> r = t->Render(in);
+      if (!r.ok()) {
+        EXPECT_TRUE(r.status().code() == absl::StatusCode::kInvalidArgument ||
+                    r.status().code() == absl::StatusCode::kResourceExhausted)
+            << r.status();
+      }
+    }
+  }
+  EXPECT_GT(parsed, 0);
+  EXPECT_GT(failed, 0);
+}
+
 TEST(ChatTemplate, CopiesShareTheParsedTemplate) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("{{ messages[0].content }}");
   ASSERT_TRUE(t.ok());

@@ -227,6 +227,15 @@ INSTANTIATE_TEST_SUITE_P(
         "{% set l = [] %}{% for i in range(60000) %}{% set _ = l.append(l) %}{% endfor %}{{ l }}",
         "{{ [1] * 1000000000 }}"));
 
+TEST(JinjaLimitsRender, SelfReferenceDoesNotCrash) {
+  EXPECT_EQ(Render("{% set l = [] %}{% set _ = l.append(l) %}{{ l == l }}{{ (l|string)[:6] }}"),
+            "True[[[[[[");
+  absl::Status st =
+      RenderStatus("{% set l = [] %}{% set _ = l.append(l) %}{% set _ = l.append(l) %}{{ l }}");
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_FALSE(RenderStatus("{% set l = [] %}{% set _ = l.append(l) %}{{ l|tojson }}").ok());
+}
+
 TEST(JinjaLimitsParse, DeepNesting) {
   std::string deep(200, '(');
   deep = "{{ " + deep + "1" + std::string(200, ')') + " }}";

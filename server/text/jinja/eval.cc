@@ -5,19 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "server/text/jinja/builtins.h"
 #include "server/text/jinja/interpreter.h"
+#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja {
-
-#define JINJA_RETURN_IF_ERROR(expr) \
-  do {                              \
-    absl::Status _st = (expr);      \
-    if (!_st.ok()) return _st;      \
-  } while (0)
-
-#define JINJA_ASSIGN_OR_RETURN(lhs, expr)       \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = std::move(*lhs##_or)
 
 namespace {
 

@@ -5,14 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/text/jinja/builtins.h"
+#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja {
 namespace {
-
-#define JINJA_ASSIGN_OR_RETURN(lhs, expr)       \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = std::move(*lhs##_or)
 
 // Positional-or-keyword argument `i` named `name` of a filter, or `def`.
 Value Arg(const ValueList& args, const KwArgs& kwargs, size_t i, std::string_view name,

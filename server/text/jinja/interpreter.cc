@@ -6,19 +6,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/text/jinja/builtins.h"
+#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja {
-
-#define JINJA_RETURN_IF_ERROR(expr) \
-  do {                              \
-    absl::Status _st = (expr);      \
-    if (!_st.ok()) return _st;      \
-  } while (0)
-
-#define JINJA_ASSIGN_OR_RETURN(lhs, expr)       \
-  auto lhs##_or = (expr);                       \
-  if (!lhs##_or.ok()) return lhs##_or.status(); \
-  auto lhs = std::move(*lhs##_or)
 
 namespace {
 
@@ -184,7 +174,7 @@ absl::Status Interpreter::Exec(const Node& n) {
       int site = current_;
       Value caller = Value::Function(
           "caller",
-          [block, site](Interpreter& in, ValueList& args, KwArgs& kwargs) -> absl::StatusOr<Value> {
+          [block, site](Interpreter& in, ValueList& args, KwArgs&) -> absl::StatusOr<Value> {
             int saved = in.PushFrame(site);
             for (size_t i = 0; i < block->params.size() && i < args.size(); ++i) {
               in.Assign(block->params[i].first, args[i]);
@@ -223,7 +213,11 @@ absl::Status Interpreter::ExecFor(const Node& n) {
   JINJA_ASSIGN_OR_RETURN(iterable, Eval(*n.expr));
   ValueList items;
   if (iterable.is_list()) {
-    items = iterable.list();
+    if (iterable.use_count() == 1) {
+      items = std::move(iterable.list());  // a temporary (range(n), a filter's result)
+    } else {
+      items = iterable.list();
+    }
   } else if (iterable.is_dict() && !iterable.is_namespace()) {
     for (const auto& [k, v] : iterable.dict().items) items.push_back(k);
   } else if (iterable.is_string()) {
@@ -277,9 +271,15 @@ absl::Status Interpreter::ExecFor(const Node& n) {
   d[8].second = Value::Int(0);
   const Value no_prev = Value::Undefined("there is no previous item");
   const Value no_next = Value::Undefined("there is no next item");
+  // One frame for the whole loop, emptied at each iteration (Jinja's per-iteration scope).
+  int saved = PushFrame(current_);
   for (int64_t i = 0; i < len; ++i) {
-    JINJA_RETURN_IF_ERROR(Step());
-    int saved = PushFrame(current_);
+    absl::Status st = Step();
+    if (!st.ok()) {
+      PopFrame(saved);
+      return st;
+    }
+    frames_[current_].vars.clear();
     d[0].second = Value::Int(i + 1);
     d[1].second = Value::Int(i);
     d[2].second = Value::Int(len - i);
@@ -289,16 +289,19 @@ absl::Status Interpreter::ExecFor(const Node& n) {
     d[9].second = i > 0 ? items[i - 1] : no_prev;
     d[10].second = i + 1 < len ? items[i + 1] : no_next;
     Assign("loop", loop);
-    absl::Status st = bind(items[i]);
+    st = bind(items[i]);
     if (st.ok()) st = ExecBody(n.bodies[0]);
-    PopFrame(saved);
-    JINJA_RETURN_IF_ERROR(st);
+    if (!st.ok()) {
+      PopFrame(saved);
+      return st;
+    }
     if (flow_ == Flow::kBreak) {
       flow_ = Flow::kNormal;
       break;
     }
     flow_ = Flow::kNormal;
   }
+  PopFrame(saved);
   return absl::OkStatus();
 }
 

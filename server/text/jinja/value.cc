@@ -177,7 +177,7 @@ std::string FormatFloat(double f) {
   if (exponent < -4 || exponent >= 16) {
     out += digits.substr(0, 1);
     if (digits.size() > 1) absl::StrAppend(&out, ".", digits.substr(1));
-    char exp[8];
+    char exp[16];
     std::snprintf(exp, sizeof(exp), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
     return out + exp;
   }
@@ -228,51 +228,82 @@ std::string Value::ToString() const {
 }
 
 std::string Value::Repr() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "";
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return b_ ? "True" : "False";
-    case Kind::kInt:
-      return std::to_string(i_);
-    case Kind::kFloat:
-      return FormatFloat(f_);
-    case Kind::kString:
-      return ReprString(*s_);
-    case Kind::kList: {
-      std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < l_->size(); ++i) {
-        if (i) out += ", ";
-        out += (*l_)[i].Repr();
-      }
-      if (tuple_ && l_->size() == 1) out += ",";
-      return out + (tuple_ ? ")" : "]");
-    }
-    case Kind::kDict: {
-      if (namespace_) return "<Namespace>";
-      std::string out = "{";
-      bool first = true;
-      for (const auto& [k, v] : d_->items) {
-        if (!first) out += ", ";
-        first = false;
-        absl::StrAppend(&out, k.Repr(), ": ", v.Repr());
-      }
-      return out + "}";
-    }
-    case Kind::kCallable:
-      return absl::StrCat("<function ", c_->name, ">");
-  }
-  return "";
+  std::string out;
+  AppendRepr(&out, 0);
+  return out;
 }
 
-bool Value::Equals(const Value& o) const {
+void Value::AppendRepr(std::string* out, int depth) const {
+  constexpr size_t kMaxReprBytes = 16 << 20;
+  if (out->size() > kMaxReprBytes) return;
+  switch (kind_) {
+    case Kind::kString:
+      *out += ReprString(*s_);
+      return;
+    case Kind::kList: {
+      if (depth > 256) {
+        *out += "[...]";
+        return;
+      }
+      *out += tuple_ ? "(" : "[";
+      for (size_t i = 0; i < l_->size() && out->size() <= kMaxReprBytes; ++i) {
+        if (i) *out += ", ";
+        (*l_)[i].AppendRepr(out, depth + 1);
+      }
+      if (tuple_ && l_->size() == 1) *out += ",";
+      *out += tuple_ ? ")" : "]";
+      return;
+    }
+    case Kind::kDict: {
+      if (namespace_) {
+        *out += "<Namespace>";
+        return;
+      }
+      if (depth > 256) {
+        *out += "{...}";
+        return;
+      }
+      *out += "{";
+      bool first = true;
+      for (const auto& [k, v] : d_->items) {
+        if (out->size() > kMaxReprBytes) break;
+        if (!first) *out += ", ";
+        first = false;
+        k.AppendRepr(out, depth + 1);
+        *out += ": ";
+        v.AppendRepr(out, depth + 1);
+      }
+      *out += "}";
+      return;
+    }
+    case Kind::kUndefined:
+      return;
+    case Kind::kNone:
+      *out += "None";
+      return;
+    case Kind::kBool:
+      *out += b_ ? "True" : "False";
+      return;
+    case Kind::kInt:
+      *out += std::to_string(i_);
+      return;
+    case Kind::kFloat:
+      *out += FormatFloat(f_);
+      return;
+    case Kind::kCallable:
+      absl::StrAppend(out, "<function ", c_->name, ">");
+      return;
+  }
+}
+
+bool Value::Equals(const Value& o, int depth) const {
+  if (depth > 256) return false;
   if (is_number() && o.is_number()) {
     if ((is_int() || is_bool()) && (o.is_int() || o.is_bool())) return int_value() == o.int_value();
     return number_value() == o.number_value();
   }
   if (kind_ != o.kind_) return false;
+  if (identity() != nullptr && identity() == o.identity()) return true;
   switch (kind_) {
     case Kind::kUndefined:
     case Kind::kNone:
@@ -282,7 +313,7 @@ bool Value::Equals(const Value& o) const {
     case Kind::kList: {
       if (l_->size() != o.l_->size()) return false;
       for (size_t i = 0; i < l_->size(); ++i) {
-        if (!(*l_)[i].Equals((*o.l_)[i])) return false;
+        if (!(*l_)[i].Equals((*o.l_)[i], depth + 1)) return false;
       }
       return true;
     }
@@ -291,7 +322,7 @@ bool Value::Equals(const Value& o) const {
       if (d_->items.size() != o.d_->items.size()) return false;
       for (const auto& [k, v] : d_->items) {
         const Value* ov = o.d_->Find(k);
-        if (ov == nullptr || !v.Equals(*ov)) return false;
+        if (ov == nullptr || !v.Equals(*ov, depth + 1)) return false;
       }
       return true;
     }
@@ -302,7 +333,8 @@ bool Value::Equals(const Value& o) const {
   }
 }
 
-absl::StatusOr<int> Value::Compare(const Value& o) const {
+absl::StatusOr<int> Value::Compare(const Value& o, int depth) const {
+  if (depth > 256) return absl::InvalidArgumentError("comparison nested too deeply");
   if (is_number() && o.is_number()) {
     if ((is_int() || is_bool()) && (o.is_int() || o.is_bool())) {
       return int_value() < o.int_value() ? -1 : int_value() > o.int_value() ? 1 : 0;
@@ -317,7 +349,7 @@ absl::StatusOr<int> Value::Compare(const Value& o) const {
   if (is_list() && o.is_list()) {
     size_t n = std::min(l_->size(), o.l_->size());
     for (size_t i = 0; i < n; ++i) {
-      absl::StatusOr<int> c = (*l_)[i].Compare((*o.l_)[i]);
+      absl::StatusOr<int> c = (*l_)[i].Compare((*o.l_)[i], depth + 1);
       if (!c.ok() || *c != 0) return c;
     }
     return l_->size() < o.l_->size() ? -1 : l_->size() > o.l_->size() ? 1 : 0;

@@ -79,21 +79,26 @@ class Value {
   const Callable& callable() const { return *c_; }
   // Identity of the referenced list/dict/callable (for `is sameas`).
   const void* identity() const;
+  // How many values share this list (1: a temporary that may be moved from).
+  long use_count() const { return l_ ? l_.use_count() : 0; }
 
   // Python truthiness: undefined, none, false, 0, 0.0, "", [], {} are false.
   bool Truthy() const;
   // str(x) as Jinja prints it ("None", "True", "1.0", "[1, 'a']"); undefined prints "".
   std::string ToString() const;
-  // repr(x) as Python writes it inside containers.
+  // repr(x) as Python writes it inside containers. Containers nested past 256 levels (a list
+  // holding itself) print "[...]"; output stops growing past 16 MiB (callers' limits are lower).
   std::string Repr() const;
-  // Python ==.
-  bool Equals(const Value& other) const;
+  // Python ==. Containers nested past 256 levels compare unequal.
+  bool Equals(const Value& other, int depth = 0) const;
   // Python-compatible ordering: numbers with numbers, strings with strings, lists element-wise.
-  absl::StatusOr<int> Compare(const Value& other) const;
+  absl::StatusOr<int> Compare(const Value& other, int depth = 0) const;
   // A short type name for error messages ("str", "list", "dict object", ...).
   std::string TypeName() const;
 
  private:
+  void AppendRepr(std::string* out, int depth) const;
+
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   bool tuple_ = false;
