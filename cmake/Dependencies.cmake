@@ -8,6 +8,8 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 # libmicrohttpd (Debian's libmicrohttpd-dev): the /metrics HTTP server (server/metrics_endpoint.h).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+# The OpenAI-compatible HTTP door (server/rpc/openai/): Debian's cpp-httplib, built with OpenSSL.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # hiredis (libhiredis-dev): the Redis session store; xxHash (libxxhash-dev): session snapshot
 # checksums (server/sessions/).
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)

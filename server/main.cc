@@ -44,6 +44,7 @@
 #include "server/policy.h"
 #include "server/rpc/attnserve/service.h"
 #include "server/rpc/oip/oip_service.h"
+#include "server/rpc/openai/openai_server.h"
 #include "server/scheduler/batch_scheduler.h"
 #include "server/security/authenticator.h"
 #include "server/security/tls_credentials.h"
@@ -380,7 +381,45 @@ int main(int argc, char** argv) {
   oip_options.authenticator = options.authenticator;
   oip_options.work_pool = &work_pool;
   server::oip::OipService oip_service(**repository, *policy, sessions, scheduler, oip_options);
-  auto inflight = [&service, &oip_service] { return service.inflight() + oip_service.inflight(); };
+  // The OpenAI-compatible HTTP door, over the same sessions and scheduler.
+  std::unique_ptr<server::openai::OpenAiServer> http;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    server::openai::HttpOptions http_options;
+    http_options.host = absl::GetFlag(FLAGS_http_host).empty() ? absl::GetFlag(FLAGS_host)
+                                                               : absl::GetFlag(FLAGS_http_host);
+    http_options.port = absl::GetFlag(FLAGS_http_port);
+    http_options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+    http_options.tls_key = absl::GetFlag(FLAGS_tls_key);
+    http_options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+    http_options.threads = absl::GetFlag(FLAGS_http_threads);
+    http_options.max_queued_connections = absl::GetFlag(FLAGS_http_max_queued_connections);
+    http_options.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
+    http_options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+    http_options.max_requests_per_client = absl::GetFlag(FLAGS_http_max_requests_per_client);
+    http_options.max_requests = absl::GetFlag(FLAGS_http_max_requests);
+    http_options.read_timeout_s = absl::GetFlag(FLAGS_http_read_timeout_s);
+    http_options.write_timeout_s = absl::GetFlag(FLAGS_http_write_timeout_s);
+    http_options.keep_alive_s = absl::GetFlag(FLAGS_http_keep_alive_s);
+    http_options.max_tokens_per_request = options.max_tokens_per_request;
+    http_options.limits.max_new_tokens = options.max_new_tokens;
+    http_options.limits.max_choices = absl::GetFlag(FLAGS_http_max_choices);
+    http_options.limits.max_stop_strings = options.text_limits.max_stop_strings;
+    http_options.runner.text_limits = options.text_limits;
+    http_options.runner.prefix_cache_global = options.prefix_cache_global;
+    http_options.authenticator = options.authenticator;
+    if (http_options.threads < 1 || http_options.max_queued_connections < 1 ||
+        http_options.max_body_bytes < 1 || http_options.max_header_bytes < 1 ||
+        http_options.max_requests_per_client < 1 || http_options.max_requests < 1 ||
+        http_options.limits.max_choices < 1 || http_options.read_timeout_s < 1 ||
+        http_options.write_timeout_s < 1 || http_options.keep_alive_s < 0) {
+      return Fail("the --http_* limits must be >= 1 (--http_keep_alive_s >= 0)");
+    }
+    http = std::make_unique<server::openai::OpenAiServer>(**repository, *policy, sessions,
+                                                          scheduler, http_options);
+  }
+  auto inflight = [&service, &oip_service, &http] {
+    return service.inflight() + oip_service.inflight() + (http ? http->inflight() : 0);
+  };
   server::MemoryTrimOptions trim_options;
   trim_options.idle_after = absl::Seconds(absl::GetFlag(FLAGS_idle_memory_trim_s));
   trim_options.max_free_bytes = absl::GetFlag(FLAGS_max_free_heap_bytes);
@@ -456,6 +495,16 @@ int main(int argc, char** argv) {
             << scheduler_options.max_batch_sessions << " sessions and "
             << scheduler_options.max_batch_tokens << " tokens; " << kernels::DescribeCudaDevices()
             << ")" << std::endl;
+  if (http != nullptr) {
+    if (absl::Status started = http->Start(); !started.ok()) {
+      return Fail(std::string(started.message()));
+    }
+    std::cout << "OpenAI-compatible HTTP on "
+              << (absl::GetFlag(FLAGS_http_host).empty() ? absl::GetFlag(FLAGS_host)
+                                                         : absl::GetFlag(FLAGS_http_host))
+              << ":" << http->port() << (absl::GetFlag(FLAGS_tls_cert).empty() ? "" : " (TLS)")
+              << std::endl;
+  }
   std::cout << "instance " << identity->instance_name() << ", advertised as "
             << (identity->advertise_address().empty() ? "(none)" : identity->advertise_address())
             << std::endl;
@@ -468,6 +517,7 @@ int main(int argc, char** argv) {
   if (health_server != nullptr) health_server->GetHealthCheckService()->SetServingStatus(false);
   service.StartDraining();
   oip_service.StartDraining();
+  if (http != nullptr) http->StartDraining();
   const absl::Time deadline = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_drain_deadline_s));
   while (inflight() > 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
   if (inflight() > 0) {
@@ -481,6 +531,7 @@ int main(int argc, char** argv) {
     while (inflight() > 0 && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(10));
   }
   server->Shutdown(absl::ToChronoTime(absl::Now()));
+  if (http != nullptr) http->Stop();
   if (health_server != nullptr) health_server->Shutdown(absl::ToChronoTime(absl::Now()));
   scheduler.Stop();
   if (persistence != nullptr) {

@@ -20,6 +20,20 @@ ABSL_DECLARE_FLAG(std::string, instance_name);
 ABSL_DECLARE_FLAG(std::string, advertise_address);
 ABSL_DECLARE_FLAG(int, drain_deadline_s);
 
+// server/flags/http_flags.cc
+ABSL_DECLARE_FLAG(int, http_port);
+ABSL_DECLARE_FLAG(std::string, http_host);
+ABSL_DECLARE_FLAG(int, http_threads);
+ABSL_DECLARE_FLAG(int, http_max_queued_connections);
+ABSL_DECLARE_FLAG(int64_t, http_max_body_bytes);
+ABSL_DECLARE_FLAG(int64_t, http_max_header_bytes);
+ABSL_DECLARE_FLAG(int, http_max_requests_per_client);
+ABSL_DECLARE_FLAG(int, http_max_requests);
+ABSL_DECLARE_FLAG(int, http_max_choices);
+ABSL_DECLARE_FLAG(int, http_read_timeout_s);
+ABSL_DECLARE_FLAG(int, http_write_timeout_s);
+ABSL_DECLARE_FLAG(int, http_keep_alive_s);
+
 // server/flags/text_flags.cc
 ABSL_DECLARE_FLAG(int64_t, max_text_bytes);
 ABSL_DECLARE_FLAG(int, max_stop_strings);

@@ -98,6 +98,18 @@ absl::StatusOr<std::optional<ModelText>> LoadModelText(const std::string& dir,
   text.end_of_text_ids = EndOfTextIds(folder, **tokenizer);
   text.tokenizer = std::move(*tokenizer);
   text.tokenizer_json = std::move(*json);
+  absl::StatusOr<server::text::ModelChatTemplate> chat = server::text::LoadModelChatTemplate(dir);
+  if (chat.ok() && chat->chat_template.has_value()) {
+    text.chat_template = std::move(chat->chat_template);
+    text.bos_token = std::move(chat->bos_token);
+    text.eos_token = std::move(chat->eos_token);
+  } else {
+    text.chat_template_error =
+        chat.ok() || chat.status().code() == absl::StatusCode::kNotFound
+            ? "its folder has no chat template (chat_template.jinja or tokenizer_config.json's "
+              "chat_template); use /v1/completions with the prompt as text"
+            : absl::StrCat("its chat template does not load: ", chat.status().message());
+  }
   return std::optional<ModelText>(std::move(text));
 }
 
@@ -166,6 +178,8 @@ ModelText ByteLevelModelText() {
     t->tokenizer_json = ByteLevelTokenizerJson();
     t->tokenizer = std::move(server::text::TokenizerFromJson(t->tokenizer_json)).value();
     t->end_of_text_ids = {t->tokenizer->SpecialTokenId("<|endoftext|>")};
+    t->chat_template = server::text::ChatTemplate::Parse(kDefaultChatTemplate).value();
+    t->eos_token = "<|endoftext|>";
     return t;
   }();
   return *text;

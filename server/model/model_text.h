@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/text/chat_template.h"
 #include "server/text/tokenizer.h"
 
 namespace attnserve::model {
@@ -19,6 +20,13 @@ struct ModelText {
   std::string tokenizer_json;  // the file's bytes, written next to exported weights
   // Tokens that end generation by default (GenerateSpec.stop_token_ids when none are given).
   std::vector<int64_t> end_of_text_ids;
+  // The chat template (server/text/chat_template.h: chat_template.jinja, else
+  // tokenizer_config.json's chat_template) and the bos/eos strings it is rendered with. None:
+  // chat requests are refused, with chat_template_error saying why (no template, or the
+  // template's parse error: a model with a broken template still serves text and ids).
+  std::optional<server::text::ChatTemplate> chat_template;
+  std::string bos_token, eos_token;
+  std::string chat_template_error;
 };
 
 // `dir`/tokenizer.json when it exists (nullopt: none). The end-of-text ids come from
@@ -37,10 +45,20 @@ std::string MissingTokenizerReason(const std::string& dir);
 
 // The default models' tokenizer: every byte is a token (ids 0-255, in GPT-2's byte-level
 // alphabet), <|endoftext|> is 256 and ends generation. Ids 257 and above (the default models
-// have 4096) have no text.
+// have 4096) have no text. Their chat template is kDefaultChatTemplate.
 ModelText ByteLevelModelText();
 
 // tokenizer.json of ByteLevelModelText.
 std::string ByteLevelTokenizerJson();
+
+// The default models' chat template: each message as "<|role|>\n" + its text + "\n", then
+// "<|assistant|>\n" for the generation prompt.
+inline constexpr char kDefaultChatTemplate[] =
+    "{%- for message in messages -%}"
+    "{%- set content = message['content'] if message['content'] is string "
+    "else (message['content'] or []) | map(attribute='text') | join('') -%}"
+    "{{- '<|' ~ message['role'] ~ '|>\n' ~ content ~ '\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>\n' -}}{%- endif -%}";
 
 }  // namespace attnserve::model

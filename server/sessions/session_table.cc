@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/thread_name.h"
+#include "kernels/common/status_macros.h"
 #include "server/client_text.h"
 #include "server/sessions/session_lease.h"
 #include "server/sessions/session_persistence.h"
@@ -410,6 +411,14 @@ absl::Status SessionTable::Close(const std::string& id, const Caller& caller) {
     if (removed.code() != absl::StatusCode::kNotFound) return removed;
   }
   return not_found;
+}
+
+absl::Status SessionTable::CopyState(const Session& from, Session& to) {
+  RETURN_IF_ERROR(Reserve(to, to.model()->StateBytesPerSequence(from.state.position)));
+  ASSIGN_OR_RETURN(to.state, from.model()->CloneSharingPrefix(from.state, 0));
+  to.Publish();
+  Applied(to);
+  return absl::OkStatus();
 }
 
 absl::Status SessionTable::Reserve(Session& session, int64_t new_bytes) {

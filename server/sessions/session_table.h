@@ -241,6 +241,11 @@ class SessionTable {
   // counts the sessions (each once, however often its write was tried).
   DrainSaveCounts SaveAtDrain(absl::Time deadline);
 
+  // A fork: `to` gets a copy of `from`'s state (its KV entries shared, not copied: `from` goes
+  // on appending past them), its bytes reserved in the budget, and counts as changed. On the
+  // scheduler's thread, at the head of `from`'s queue (nothing computes on either meanwhile).
+  absl::Status CopyState(const Session& from, Session& to);
+
   // Before a request grows a session's state to `new_bytes`: reserves the difference in the
   // budget (evicting idle sessions when configured), or RESOURCE_EXHAUSTED naming the budget.
   absl::Status Reserve(Session& session, int64_t new_bytes);

@@ -225,12 +225,7 @@ class AttnServeService::StreamReactor final
     job->deadline = CallDeadline(*context_);
     job->is_cancelled = [this] { return cancelled_.load() || context_->IsCancelled(); };
     job->on_start = [this, from, to]() -> absl::StatusOr<bool> {
-      RETURN_IF_ERROR(service_->sessions_.Reserve(
-          *to, to->model()->StateBytesPerSequence(from->state.position)));
-      // The source's KV entries shared, not copied (it goes on appending past them).
-      ASSIGN_OR_RETURN(to->state, from->model()->CloneSharingPrefix(from->state, 0));
-      to->Publish();
-      service_->sessions_.Applied(*to);
+      RETURN_IF_ERROR(service_->sessions_.CopyState(*from, *to));
       return true;
     };
     job->on_done = [this, from, to, arrival](const absl::Status& status, scheduler::JobResult) {

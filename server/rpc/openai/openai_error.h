@@ -1,0 +1,34 @@
+// Errors as OpenAI's API returns them: an HTTP status and the body
+//   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+// from the absl::Status the core gave. Where the error happened matters for
+// RESOURCE_EXHAUSTED: while reading the request (a prompt over --max_tokens_per_request or the
+// model's length, a body over the limit) it is the request's fault, 400 (413 for the body) and
+// retrying does not help; once the request is admitted (a full queue, the session or state
+// budget, the client's share) it is 429 with retry-after, as OpenAI's rate limits are.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace attnserve::server::openai {
+
+enum class ErrorPhase { kRequest, kServing };
+
+struct HttpError {
+  int status = 500;
+  std::string type;   // invalid_request_error, authentication_error, ...
+  std::string code;   // e.g. model_not_found, context_length_exceeded; "" for null
+  std::string param;  // the request field at fault; "" for null
+  std::string message;
+  int retry_after_s = 0;  // > 0: sent as retry-after
+};
+
+HttpError ToHttpError(const absl::Status& status, ErrorPhase phase);
+HttpError MakeHttpError(int http_status, std::string type, std::string message,
+                        std::string code = "", std::string param = "");
+
+// {"error": {...}} (valid UTF-8: bytes that are not are replaced).
+std::string ErrorBody(const HttpError& error);
+
+}  // namespace attnserve::server::openai
