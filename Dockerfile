@@ -32,6 +32,7 @@ LABEL org.opencontainers.image.title="attnserve" \
 RUN apt-get update && \
     apt-get install -y --no-install-recommends \
       libabsl20220623 \
+      libcpp-httplib0.11 \
       libgrpc++1.51 \
       libhiredis0.14 \
       libmicrohttpd12 \
@@ -55,6 +56,6 @@ COPY --from=build /opt/attnserve/models /opt/attnserve/models
 # LibTorch's OpenMP pool: one thread; the server's --intra_op_threads sets ATen's.
 ENV OMP_NUM_THREADS=1
 USER 10001:10001
-EXPOSE 50051 9090
+EXPOSE 50051 8000 9090
 ENTRYPOINT ["/usr/local/bin/attnserve-server"]
 CMD ["--model_repository=/opt/attnserve/models"]

@@ -8,6 +8,7 @@ BUILD_PACKAGES=(
   libtorch-dev libopenblas0-openmp
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libmicrohttpd-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libcpp-httplib-dev nlohmann-json3-dev
   libhiredis-dev libxxhash-dev libpcre2-dev libutf8proc-dev
 )
 # python3-yaml and nodejs (npm below): the deploy tests (tests/deploy); redis-server: the

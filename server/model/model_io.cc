@@ -251,6 +251,13 @@ absl::Status WriteModelFolder(const Model& model, const std::string& dir) {
     std::ofstream out(fs::path(dir) / "tokenizer.json", std::ios::binary | std::ios::trunc);
     out << text->tokenizer_json;
     if (!out) return absl::InternalError(absl::StrCat("cannot write ", dir, "/tokenizer.json"));
+    if (text->chat_template.has_value()) {
+      std::ofstream t(fs::path(dir) / "chat_template.jinja", std::ios::binary | std::ios::trunc);
+      t << text->chat_template->source();
+      if (!t) {
+        return absl::InternalError(absl::StrCat("cannot write ", dir, "/chat_template.jinja"));
+      }
+    }
   }
   ASSIGN_OR_RETURN(auto weights, model.NamedWeights());
   if (rwkv) {
