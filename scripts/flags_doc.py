@@ -29,6 +29,7 @@ GROUPS = {
     "session_store": "Sessions outside memory: stores, checkpoints and leases.",
     "memory": "Returning memory to the system.",
     "prefix_cache": "The prefix state cache ([prefix-cache.md](prefix-cache.md)).",
+    "http": "The OpenAI-compatible HTTP door ([openai-http.md](openai-http.md)).",
 }
 
 

@@ -137,6 +137,29 @@ test('stop strings end the text before the stop, with finish_reason stop', async
   assert.equal(stopped.choices[0].finish_reason, 'stop');
 });
 
+// attnserve's extension: session_id "new" opens a session, whose id comes back; a later request
+// naming it continues after the prompt and the tokens generated so far, exactly as the whole
+// sequence sent at once would.
+test('a session over HTTP continues as the whole sequence would', async () => {
+  const greedy = { model: 'mamba', max_tokens: 5, temperature: 0, ignore_eos: true, logprobs: 0,
+                   return_tokens_as_token_ids: true };
+  const ids = (r) => r.choices[0].logprobs.tokens.map((t) => Number(t.replace('token_id:', '')));
+  const tokenize = async (text) => (await (await fetch(`${base.replace('/v1', '')}/tokenize`, {
+    method: 'POST', body: JSON.stringify({ model: 'mamba', prompt: text, add_special_tokens: false }) })).json()).tokens;
+  const first = await client().completions.create({ ...greedy, prompt: 'Hello', session_id: 'new' });
+  assert.match(first.session_id, /^[0-9a-f]{32}$/);
+  const second = await client().completions.create({ ...greedy, prompt: ' again', session_id: first.session_id });
+  assert.equal(second.session_id, first.session_id);
+  const whole = await client().completions.create(
+    { ...greedy, prompt: [...(await tokenize('Hello')), ...ids(first), ...(await tokenize(' again'))] });
+  assert.deepEqual(ids(second), ids(whole));
+  assert.equal(second.choices[0].text, whole.choices[0].text);
+  const closed = await fetch(`${base}/sessions/${first.session_id}`, { method: 'DELETE' });
+  assert.deepEqual(await closed.json(), { id: first.session_id, object: 'session', deleted: true });
+  const again = await fetch(`${base}/sessions/${first.session_id}`, { method: 'DELETE' });
+  assert.equal(again.status, 404);
+});
+
 test('errors as the client raises them: 404 and 400 naming the field', async () => {
   await assert.rejects(client().completions.create({ model: 'no-such-model', prompt: 'x' }),
                        (e) => e instanceof OpenAI.NotFoundError && e.code === 'model_not_found');

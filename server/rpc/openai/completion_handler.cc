@@ -86,7 +86,10 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
     if (request.echo && request.logprobs >= 0) {
       return FieldError("echo", "echo with logprobs (the prompt's logprobs) is not supported yet");
     }
-    if (!request.session_id.empty()) {
+    if (request.session_id == "new" && (request.n > 1 || request.prompts.size() > 1)) {
+      return FieldError("session_id", "a new session takes one prompt and n = 1");
+    }
+    if (!request.session_id.empty() && request.session_id != "new") {
       RETURN_IF_ERROR(ValidateSessionId(request.session_id));
       ASSIGN_OR_RETURN(SessionUse use, sessions_.Get(request.session_id, caller));
       if (!request.model.empty() && request.model != "auto" &&
@@ -128,6 +131,11 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
       absl::StatusOr<std::string> rendered = text->chat_template->Render(inputs);
       if (!rendered.ok()) {
         return FieldError("messages", std::string(rendered.status().message()));
+      }
+      // A session's new messages continue its text: no second BOS.
+      if (prepared.session.has_value() && !text->bos_token.empty() &&
+          absl::StartsWith(*rendered, text->bos_token)) {
+        rendered->erase(0, text->bos_token.size());
       }
       ASSIGN_OR_RETURN(std::vector<int64_t> ids,
                        TokenizeForModel(*prepared.model, *rendered, /*add_special_tokens=*/false,
@@ -205,6 +213,18 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
     return;
   }
   const model::Model& m = *prepared.model;
+  std::string session_id = prepared.session.has_value() ? (*prepared.session)->id() : "";
+  if (request.session_id == "new") {
+    absl::StatusOr<SessionUse> created =
+        sessions_.Create(&m, absl::ZeroDuration(), caller.principal);
+    if (!created.ok()) {
+      SendError(response, ToHttpError(created.status(), ErrorPhase::kServing));
+      return;
+    }
+    session_id = (*created)->id();
+    prepared.session.emplace(*std::move(created));
+  }
+  if (!session_id.empty()) response.set_header("x-attnserve-session", session_id);
   const int choices = static_cast<int>(prepared.ids.size()) * request.n;
   auto events = std::make_shared<ChoiceEvents>(choices);
   int64_t prompt_tokens = 0;
@@ -228,6 +248,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
       events->Push({k, "", {}, true, "", start});
     }
     while (!events->Done()) events->Take(kStreamPoll);
+    if (request.session_id == "new") sessions_.Close(session_id, caller).IgnoreError();
     SendError(response, ToHttpError(start, start.code() == absl::StatusCode::kInvalidArgument
                                                ? ErrorPhase::kRequest
                                                : ErrorPhase::kServing));
@@ -237,7 +258,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
   for (size_t p = 0; p < prepared.ids.size(); ++p) {
     for (int j = 0; j < request.n; ++j) echo.push_back(prepared.echo[p]);
   }
-  ResponseHeader header{RandomId(chat ? "chatcmpl" : "cmpl"), m.name(), created};
+  ResponseHeader header{RandomId(chat ? "chatcmpl" : "cmpl"), m.name(), created, session_id};
   const text::Tokenizer* tokenizer = m.text() != nullptr ? m.text()->tokenizer.get() : nullptr;
   auto assembler = std::make_shared<CompletionAssembler>(request, header, tokenizer, choices,
                                                          std::move(echo), prompt_tokens);

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace attnserve::server::openai {
 namespace {
 
@@ -30,6 +32,7 @@ CompletionAssembler::CompletionAssembler(const CompletionRequest& request, Respo
 }
 
 std::string CompletionAssembler::TokenString(int64_t id) const {
+  if (request_.tokens_as_ids) return absl::StrCat("token_id:", id);
   return tokenizer_ != nullptr ? std::string(tokenizer_->TokenBytes(id)) : std::string();
 }
 
@@ -82,6 +85,7 @@ json CompletionAssembler::ChunkObject() const {
              {"model", header_.model},
              {"choices", json::array()}};
   if (request_.include_usage) chunk["usage"] = nullptr;
+  if (!header_.session_id.empty()) chunk["session_id"] = header_.session_id;
   return chunk;
 }
 
@@ -191,12 +195,14 @@ std::string CompletionAssembler::Body() const {
     }
     choices.push_back(choice);
   }
-  return Dump(json{{"id", header_.id},
-                   {"object", request_.chat ? "chat.completion" : "text_completion"},
-                   {"created", header_.created},
-                   {"model", header_.model},
-                   {"choices", choices},
-                   {"usage", Usage()}});
+  json body{{"id", header_.id},
+            {"object", request_.chat ? "chat.completion" : "text_completion"},
+            {"created", header_.created},
+            {"model", header_.model},
+            {"choices", choices},
+            {"usage", Usage()}};
+  if (!header_.session_id.empty()) body["session_id"] = header_.session_id;
+  return Dump(body);
 }
 
 }  // namespace attnserve::server::openai

@@ -28,9 +28,10 @@
 namespace attnserve::server::openai {
 
 struct ResponseHeader {
-  std::string id;       // "cmpl-..." or "chatcmpl-..."
-  std::string model;    // the model that answered
-  int64_t created = 0;  // Unix seconds
+  std::string id;          // "cmpl-..." or "chatcmpl-..."
+  std::string model;       // the model that answered
+  int64_t created = 0;     // Unix seconds
+  std::string session_id;  // the session it continued or created (attnserve's extension)
 };
 
 class CompletionAssembler {

@@ -332,8 +332,8 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body, bool 
   if (Has(body, "ignore_eos")) {
     ASSIGN_OR_RETURN(out.ignore_eos, Bool(body, "ignore_eos"));
   }
-  if (Has(body, "skip_special_tokens")) {
-    ASSIGN_OR_RETURN(out.skip_special_tokens, Bool(body, "skip_special_tokens"));
+  if (Has(body, "return_tokens_as_token_ids")) {
+    ASSIGN_OR_RETURN(out.tokens_as_ids, Bool(body, "return_tokens_as_token_ids"));
   }
   RETURN_IF_ERROR(ReadSampling(body, &out));
   if (Has(body, "user") && body["user"].is_string()) out.user = body["user"].get<std::string>();

@@ -63,8 +63,8 @@ struct CompletionRequest {
   std::vector<std::string> stop;
   std::vector<int64_t> stop_token_ids;  // vLLM's extension
   bool ignore_eos = false;              // vLLM's extension
-  bool skip_special_tokens = true;
-  bool seeded = false;  // `seed` given (else each request draws its own)
+  bool tokens_as_ids = false;           // return_tokens_as_token_ids (vLLM's): "token_id:N" strings
+  bool seeded = false;                  // `seed` given (else each request draws its own)
   scheduler::Sampling sampling;
   std::string user;
   // Continue this session (attnserve's extension; also the x-attnserve-session header).

@@ -139,6 +139,19 @@ absl::Status OpenAiServer::Start() {
                             const Caller& caller) {
               HandleCompletion(request, response, /*chat=*/true, caller);
             }));
+  // attnserve's extension: closes a session (one made with session_id "new", or over gRPC).
+  http.Delete(R"(/v1/sessions/([0-9a-f]+))",
+              admitted([this](const httplib::Request& request, httplib::Response& response,
+                              const Caller& caller) {
+                const std::string id = request.matches[1];
+                absl::Status closed = ValidateSessionId(id);
+                if (closed.ok()) closed = sessions_.Close(id, caller);
+                if (!closed.ok()) {
+                  SendStatus(response, closed, ErrorPhase::kRequest);
+                  return;
+                }
+                SendJson(response, json{{"id", id}, {"object", "session"}, {"deleted", true}});
+              }));
   port_ = options_.port == 0
               ? http.bind_to_any_port(options_.host)
               : (http.bind_to_port(options_.host, options_.port) ? options_.port : -1);
