@@ -11,9 +11,10 @@ BUILD_PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev
   libhiredis-dev libxxhash-dev libpcre2-dev libutf8proc-dev
 )
+# python3-jinja2: the chat templates' golden outputs (tests/golden/chat_templates);
 # python3-yaml and nodejs (npm below): the deploy tests (tests/deploy); redis-server: the
 # session store tests; haproxy: the gateway (scripts/cluster.sh, tests/integration/gateway_test.py).
-TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf prometheus curl python3-yaml nodejs
+TEST_PACKAGES=(python3-torch python3-grpcio python3-protobuf python3-jinja2 prometheus curl python3-yaml nodejs
                redis-server haproxy)
 
 packages=("${BUILD_PACKAGES[@]}")

@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
 #include "server/text/jinja/builtins.h"
 #include "server/text/jinja/interpreter.h"
-#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja {
 
@@ -89,7 +89,7 @@ absl::StatusOr<bool> Contains(const Value& hay, const Value& needle) {
 }  // namespace
 
 absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
-  JINJA_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   if (++depth_ > limits_.max_depth * 16) {
     return absl::ResourceExhaustedError(
         absl::StrCat("chat template: recursion deeper than ", limits_.max_depth * 16));
@@ -103,7 +103,7 @@ absl::Status Interpreter::EvalArgs(const Expr& e, size_t first, ValueList* args,
   for (size_t i = first; i < e.args.size(); ++i) {
     const Expr& a = *e.args[i];
     bool splat = a.kind == ExprKind::kUnary && (a.name == "*" || a.name == "**");
-    JINJA_ASSIGN_OR_RETURN(v, Eval(splat ? *a.args[0] : a));
+    ASSIGN_OR_RETURN(auto v, Eval(splat ? *a.args[0] : a));
     if (!splat) {
       args->push_back(std::move(v));
     } else if (a.name == "*" && v.is_list()) {
@@ -116,7 +116,7 @@ absl::Status Interpreter::EvalArgs(const Expr& e, size_t first, ValueList* args,
     }
   }
   for (const auto& [k, x] : e.kwargs) {
-    JINJA_ASSIGN_OR_RETURN(v, Eval(*x));
+    ASSIGN_OR_RETURN(auto v, Eval(*x));
     kwargs->emplace_back(k, std::move(v));
   }
   return absl::OkStatus();
@@ -135,7 +135,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e) {
     case ExprKind::kTuple: {
       ValueList items;
       for (const auto& a : e.args) {
-        JINJA_ASSIGN_OR_RETURN(v, Eval(*a));
+        ASSIGN_OR_RETURN(auto v, Eval(*a));
         items.push_back(std::move(v));
       }
       return e.kind == ExprKind::kList ? Value::List(std::move(items))
@@ -144,20 +144,20 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e) {
     case ExprKind::kDict: {
       Value d = Value::Dict();
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
-        JINJA_ASSIGN_OR_RETURN(k, Eval(*e.args[i]));
-        JINJA_ASSIGN_OR_RETURN(v, Eval(*e.args[i + 1]));
+        ASSIGN_OR_RETURN(auto k, Eval(*e.args[i]));
+        ASSIGN_OR_RETURN(auto v, Eval(*e.args[i + 1]));
         d.dict().Set(k, std::move(v));
       }
       return d;
     }
     case ExprKind::kAttr: {
-      JINJA_ASSIGN_OR_RETURN(obj, Eval(*e.args[0]));
+      ASSIGN_OR_RETURN(auto obj, Eval(*e.args[0]));
       if (obj.is_undefined()) return UndefinedError(obj);
       return GetAttr(obj, e.name);
     }
     case ExprKind::kSubscript: {
-      JINJA_ASSIGN_OR_RETURN(obj, Eval(*e.args[0]));
-      JINJA_ASSIGN_OR_RETURN(key, Eval(*e.args[1]));
+      ASSIGN_OR_RETURN(auto obj, Eval(*e.args[0]));
+      ASSIGN_OR_RETURN(auto key, Eval(*e.args[1]));
       return GetItem(obj, key);
     }
     case ExprKind::kSlice:
@@ -167,15 +167,15 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e) {
     case ExprKind::kFilter:
       return EvalFilter(e, nullptr);
     case ExprKind::kTest: {
-      JINJA_ASSIGN_OR_RETURN(v, Eval(*e.args[0]));
+      ASSIGN_OR_RETURN(auto v, Eval(*e.args[0]));
       ValueList args;
       KwArgs kwargs;
-      JINJA_RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
-      JINJA_ASSIGN_OR_RETURN(r, ApplyTest(*this, e.name, v, args));
+      RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
+      ASSIGN_OR_RETURN(auto r, ApplyTest(*this, e.name, v, args));
       return Value::Bool(r != e.negated);
     }
     case ExprKind::kUnary: {
-      JINJA_ASSIGN_OR_RETURN(v, Eval(*e.args[0]));
+      ASSIGN_OR_RETURN(auto v, Eval(*e.args[0]));
       if (e.name == "not") return Value::Bool(!v.Truthy());
       if (v.is_undefined()) return UndefinedError(v);
       if (!v.is_number()) {
@@ -192,7 +192,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e) {
     case ExprKind::kBinary:
       return EvalBinary(e);
     case ExprKind::kCond: {
-      JINJA_ASSIGN_OR_RETURN(c, Eval(*e.args[1]));
+      ASSIGN_OR_RETURN(auto c, Eval(*e.args[1]));
       if (c.Truthy()) return Eval(*e.args[0]);
       if (e.args.size() > 2 && e.args[2]) return Eval(*e.args[2]);
       return Value::Undefined("the inline if expression evaluated to false and no else was given");
@@ -203,35 +203,35 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& e) {
 
 absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
   const std::string& op = e.name;
-  JINJA_ASSIGN_OR_RETURN(a, Eval(*e.args[0]));
+  ASSIGN_OR_RETURN(auto a, Eval(*e.args[0]));
   if (op == "and") return a.Truthy() ? Eval(*e.args[1]) : a;
   if (op == "or") return a.Truthy() ? a : Eval(*e.args[1]);
-  JINJA_ASSIGN_OR_RETURN(b, Eval(*e.args[1]));
+  ASSIGN_OR_RETURN(auto b, Eval(*e.args[1]));
   if (op == "==") return Value::Bool(a.Equals(b));
   if (op == "!=") return Value::Bool(!a.Equals(b));
   if (op == "in" || op == "not in") {
-    JINJA_ASSIGN_OR_RETURN(r, Contains(b, a));
+    ASSIGN_OR_RETURN(auto r, Contains(b, a));
     return Value::Bool(r == (op == "in"));
   }
   if (op == "<" || op == ">" || op == "<=" || op == ">=") {
     if (a.is_undefined() || b.is_undefined()) return OperandError(op, a, b);
-    JINJA_ASSIGN_OR_RETURN(c, a.Compare(b));
+    ASSIGN_OR_RETURN(auto c, a.Compare(b));
     bool r = op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
     return Value::Bool(r);
   }
   if (op == "~") {
     std::string s = a.ToString();
     std::string t = b.ToString();
-    JINJA_RETURN_IF_ERROR(ChargeString(static_cast<int64_t>(s.size() + t.size())));
+    RETURN_IF_ERROR(ChargeString(static_cast<int64_t>(s.size() + t.size())));
     return Value::String(s + t);
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
-      JINJA_RETURN_IF_ERROR(ChargeString(static_cast<int64_t>(a.str().size() + b.str().size())));
+      RETURN_IF_ERROR(ChargeString(static_cast<int64_t>(a.str().size() + b.str().size())));
       return Value::String(a.str() + b.str());
     }
     if (a.is_list() && b.is_list()) {
-      JINJA_RETURN_IF_ERROR(ChargeList(static_cast<int64_t>(a.list().size() + b.list().size())));
+      RETURN_IF_ERROR(ChargeList(static_cast<int64_t>(a.list().size() + b.list().size())));
       ValueList items = a.list();
       items.insert(items.end(), b.list().begin(), b.list().end());
       return a.is_tuple() ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
@@ -248,7 +248,7 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
         if (n > 0 && static_cast<int64_t>(seq->str().size()) > limits_.max_value_bytes / n) {
           return ChargeString(limits_.max_value_bytes + 1);
         }
-        JINJA_RETURN_IF_ERROR(ChargeString(static_cast<int64_t>(seq->str().size()) * n));
+        RETURN_IF_ERROR(ChargeString(static_cast<int64_t>(seq->str().size()) * n));
         std::string s;
         s.reserve(seq->str().size() * n);
         for (int64_t i = 0; i < n; ++i) s += seq->str();
@@ -257,7 +257,7 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
       if (n > 0 && static_cast<int64_t>(seq->list().size()) > limits_.max_value_bytes / n) {
         return ChargeList(limits_.max_value_bytes + 1);
       }
-      JINJA_RETURN_IF_ERROR(ChargeList(static_cast<int64_t>(seq->list().size()) * n));
+      RETURN_IF_ERROR(ChargeList(static_cast<int64_t>(seq->list().size()) * n));
       ValueList items;
       for (int64_t i = 0; i < n; ++i) {
         items.insert(items.end(), seq->list().begin(), seq->list().end());
@@ -326,11 +326,11 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const Expr& e) {
 }
 
 absl::StatusOr<Value> Interpreter::EvalSlice(const Expr& e) {
-  JINJA_ASSIGN_OR_RETURN(obj, Eval(*e.args[0]));
+  ASSIGN_OR_RETURN(auto obj, Eval(*e.args[0]));
   Value parts[3];
   for (int i = 0; i < 3; ++i) {
     if (e.args[i + 1]) {
-      JINJA_ASSIGN_OR_RETURN(v, Eval(*e.args[i + 1]));
+      ASSIGN_OR_RETURN(auto v, Eval(*e.args[i + 1]));
       if (!v.is_none() && !IsIntLike(v)) {
         return absl::InvalidArgumentError("slice indices must be integers or None");
       }
@@ -369,22 +369,22 @@ absl::StatusOr<Value> Interpreter::EvalCall(const Expr& e) {
   const Expr& callee = *e.args[0];
   Value fn;
   if (callee.kind == ExprKind::kAttr) {
-    JINJA_ASSIGN_OR_RETURN(obj, Eval(*callee.args[0]));
+    ASSIGN_OR_RETURN(auto obj, Eval(*callee.args[0]));
     if (obj.is_undefined()) return UndefinedError(obj);
     if (IsMethod(obj, callee.name)) {
       ValueList args;
       KwArgs kwargs;
-      JINJA_RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
+      RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
       return CallMethod(*this, obj, callee.name, args, kwargs);
     }
     fn = GetAttr(obj, callee.name);
   } else {
-    JINJA_ASSIGN_OR_RETURN(f, Eval(callee));
+    ASSIGN_OR_RETURN(auto f, Eval(callee));
     fn = std::move(f);
   }
   ValueList args;
   KwArgs kwargs;
-  JINJA_RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
+  RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
   return Call(fn, args, kwargs);
 }
 
@@ -392,11 +392,11 @@ absl::StatusOr<Value> Interpreter::EvalFilter(const Expr& e, const Value* block_
   Value input;
   if (e.args[0]) {
     if (e.args[0]->kind == ExprKind::kFilter) {
-      JINJA_RETURN_IF_ERROR(Step());
-      JINJA_ASSIGN_OR_RETURN(v, EvalFilter(*e.args[0], block_input));
+      RETURN_IF_ERROR(Step());
+      ASSIGN_OR_RETURN(auto v, EvalFilter(*e.args[0], block_input));
       input = std::move(v);
     } else {
-      JINJA_ASSIGN_OR_RETURN(v, Eval(*e.args[0]));
+      ASSIGN_OR_RETURN(auto v, Eval(*e.args[0]));
       input = std::move(v);
     }
   } else if (block_input != nullptr) {
@@ -404,7 +404,7 @@ absl::StatusOr<Value> Interpreter::EvalFilter(const Expr& e, const Value* block_
   }
   ValueList args;
   KwArgs kwargs;
-  JINJA_RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
+  RETURN_IF_ERROR(EvalArgs(e, 1, &args, &kwargs));
   return ApplyFilter(*this, e.name, input, args, kwargs);
 }
 

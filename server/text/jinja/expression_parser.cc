@@ -9,7 +9,7 @@ namespace attnserve::server::text::jinja::parser_internal {
 
 ExprOr Parser::ParseTupleExpr(bool allow_cond) {
   int line = Peek().line;
-  JINJA_ASSIGN_OR_RETURN(first, ParseExpression(allow_cond));
+  ASSIGN_OR_RETURN(auto first, ParseExpression(allow_cond));
   if (!IsOp(",")) return first;
   std::vector<ExprPtr> items;
   items.push_back(std::move(first));
@@ -18,26 +18,26 @@ ExprOr Parser::ParseTupleExpr(bool allow_cond) {
     if (Peek().type == TokenType::kBlockEnd || Peek().type == TokenType::kVarEnd || IsName("if")) {
       break;
     }
-    JINJA_ASSIGN_OR_RETURN(e, ParseExpression(allow_cond));
+    ASSIGN_OR_RETURN(auto e, ParseExpression(allow_cond));
     items.push_back(std::move(e));
   }
   return Make(ExprKind::kTuple, line, std::move(items));
 }
 
 ExprOr Parser::ParseExpression(bool allow_cond) {
-  JINJA_RETURN_IF_ERROR(Deeper(Peek()));
-  JINJA_ASSIGN_OR_RETURN(e, ParseOr());
+  RETURN_IF_ERROR(Deeper(Peek()));
+  ASSIGN_OR_RETURN(auto e, ParseOr());
   while (allow_cond && IsName("if")) {
     int line = Next().line;
-    JINJA_ASSIGN_OR_RETURN(cond, ParseOr());
+    ASSIGN_OR_RETURN(auto cond, ParseOr());
     ExprPtr otherwise;
     if (IsName("else")) {
       Next();
-      JINJA_ASSIGN_OR_RETURN(o, ParseExpression());
+      ASSIGN_OR_RETURN(auto o, ParseExpression());
       otherwise = std::move(o);
     }
-    JINJA_ASSIGN_OR_RETURN(
-        c, Make(ExprKind::kCond, line, Args(std::move(e), std::move(cond), std::move(otherwise))));
+    ASSIGN_OR_RETURN(auto c, Make(ExprKind::kCond, line,
+                                  Args(std::move(e), std::move(cond), std::move(otherwise))));
     e = std::move(c);
   }
   --depth_;
@@ -45,24 +45,24 @@ ExprOr Parser::ParseExpression(bool allow_cond) {
 }
 
 ExprOr Parser::ParseOr() {
-  JINJA_ASSIGN_OR_RETURN(left, ParseAnd());
+  ASSIGN_OR_RETURN(auto left, ParseAnd());
   while (IsName("or")) {
     int line = Next().line;
-    JINJA_ASSIGN_OR_RETURN(right, ParseAnd());
-    JINJA_ASSIGN_OR_RETURN(
-        b, Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), "or"));
+    ASSIGN_OR_RETURN(auto right, ParseAnd());
+    ASSIGN_OR_RETURN(auto b,
+                     Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), "or"));
     left = std::move(b);
   }
   return left;
 }
 
 ExprOr Parser::ParseAnd() {
-  JINJA_ASSIGN_OR_RETURN(left, ParseNot());
+  ASSIGN_OR_RETURN(auto left, ParseNot());
   while (IsName("and")) {
     int line = Next().line;
-    JINJA_ASSIGN_OR_RETURN(right, ParseNot());
-    JINJA_ASSIGN_OR_RETURN(
-        b, Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), "and"));
+    ASSIGN_OR_RETURN(auto right, ParseNot());
+    ASSIGN_OR_RETURN(auto b,
+                     Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), "and"));
     left = std::move(b);
   }
   return left;
@@ -71,8 +71,8 @@ ExprOr Parser::ParseAnd() {
 ExprOr Parser::ParseNot() {
   if (IsName("not")) {
     int line = Next().line;
-    JINJA_RETURN_IF_ERROR(Deeper(Peek()));
-    JINJA_ASSIGN_OR_RETURN(inner, ParseNot());
+    RETURN_IF_ERROR(Deeper(Peek()));
+    ASSIGN_OR_RETURN(auto inner, ParseNot());
     --depth_;
     return Make(ExprKind::kUnary, line, Args(std::move(inner)), "not");
   }
@@ -80,7 +80,7 @@ ExprOr Parser::ParseNot() {
 }
 
 ExprOr Parser::ParseCompare() {
-  JINJA_ASSIGN_OR_RETURN(left, ParseMath1());
+  ASSIGN_OR_RETURN(auto left, ParseMath1());
   while (true) {
     std::string op;
     if (Peek().type == TokenType::kOp &&
@@ -98,16 +98,16 @@ ExprOr Parser::ParseCompare() {
       return left;
     }
     int line = left->line;
-    JINJA_ASSIGN_OR_RETURN(right, ParseMath1());
-    JINJA_ASSIGN_OR_RETURN(
-        b, Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), op));
+    ASSIGN_OR_RETURN(auto right, ParseMath1());
+    ASSIGN_OR_RETURN(auto b,
+                     Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), op));
     left = std::move(b);
   }
 }
 
 template <typename Sub>
 ExprOr Parser::ParseBinaryLevel(std::initializer_list<std::string_view> ops, Sub sub) {
-  JINJA_ASSIGN_OR_RETURN(left, (this->*sub)());
+  ASSIGN_OR_RETURN(auto left, (this->*sub)());
   while (true) {
     std::string op;
     for (std::string_view o : ops) {
@@ -115,9 +115,9 @@ ExprOr Parser::ParseBinaryLevel(std::initializer_list<std::string_view> ops, Sub
     }
     if (op.empty()) return left;
     int line = Next().line;
-    JINJA_ASSIGN_OR_RETURN(right, (this->*sub)());
-    JINJA_ASSIGN_OR_RETURN(
-        b, Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), op));
+    ASSIGN_OR_RETURN(auto right, (this->*sub)());
+    ASSIGN_OR_RETURN(auto b,
+                     Make(ExprKind::kBinary, line, Args(std::move(left), std::move(right)), op));
     left = std::move(b);
   }
 }
@@ -137,16 +137,16 @@ ExprOr Parser::ParseUnary(bool with_filter) {
   if (IsOp("-") || IsOp("+")) {
     const Token& t = Next();
     std::string op = t.value;
-    JINJA_RETURN_IF_ERROR(Deeper(t));
-    JINJA_ASSIGN_OR_RETURN(inner, ParseUnary(false));
+    RETURN_IF_ERROR(Deeper(t));
+    ASSIGN_OR_RETURN(auto inner, ParseUnary(false));
     --depth_;
-    JINJA_ASSIGN_OR_RETURN(u, Make(ExprKind::kUnary, t.line, Args(std::move(inner)), op));
+    ASSIGN_OR_RETURN(auto u, Make(ExprKind::kUnary, t.line, Args(std::move(inner)), op));
     node = std::move(u);
   } else {
-    JINJA_ASSIGN_OR_RETURN(p, ParsePrimary());
+    ASSIGN_OR_RETURN(auto p, ParsePrimary());
     node = std::move(p);
   }
-  JINJA_ASSIGN_OR_RETURN(post, ParsePostfix(std::move(node)));
+  ASSIGN_OR_RETURN(auto post, ParsePostfix(std::move(node)));
   if (!with_filter) return post;
   return ParseFilterExpr(std::move(post));
 }
@@ -192,11 +192,11 @@ ExprOr Parser::ParsePrimary() {
     bool tuple = false;
     while (!IsOp(")")) {
       if (!items.empty()) {
-        JINJA_RETURN_IF_ERROR(ExpectOp(","));
+        RETURN_IF_ERROR(ExpectOp(","));
         tuple = true;
         if (IsOp(")")) break;
       }
-      JINJA_ASSIGN_OR_RETURN(e, ParseExpression());
+      ASSIGN_OR_RETURN(auto e, ParseExpression());
       items.push_back(std::move(e));
     }
     Next();
@@ -209,10 +209,10 @@ ExprOr Parser::ParsePrimary() {
     std::vector<ExprPtr> items;
     while (!IsOp("]")) {
       if (!items.empty()) {
-        JINJA_RETURN_IF_ERROR(ExpectOp(","));
+        RETURN_IF_ERROR(ExpectOp(","));
         if (IsOp("]")) break;
       }
-      JINJA_ASSIGN_OR_RETURN(e, ParseExpression());
+      ASSIGN_OR_RETURN(auto e, ParseExpression());
       items.push_back(std::move(e));
     }
     Next();
@@ -223,12 +223,12 @@ ExprOr Parser::ParsePrimary() {
     std::vector<ExprPtr> items;
     while (!IsOp("}")) {
       if (!items.empty()) {
-        JINJA_RETURN_IF_ERROR(ExpectOp(","));
+        RETURN_IF_ERROR(ExpectOp(","));
         if (IsOp("}")) break;
       }
-      JINJA_ASSIGN_OR_RETURN(k, ParseExpression());
-      JINJA_RETURN_IF_ERROR(ExpectOp(":"));
-      JINJA_ASSIGN_OR_RETURN(v, ParseExpression());
+      ASSIGN_OR_RETURN(auto k, ParseExpression());
+      RETURN_IF_ERROR(ExpectOp(":"));
+      ASSIGN_OR_RETURN(auto v, ParseExpression());
       items.push_back(std::move(k));
       items.push_back(std::move(v));
     }
@@ -240,28 +240,28 @@ ExprOr Parser::ParsePrimary() {
 
 absl::Status Parser::ParseCallArgs(std::vector<ExprPtr>* args,
                                    std::vector<std::pair<std::string, ExprPtr>>* kwargs) {
-  JINJA_RETURN_IF_ERROR(ExpectOp("("));
+  RETURN_IF_ERROR(ExpectOp("("));
   bool first = true;
   while (!IsOp(")")) {
     if (!first) {
-      JINJA_RETURN_IF_ERROR(ExpectOp(","));
+      RETURN_IF_ERROR(ExpectOp(","));
       if (IsOp(")")) break;
     }
     first = false;
     if (IsOp("*") || IsOp("**")) {  // *args / **kwargs splats
       const Token& t = Next();
       std::string op = t.value;
-      JINJA_ASSIGN_OR_RETURN(v, ParseExpression());
-      JINJA_ASSIGN_OR_RETURN(splat, Make(ExprKind::kUnary, t.line, Args(std::move(v)), op));
+      ASSIGN_OR_RETURN(auto v, ParseExpression());
+      ASSIGN_OR_RETURN(auto splat, Make(ExprKind::kUnary, t.line, Args(std::move(v)), op));
       args->push_back(std::move(splat));
     } else if (Peek().type == TokenType::kName && IsOp("=", 1)) {
       std::string name = Next().value;
       Next();
-      JINJA_ASSIGN_OR_RETURN(v, ParseExpression());
+      ASSIGN_OR_RETURN(auto v, ParseExpression());
       kwargs->emplace_back(std::move(name), std::move(v));
     } else {
       if (!kwargs->empty()) return Error(Peek(), "positional argument after keyword argument");
-      JINJA_ASSIGN_OR_RETURN(v, ParseExpression());
+      ASSIGN_OR_RETURN(auto v, ParseExpression());
       args->push_back(std::move(v));
     }
   }
@@ -276,54 +276,54 @@ ExprOr Parser::ParsePostfix(ExprPtr node) {
       Next();
       if (Peek().type == TokenType::kInt) {
         ExprPtr idx = Literal(Value::Int(std::strtoll(Next().value.c_str(), nullptr, 10)), line);
-        JINJA_ASSIGN_OR_RETURN(
-            s, Make(ExprKind::kSubscript, line, Args(std::move(node), std::move(idx))));
+        ASSIGN_OR_RETURN(auto s,
+                         Make(ExprKind::kSubscript, line, Args(std::move(node), std::move(idx))));
         node = std::move(s);
         continue;
       }
-      JINJA_ASSIGN_OR_RETURN(name, ExpectName());
-      JINJA_ASSIGN_OR_RETURN(a, Make(ExprKind::kAttr, line, Args(std::move(node)), name));
+      ASSIGN_OR_RETURN(auto name, ExpectName());
+      ASSIGN_OR_RETURN(auto a, Make(ExprKind::kAttr, line, Args(std::move(node)), name));
       node = std::move(a);
     } else if (IsOp("[")) {
       Next();
       ExprPtr start, stop, step;
       if (!IsOp(":")) {
-        JINJA_ASSIGN_OR_RETURN(s, ParseExpression());
+        ASSIGN_OR_RETURN(auto s, ParseExpression());
         start = std::move(s);
       }
       if (IsOp(":")) {
         Next();
         if (!IsOp("]") && !IsOp(":")) {
-          JINJA_ASSIGN_OR_RETURN(s, ParseExpression());
+          ASSIGN_OR_RETURN(auto s, ParseExpression());
           stop = std::move(s);
         }
         if (IsOp(":")) {
           Next();
           if (!IsOp("]")) {
-            JINJA_ASSIGN_OR_RETURN(s, ParseExpression());
+            ASSIGN_OR_RETURN(auto s, ParseExpression());
             step = std::move(s);
           }
         }
-        JINJA_RETURN_IF_ERROR(ExpectOp("]"));
+        RETURN_IF_ERROR(ExpectOp("]"));
         std::vector<ExprPtr> args;
         args.push_back(std::move(node));
         args.push_back(std::move(start));
         args.push_back(std::move(stop));
         args.push_back(std::move(step));
-        JINJA_ASSIGN_OR_RETURN(sl, Make(ExprKind::kSlice, line, std::move(args)));
+        ASSIGN_OR_RETURN(auto sl, Make(ExprKind::kSlice, line, std::move(args)));
         node = std::move(sl);
       } else {
-        JINJA_RETURN_IF_ERROR(ExpectOp("]"));
-        JINJA_ASSIGN_OR_RETURN(
-            s, Make(ExprKind::kSubscript, line, Args(std::move(node), std::move(start))));
+        RETURN_IF_ERROR(ExpectOp("]"));
+        ASSIGN_OR_RETURN(auto s,
+                         Make(ExprKind::kSubscript, line, Args(std::move(node), std::move(start))));
         node = std::move(s);
       }
     } else if (IsOp("(")) {
       std::vector<ExprPtr> args;
       args.push_back(std::move(node));
       std::vector<std::pair<std::string, ExprPtr>> kwargs;
-      JINJA_RETURN_IF_ERROR(ParseCallArgs(&args, &kwargs));
-      JINJA_ASSIGN_OR_RETURN(c, Make(ExprKind::kCall, line, std::move(args)));
+      RETURN_IF_ERROR(ParseCallArgs(&args, &kwargs));
+      ASSIGN_OR_RETURN(auto c, Make(ExprKind::kCall, line, std::move(args)));
       const_cast<Expr*>(c.get())->kwargs = std::move(kwargs);
       node = std::move(c);
     } else {
@@ -334,12 +334,12 @@ ExprOr Parser::ParsePostfix(ExprPtr node) {
 
 ExprOr Parser::ParseFilter(ExprPtr input) {
   int line = Peek().line;
-  JINJA_ASSIGN_OR_RETURN(name, ExpectName());
+  ASSIGN_OR_RETURN(auto name, ExpectName());
   std::vector<ExprPtr> args;
   args.push_back(std::move(input));
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
-  if (IsOp("(")) JINJA_RETURN_IF_ERROR(ParseCallArgs(&args, &kwargs));
-  JINJA_ASSIGN_OR_RETURN(f, Make(ExprKind::kFilter, line, std::move(args), name));
+  if (IsOp("(")) RETURN_IF_ERROR(ParseCallArgs(&args, &kwargs));
+  ASSIGN_OR_RETURN(auto f, Make(ExprKind::kFilter, line, std::move(args), name));
   const_cast<Expr*>(f.get())->kwargs = std::move(kwargs);
   return f;
 }
@@ -348,7 +348,7 @@ ExprOr Parser::ParseFilterExpr(ExprPtr node) {
   while (true) {
     if (IsOp("|")) {
       Next();
-      JINJA_ASSIGN_OR_RETURN(f, ParseFilter(std::move(node)));
+      ASSIGN_OR_RETURN(auto f, ParseFilter(std::move(node)));
       node = std::move(f);
     } else if (IsName("is")) {
       int line = Next().line;
@@ -357,23 +357,23 @@ ExprOr Parser::ParseFilterExpr(ExprPtr node) {
         Next();
         negated = true;
       }
-      JINJA_ASSIGN_OR_RETURN(name, ExpectName());
+      ASSIGN_OR_RETURN(auto name, ExpectName());
       std::vector<ExprPtr> args;
       args.push_back(std::move(node));
       std::vector<std::pair<std::string, ExprPtr>> kwargs;
       const Token& t = Peek();
       if (IsOp("(")) {
-        JINJA_RETURN_IF_ERROR(ParseCallArgs(&args, &kwargs));
+        RETURN_IF_ERROR(ParseCallArgs(&args, &kwargs));
       } else if ((t.type == TokenType::kName || t.type == TokenType::kString ||
                   t.type == TokenType::kInt || t.type == TokenType::kFloat || IsOp("[") ||
                   IsOp("{")) &&
                  !IsName("else") && !IsName("or") && !IsName("and") && !IsName("if") &&
                  !IsName("in") && !IsName("not") && !IsName("is")) {
-        JINJA_ASSIGN_OR_RETURN(p, ParsePrimary());
-        JINJA_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(p)));
+        ASSIGN_OR_RETURN(auto p, ParsePrimary());
+        ASSIGN_OR_RETURN(auto arg, ParsePostfix(std::move(p)));
         args.push_back(std::move(arg));
       }
-      JINJA_ASSIGN_OR_RETURN(test, Make(ExprKind::kTest, line, std::move(args), name));
+      ASSIGN_OR_RETURN(auto test, Make(ExprKind::kTest, line, std::move(args), name));
       const_cast<Expr*>(test.get())->negated = negated;
       const_cast<Expr*>(test.get())->kwargs = std::move(kwargs);
       node = std::move(test);

@@ -4,8 +4,8 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
 #include "server/text/jinja/builtins.h"
-#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja {
 namespace {
@@ -182,7 +182,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
         absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
   }
   if (name == "first" || name == "last") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     if (items.empty())
       return Value::Undefined(absl::StrCat("No ", name, " item, sequence was empty."));
     return name == "first" ? items.front() : items.back();
@@ -196,7 +196,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
   if (name == "join") {
     Value sep = Arg(args, kwargs, 0, "d", Value::String(""));
     Value attr = Arg(args, kwargs, 1, "attribute");
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (i) out += sep.ToString();
@@ -228,7 +228,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
       if (indent.str().size() > 64) return absl::InvalidArgumentError("tojson indent too large");
       ind = indent.str();
     }
-    JINJA_ASSIGN_OR_RETURN(s, ToJson(in, v, ascii, ind, use_indent, sort_keys));
+    ASSIGN_OR_RETURN(auto s, ToJson(in, v, ascii, ind, use_indent, sort_keys));
     return Value::String(std::move(s));
   }
   if (name == "safe" || name == "string") {
@@ -269,7 +269,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
     return Value::Float(r / scale);
   }
   if (name == "list") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     return Value::List(std::move(items));
   }
   if (name == "items") {
@@ -293,7 +293,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
     return Value::List(std::move(out));
   }
   if (name == "sort") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     bool reverse = Arg(args, kwargs, 0, "reverse", Value::Bool(false)).Truthy();
     bool cs = Arg(args, kwargs, 1, "case_sensitive", Value::Bool(false)).Truthy();
     Value attr = Arg(args, kwargs, 2, "attribute");
@@ -311,12 +311,12 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
         out.append(v.str(), off[i - 1], off[i] - off[i - 1]);
       return Value::String(std::move(out));
     }
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     std::reverse(items.begin(), items.end());
     return Value::List(std::move(items));
   }
   if (name == "unique") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     bool cs = Arg(args, kwargs, 0, "case_sensitive", Value::Bool(false)).Truthy();
     Value attr = Arg(args, kwargs, 1, "attribute");
     ValueList out, seen;
@@ -335,7 +335,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
     return Value::List(std::move(out));
   }
   if (name == "sum" || name == "min" || name == "max") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     Value attr = Arg(args, kwargs, name == "sum" ? 0 : 1, "attribute");
     if (name == "sum") {
       Value total = Arg(args, kwargs, 1, "start", Value::Int(0));
@@ -364,14 +364,14 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
     for (const Value& x : items) {
       Value a = attr.is_string() ? AttrPath(x, attr.str()) : x;
       Value b = attr.is_string() ? AttrPath(best, attr.str()) : best;
-      JINJA_ASSIGN_OR_RETURN(c, CompareKeys(a, b, cs));
+      ASSIGN_OR_RETURN(auto c, CompareKeys(a, b, cs));
       if ((name == "min" && c < 0) || (name == "max" && c > 0)) best = x;
     }
     return best;
   }
   if (name == "map" || name == "select" || name == "reject" || name == "selectattr" ||
       name == "rejectattr") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     ValueList out;
     if (name == "map") {
       Value attr = Arg(args, kwargs, 99, "attribute");
@@ -392,7 +392,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
         if (!st.ok()) return st;
         ValueList a = rest;
         KwArgs k = kwargs;
-        JINJA_ASSIGN_OR_RETURN(y, ApplyFilter(in, filter, x, a, k));
+        ASSIGN_OR_RETURN(auto y, ApplyFilter(in, filter, x, a, k));
         out.push_back(std::move(y));
       }
       return Value::List(std::move(out));
@@ -412,7 +412,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
         r = subject.Truthy();
       } else {
         ValueList targs(args.begin() + test_pos + 1, args.end());
-        JINJA_ASSIGN_OR_RETURN(t, ApplyTest(in, args[test_pos].ToString(), subject, targs));
+        ASSIGN_OR_RETURN(auto t, ApplyTest(in, args[test_pos].ToString(), subject, targs));
         r = t;
       }
       if (r == keep_when) out.push_back(x);
@@ -420,7 +420,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
     return Value::List(std::move(out));
   }
   if (name == "batch") {
-    JINJA_ASSIGN_OR_RETURN(items, Items(v));
+    ASSIGN_OR_RETURN(auto items, Items(v));
     Value n = Arg(args, kwargs, 0, "linecount");
     Value fill = Arg(args, kwargs, 1, "fill_with", Value::None());
     if (!n.is_int() || n.int_value() <= 0)
@@ -450,8 +450,8 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
                           : std::string(std::clamp<int64_t>(width.int_value(), 0, 256), ' ');
     ValueList none;
     KwArgs nokw;
-    JINJA_ASSIGN_OR_RETURN(lines,
-                           CallMethod(in, Value::String(str() + "\n"), "splitlines", none, nokw));
+    ASSIGN_OR_RETURN(auto lines,
+                     CallMethod(in, Value::String(str() + "\n"), "splitlines", none, nokw));
     std::string out;
     for (size_t i = 0; i < lines.list().size(); ++i) {
       const std::string& line = lines.list()[i].str();

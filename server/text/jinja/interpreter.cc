@@ -5,8 +5,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
 #include "server/text/jinja/builtins.h"
-#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja {
 
@@ -115,7 +115,7 @@ absl::Status Interpreter::ExecBody(const Body& body) {
         absl::StrCat("chat template: recursion deeper than ", limits_.max_depth * 16));
   }
   for (const auto& n : body) {
-    JINJA_RETURN_IF_ERROR(Exec(*n));
+    RETURN_IF_ERROR(Exec(*n));
     if (flow_ != Flow::kNormal) break;
   }
   --depth_;
@@ -138,19 +138,19 @@ absl::StatusOr<std::string> Interpreter::Capture(const Body& body, int frame_par
 }
 
 absl::Status Interpreter::Exec(const Node& n) {
-  JINJA_RETURN_IF_ERROR(Step());
+  RETURN_IF_ERROR(Step());
   line_ = n.line;
   switch (n.kind) {
     case NodeKind::kText:
       return Emit(n.text);
     case NodeKind::kOutput: {
-      JINJA_ASSIGN_OR_RETURN(v, Eval(*n.expr));
+      ASSIGN_OR_RETURN(auto v, Eval(*n.expr));
       if (v.is_string()) return Emit(v.str());
       return Emit(v.ToString());
     }
     case NodeKind::kIf: {
       for (size_t i = 0; i < n.conditions.size(); ++i) {
-        JINJA_ASSIGN_OR_RETURN(c, Eval(*n.conditions[i]));
+        ASSIGN_OR_RETURN(auto c, Eval(*n.conditions[i]));
         if (c.Truthy()) return ExecBody(n.bodies[i]);
       }
       if (n.bodies.size() > n.conditions.size()) return ExecBody(n.bodies.back());
@@ -185,18 +185,18 @@ absl::Status Interpreter::Exec(const Node& n) {
             return Value::String(std::move(*s));
           });
       const Expr& call = *n.expr;
-      JINJA_ASSIGN_OR_RETURN(callee, Eval(*call.args[0]));
+      ASSIGN_OR_RETURN(auto callee, Eval(*call.args[0]));
       ValueList args;
       KwArgs kwargs;
-      JINJA_RETURN_IF_ERROR(EvalArgs(call, 1, &args, &kwargs));
+      RETURN_IF_ERROR(EvalArgs(call, 1, &args, &kwargs));
       kwargs.emplace_back("caller", caller);
-      JINJA_ASSIGN_OR_RETURN(r, Call(callee, args, kwargs));
+      ASSIGN_OR_RETURN(auto r, Call(callee, args, kwargs));
       return Emit(r.ToString());
     }
     case NodeKind::kFilterBlock: {
-      JINJA_ASSIGN_OR_RETURN(text, Capture(n.bodies[0], current_));
+      ASSIGN_OR_RETURN(auto text, Capture(n.bodies[0], current_));
       Value input = Value::String(std::move(text));
-      JINJA_ASSIGN_OR_RETURN(r, EvalFilter(*n.expr, &input));
+      ASSIGN_OR_RETURN(auto r, EvalFilter(*n.expr, &input));
       return Emit(r.ToString());
     }
     case NodeKind::kBreak:
@@ -210,7 +210,7 @@ absl::Status Interpreter::Exec(const Node& n) {
 }
 
 absl::Status Interpreter::ExecFor(const Node& n) {
-  JINJA_ASSIGN_OR_RETURN(iterable, Eval(*n.expr));
+  ASSIGN_OR_RETURN(auto iterable, Eval(*n.expr));
   ValueList items;
   if (iterable.is_list()) {
     if (iterable.use_count() == 1) {
@@ -245,7 +245,7 @@ absl::Status Interpreter::ExecFor(const Node& n) {
   if (n.cond) {
     ValueList kept;
     for (const Value& item : items) {
-      JINJA_RETURN_IF_ERROR(Step());
+      RETURN_IF_ERROR(Step());
       int saved = PushFrame(current_);
       absl::Status st = bind(item);
       absl::StatusOr<Value> c = st.ok() ? Eval(*n.cond) : absl::StatusOr<Value>(st);
@@ -308,10 +308,10 @@ absl::Status Interpreter::ExecFor(const Node& n) {
 absl::Status Interpreter::ExecSet(const Node& n) {
   Value v;
   if (n.expr) {
-    JINJA_ASSIGN_OR_RETURN(e, Eval(*n.expr));
+    ASSIGN_OR_RETURN(auto e, Eval(*n.expr));
     v = std::move(e);
   } else {
-    JINJA_ASSIGN_OR_RETURN(text, Capture(n.bodies[0], -2));
+    ASSIGN_OR_RETURN(auto text, Capture(n.bodies[0], -2));
     v = Value::String(std::move(text));
   }
   if (!n.text.empty()) {

@@ -8,7 +8,7 @@ namespace parser_internal {
 
 absl::Status Parser::ParseBody(Body* body, std::initializer_list<const char*> ends,
                                std::string* end) {
-  JINJA_RETURN_IF_ERROR(Deeper(Peek()));
+  RETURN_IF_ERROR(Deeper(Peek()));
   while (true) {
     const Token& t = Peek();
     switch (t.type) {
@@ -32,7 +32,7 @@ absl::Status Parser::ParseBody(Body* body, std::initializer_list<const char*> en
         auto n = std::make_unique<Node>();
         n->kind = NodeKind::kOutput;
         n->line = t.line;
-        JINJA_ASSIGN_OR_RETURN(e, ParseTupleExpr());
+        ASSIGN_OR_RETURN(auto e, ParseTupleExpr());
         n->expr = std::move(e);
         if (Peek().type != TokenType::kVarEnd) {
           return Error(Peek(), absl::StrCat("expected '}}', got ", Describe(Peek())));
@@ -54,7 +54,7 @@ absl::Status Parser::ParseBody(Body* body, std::initializer_list<const char*> en
           }
         }
         Next();
-        JINJA_RETURN_IF_ERROR(ParseStatement(body));
+        RETURN_IF_ERROR(ParseStatement(body));
         break;
       }
       default:
@@ -71,20 +71,20 @@ absl::Status Parser::ParseStatement(Body* body) {
   std::string end;
   if (k == "if") {
     n->kind = NodeKind::kIf;
-    JINJA_ASSIGN_OR_RETURN(cond, ParseExpression());
+    ASSIGN_OR_RETURN(auto cond, ParseExpression());
     n->conditions.push_back(std::move(cond));
-    JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ExpectBlockEnd());
     while (true) {
       n->bodies.emplace_back();
-      JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"elif", "else", "endif"}, &end));
+      RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"elif", "else", "endif"}, &end));
       if (end == "elif") {
-        JINJA_ASSIGN_OR_RETURN(c, ParseExpression());
+        ASSIGN_OR_RETURN(auto c, ParseExpression());
         n->conditions.push_back(std::move(c));
-        JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+        RETURN_IF_ERROR(ExpectBlockEnd());
       } else if (end == "else") {
-        JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+        RETURN_IF_ERROR(ExpectBlockEnd());
         n->bodies.emplace_back();
-        JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endif"}, &end));
+        RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endif"}, &end));
         break;
       } else {
         break;
@@ -92,101 +92,101 @@ absl::Status Parser::ParseStatement(Body* body) {
     }
   } else if (k == "for") {
     n->kind = NodeKind::kFor;
-    JINJA_RETURN_IF_ERROR(ParseTargets(&n->targets));
+    RETURN_IF_ERROR(ParseTargets(&n->targets));
     if (!IsName("in")) return Error(Peek(), "expected 'in'");
     Next();
-    JINJA_ASSIGN_OR_RETURN(iter, ParseTupleExpr(/*allow_cond=*/false));
+    ASSIGN_OR_RETURN(auto iter, ParseTupleExpr(/*allow_cond=*/false));
     n->expr = std::move(iter);
     if (IsName("if")) {
       Next();
-      JINJA_ASSIGN_OR_RETURN(c, ParseExpression());
+      ASSIGN_OR_RETURN(auto c, ParseExpression());
       n->cond = std::move(c);
     }
     if (IsName("recursive")) return Error(Peek(), "recursive loops are not supported");
-    JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ExpectBlockEnd());
     ++loop_depth_;
     n->bodies.emplace_back();
-    JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"else", "endfor"}, &end));
+    RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"else", "endfor"}, &end));
     --loop_depth_;
     if (end == "else") {
-      JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+      RETURN_IF_ERROR(ExpectBlockEnd());
       n->bodies.emplace_back();
-      JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endfor"}, &end));
+      RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endfor"}, &end));
     }
   } else if (k == "set") {
     n->kind = NodeKind::kSet;
-    JINJA_ASSIGN_OR_RETURN(first, ExpectName());
+    ASSIGN_OR_RETURN(auto first, ExpectName());
     if (IsOp(".")) {
       Next();
-      JINJA_ASSIGN_OR_RETURN(attr, ExpectName());
+      ASSIGN_OR_RETURN(auto attr, ExpectName());
       n->targets.push_back(first);
       n->text = attr;
     } else {
       n->targets.push_back(first);
       while (IsOp(",")) {
         Next();
-        JINJA_ASSIGN_OR_RETURN(more, ExpectName());
+        ASSIGN_OR_RETURN(auto more, ExpectName());
         n->targets.push_back(more);
       }
     }
     if (IsOp("=")) {
       Next();
-      JINJA_ASSIGN_OR_RETURN(v, ParseTupleExpr());
+      ASSIGN_OR_RETURN(auto v, ParseTupleExpr());
       n->expr = std::move(v);
     } else {
       if (!n->text.empty() || n->targets.size() != 1) {
         return Error(Peek(), "expected '='");
       }
-      JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+      RETURN_IF_ERROR(ExpectBlockEnd());
       n->bodies.emplace_back();
-      JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endset"}, &end));
+      RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endset"}, &end));
     }
   } else if (k == "macro") {
     n->kind = NodeKind::kMacro;
-    JINJA_ASSIGN_OR_RETURN(name, ExpectName());
+    ASSIGN_OR_RETURN(auto name, ExpectName());
     n->text = name;
-    JINJA_RETURN_IF_ERROR(ParseParams(&n->params));
-    JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ParseParams(&n->params));
+    RETURN_IF_ERROR(ExpectBlockEnd());
     int saved_loops = loop_depth_;
     loop_depth_ = 0;
     n->bodies.emplace_back();
-    JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endmacro"}, &end));
+    RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endmacro"}, &end));
     loop_depth_ = saved_loops;
   } else if (k == "call") {
     n->kind = NodeKind::kCallBlock;
-    if (IsOp("(")) JINJA_RETURN_IF_ERROR(ParseParams(&n->params));
-    JINJA_ASSIGN_OR_RETURN(call, ParseExpression());
+    if (IsOp("(")) RETURN_IF_ERROR(ParseParams(&n->params));
+    ASSIGN_OR_RETURN(auto call, ParseExpression());
     if (call->kind != ExprKind::kCall) return Error(kw, "expected a call after 'call'");
     n->expr = std::move(call);
-    JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ExpectBlockEnd());
     n->bodies.emplace_back();
-    JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endcall"}, &end));
+    RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endcall"}, &end));
   } else if (k == "filter") {
     n->kind = NodeKind::kFilterBlock;
     ExprPtr chain = nullptr;
     do {
       if (chain) Next();  // '|'
-      JINJA_ASSIGN_OR_RETURN(f, ParseFilter(std::move(chain)));
+      ASSIGN_OR_RETURN(auto f, ParseFilter(std::move(chain)));
       chain = std::move(f);
     } while (IsOp("|"));
     n->expr = std::move(chain);
-    JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ExpectBlockEnd());
     n->bodies.emplace_back();
-    JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endfilter"}, &end));
+    RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endfilter"}, &end));
   } else if (k == "generation") {
     // Hugging Face's {% generation %}: marks assistant text for masks; renders its contents.
     n->kind = NodeKind::kIf;
     n->conditions.push_back(Literal(Value::Bool(true), kw.line));
-    JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+    RETURN_IF_ERROR(ExpectBlockEnd());
     n->bodies.emplace_back();
-    JINJA_RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endgeneration"}, &end));
+    RETURN_IF_ERROR(ParseBody(&n->bodies.back(), {"endgeneration"}, &end));
   } else if (k == "break" || k == "continue") {
     if (loop_depth_ == 0) return Error(kw, absl::StrCat("'", k, "' outside of a loop"));
     n->kind = k == "break" ? NodeKind::kBreak : NodeKind::kContinue;
   } else {
     return Error(kw, absl::StrCat("unknown statement '", k, "'"));
   }
-  JINJA_RETURN_IF_ERROR(ExpectBlockEnd());
+  RETURN_IF_ERROR(ExpectBlockEnd());
   body->push_back(std::move(n));
   return absl::OkStatus();
 }
@@ -196,23 +196,23 @@ absl::Status Parser::ParseTargets(std::vector<std::string>* targets) {
   if (paren) Next();
   do {
     if (!targets->empty()) Next();  // ','
-    JINJA_ASSIGN_OR_RETURN(name, ExpectName());
+    ASSIGN_OR_RETURN(auto name, ExpectName());
     targets->push_back(name);
   } while (IsOp(","));
-  if (paren) JINJA_RETURN_IF_ERROR(ExpectOp(")"));
+  if (paren) RETURN_IF_ERROR(ExpectOp(")"));
   return absl::OkStatus();
 }
 
 absl::Status Parser::ParseParams(std::vector<std::pair<std::string, ExprPtr>>* params) {
-  JINJA_RETURN_IF_ERROR(ExpectOp("("));
+  RETURN_IF_ERROR(ExpectOp("("));
   while (!IsOp(")")) {
-    if (!params->empty()) JINJA_RETURN_IF_ERROR(ExpectOp(","));
+    if (!params->empty()) RETURN_IF_ERROR(ExpectOp(","));
     if (IsOp(")")) break;
-    JINJA_ASSIGN_OR_RETURN(name, ExpectName());
+    ASSIGN_OR_RETURN(auto name, ExpectName());
     ExprPtr def;
     if (IsOp("=")) {
       Next();
-      JINJA_ASSIGN_OR_RETURN(d, ParseExpression());
+      ASSIGN_OR_RETURN(auto d, ParseExpression());
       def = std::move(d);
     }
     params->emplace_back(name, std::move(def));

@@ -14,9 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/common/status_macros.h"
 #include "server/text/jinja/ast.h"
 #include "server/text/jinja/lexer.h"
-#include "server/text/jinja/status_macros.h"
 
 namespace attnserve::server::text::jinja::parser_internal {
 
@@ -30,7 +30,7 @@ class Parser {
   absl::StatusOr<std::unique_ptr<const Program>> Run() {
     auto program = std::make_unique<Program>();
     std::string end;
-    JINJA_RETURN_IF_ERROR(ParseBody(&program->body, {}, &end));
+    RETURN_IF_ERROR(ParseBody(&program->body, {}, &end));
     return std::unique_ptr<const Program>(std::move(program));
   }
 

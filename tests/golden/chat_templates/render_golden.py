@@ -8,11 +8,13 @@ writes expected.json: {template: {case: {"output": text} | {"error": message, "r
 strftime_now formats a fixed time (cases.json's now_unix_seconds, UTC) so the output is
 reproducible; the C++ engine takes the same time through ChatTemplateInputs::now.
 
-  /usr/bin/python3 tests/golden/chat_templates/render_golden.py
+  /usr/bin/python3 tests/golden/chat_templates/render_golden.py            # writes expected.json
+  /usr/bin/python3 tests/golden/chat_templates/render_golden.py --check    # CTest: compares
 """
 import datetime
 import json
 import os
+import sys
 
 import jinja2
 import jinja2.ext
@@ -82,10 +84,23 @@ def main():
             except Exception as e:  # a Python error inside the template (TypeError, ...)
                 out[case_name] = {"error": "%s: %s" % (type(e).__name__, e), "raised": False}
         expected[name] = out
-    with open(os.path.join(HERE, "expected.json"), "w", encoding="utf-8") as f:
+    path = os.path.join(HERE, "expected.json")
+    n = sum(len(v) for v in expected.values())
+    if "--check" in sys.argv:
+        # CTest: the stored outputs are what this machine's jinja2 renders now.
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+        if stored != expected:
+            differ = [(t, c) for t in expected for c in expected[t]
+                      if stored.get(t, {}).get(c) != expected[t][c]]
+            print("expected.json differs from python3-jinja2 %s on %d renders, e.g. %s" %
+                  (jinja2.__version__, len(differ), differ[:5]))
+            sys.exit(1)
+        print("%d renders of python3-jinja2 %s match expected.json" % (n, jinja2.__version__))
+        return
+    with open(path, "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, indent=1, sort_keys=True)
         f.write("\n")
-    n = sum(len(v) for v in expected.values())
     errors = sum(1 for v in expected.values() for c in v.values() if "error" in c)
     print("%d renders (%d expected errors) -> expected.json" % (n, errors))
 
