@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "client/load/report_table.h"
 #include "client/load/svg_plot.h"
+#include "common/markup_escape.h"
 
 namespace attnserve::load {
 namespace {
@@ -96,7 +97,7 @@ std::string LengthPlots(const RunReport& report, const std::string& mode, const 
     spec.log_y = true;
     html += Figure(absl::StrFormat("data-mode=\"%s\" data-load=\"%s\" data-x=\"length\" "
                                    "data-metric=\"%s\"",
-                                   XmlEscape(mode), XmlEscape(LoadLabel(load)), metric.id),
+                                   EscapeMarkup(mode), EscapeMarkup(LoadLabel(load)), metric.id),
                    RenderSvgPlot(spec, series));
   }
   return html;
@@ -135,7 +136,7 @@ std::string LoadPlots(const RunReport& report, const std::string& mode, int64_t 
     html += Figure(
         absl::StrFormat("data-mode=\"%s\" data-length=\"%d\" data-x=\"%s\" "
                         "data-metric=\"%s\"",
-                        XmlEscape(mode), length, open_loop ? "rps" : "concurrency", metric.id),
+                        EscapeMarkup(mode), length, open_loop ? "rps" : "concurrency", metric.id),
         RenderSvgPlot(spec, series));
   }
   return html;
@@ -165,7 +166,7 @@ dd { margin-left: 10em; }
   for (const LoadPoint& l : c.loads) loads.push_back(LoadLabel(l));
   absl::StrAppend(&html, "<dl>\n");
   auto item = [&html](const std::string& k, const std::string& v) {
-    absl::StrAppend(&html, "<dt>", XmlEscape(k), "</dt><dd>", XmlEscape(v), "</dd>\n");
+    absl::StrAppend(&html, "<dt>", EscapeMarkup(k), "</dt><dd>", EscapeMarkup(v), "</dd>\n");
   };
   item("target", c.target);
   item("started", report.started_at);
@@ -181,17 +182,17 @@ dd { margin-left: 10em; }
                   "from each request's intended send time (for open loop, its slot on "
                   "the fixed schedule) to its final status; failed requests are counted "
                   "by gRPC code and left out of the latency figures.</p>\n<pre>",
-                  XmlEscape(ReportToTable(report)), "</pre>\n");
+                  EscapeMarkup(ReportToTable(report)), "</pre>\n");
 
   for (const std::string& mode : c.modes) {
     if (VariantsOf(report, mode).empty()) continue;
-    absl::StrAppend(&html, "<h2>", XmlEscape(mode), ": against length</h2>\n");
+    absl::StrAppend(&html, "<h2>", EscapeMarkup(mode), ": against length</h2>\n");
     for (const LoadPoint& load : c.loads) html += LengthPlots(report, mode, load);
     for (bool open_loop : {false, true}) {
       const auto n = std::count_if(c.loads.begin(), c.loads.end(),
                                    [&](const LoadPoint& l) { return l.open_loop == open_loop; });
       if (n < 2) continue;
-      absl::StrAppend(&html, "<h2>", XmlEscape(mode), ": against ",
+      absl::StrAppend(&html, "<h2>", EscapeMarkup(mode), ": against ",
                       open_loop ? "offered rate" : "concurrency", "</h2>\n");
       for (int64_t length : c.lengths) html += LoadPlots(report, mode, length, open_loop);
     }

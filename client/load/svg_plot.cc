@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/markup_escape.h"
 
 namespace attnserve::load {
 namespace {
@@ -99,32 +100,6 @@ void Pad(Axis& axis) {
 
 }  // namespace
 
-std::string XmlEscape(absl::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string RenderSvgPlot(const PlotSpec& spec, const std::vector<PlotSeries>& series) {
   // Layout: plot area on the left, legend column on the right.
   const int legend_w = 150;
@@ -162,10 +137,10 @@ std::string RenderSvgPlot(const PlotSpec& spec, const std::vector<PlotSeries>& s
       "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" width=\"%d\" height=\"%d\" "
       "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"11\">\n",
       spec.width, spec.height, spec.width, spec.height);
-  absl::StrAppend(&svg, "<title>", XmlEscape(spec.title), "</title>\n");
+  absl::StrAppend(&svg, "<title>", EscapeMarkup(spec.title), "</title>\n");
   absl::StrAppendFormat(&svg,
                         "<text x=\"%d\" y=\"18\" font-size=\"13\" font-weight=\"bold\">%s</text>\n",
-                        left, XmlEscape(spec.title));
+                        left, EscapeMarkup(spec.title));
   absl::StrAppendFormat(&svg,
                         "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
                         "stroke=\"#888\"/>\n",
@@ -187,18 +162,18 @@ std::string RenderSvgPlot(const PlotSpec& spec, const std::vector<PlotSeries>& s
                           left, py, right, py, left - 4, py + 4, Num(t));
   }
   absl::StrAppendFormat(&svg, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s%s</text>\n",
-                        (left + right) / 2, spec.height - 12, XmlEscape(spec.x_label),
+                        (left + right) / 2, spec.height - 12, EscapeMarkup(spec.x_label),
                         spec.log_x ? " (log scale)" : "");
   absl::StrAppendFormat(&svg,
                         "<text x=\"14\" y=\"%d\" text-anchor=\"middle\" "
                         "transform=\"rotate(-90 14 %d)\">%s%s</text>\n",
-                        (top + bottom) / 2, (top + bottom) / 2, XmlEscape(spec.y_label),
+                        (top + bottom) / 2, (top + bottom) / 2, EscapeMarkup(spec.y_label),
                         spec.log_y ? " (log scale)" : "");
 
   // Series and legend.
   for (size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
-    const std::string name = XmlEscape(series[i].name);
+    const std::string name = EscapeMarkup(series[i].name);
     if (!pts[i].empty()) {
       std::string points;
       for (const auto& [px, py] : pts[i]) {

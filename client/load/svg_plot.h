@@ -32,9 +32,6 @@ struct PlotSpec {
 
 std::string RenderSvgPlot(const PlotSpec& spec, const std::vector<PlotSeries>& series);
 
-// `s` with &, <, >, " and ' escaped for XML text and attribute values.
-std::string XmlEscape(absl::string_view s);
-
 }  // namespace attnserve::load
 
 #endif  // ATTNSERVE_CLIENT_LOAD_SVG_PLOT_H_

@@ -146,18 +146,20 @@ test('a session over HTTP continues as the whole sequence would', async () => {
   const ids = (r) => r.choices[0].logprobs.tokens.map((t) => Number(t.replace('token_id:', '')));
   const tokenize = async (text) => (await (await fetch(`${base.replace('/v1', '')}/tokenize`, {
     method: 'POST', body: JSON.stringify({ model: 'mamba', prompt: text, add_special_tokens: false }) })).json()).tokens;
-  const first = await client().completions.create({ ...greedy, prompt: 'Hello', session_id: 'new' });
+  // Prompts of ids throughout: each request samples by the same rules (a text prompt would
+  // sample only ids with text).
+  const hello = await tokenize('Hello'), again = await tokenize(' again');
+  const first = await client().completions.create({ ...greedy, prompt: hello, session_id: 'new' });
   assert.match(first.session_id, /^[0-9a-f]{32}$/);
-  const second = await client().completions.create({ ...greedy, prompt: ' again', session_id: first.session_id });
+  const second = await client().completions.create({ ...greedy, prompt: again, session_id: first.session_id });
   assert.equal(second.session_id, first.session_id);
-  const whole = await client().completions.create(
-    { ...greedy, prompt: [...(await tokenize('Hello')), ...ids(first), ...(await tokenize(' again'))] });
+  const whole = await client().completions.create({ ...greedy, prompt: [...hello, ...ids(first), ...again] });
   assert.deepEqual(ids(second), ids(whole));
   assert.equal(second.choices[0].text, whole.choices[0].text);
   const closed = await fetch(`${base}/sessions/${first.session_id}`, { method: 'DELETE' });
   assert.deepEqual(await closed.json(), { id: first.session_id, object: 'session', deleted: true });
-  const again = await fetch(`${base}/sessions/${first.session_id}`, { method: 'DELETE' });
-  assert.equal(again.status, 404);
+  const twice = await fetch(`${base}/sessions/${first.session_id}`, { method: 'DELETE' });
+  assert.equal(twice.status, 404);
 });
 
 test('errors as the client raises them: 404 and 400 naming the field', async () => {

@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "server/client_text.h"
 #include "server/rpc/openai/completion_response.h"
+#include "server/rpc/openai/connection_probe.h"
 #include "server/rpc/openai/openai_error.h"
 #include "server/rpc/openai/openai_server.h"
 #include "server/rpc/text_requests.h"
@@ -54,6 +55,7 @@ struct PreparedPrompts {
   const model::Model* model = nullptr;
   std::vector<std::vector<int64_t>> ids;
   std::vector<std::string> echo;  // per prompt: its text (for echo)
+  std::vector<bool> is_ids;       // per prompt: given as token ids
   std::optional<SessionUse> session;
 };
 
@@ -68,15 +70,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
   PreparedPrompts prepared;
   // Reading the request: every error is the request's (400 for limits too).
   absl::Status read = [&]() -> absl::Status {
-    json body = json::parse(http_request.body, nullptr, /*allow_exceptions=*/false);
-    if (body.is_discarded()) {
-      try {
-        (void)json::parse(http_request.body);
-      } catch (const json::parse_error& e) {
-        return absl::InvalidArgumentError(absl::StrCat("the body is not valid JSON: ", e.what()));
-      }
-      return absl::InvalidArgumentError("the body is not valid JSON");
-    }
+    ASSIGN_OR_RETURN(json body, ParseJsonBody(http_request.body));
     ASSIGN_OR_RETURN(request, ParseCompletionRequest(body, chat, options_.limits));
     if (const std::string header = http_request.get_header_value("x-attnserve-session");
         !header.empty()) {
@@ -141,6 +135,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
                        TokenizeForModel(*prepared.model, *rendered, /*add_special_tokens=*/false,
                                         max_ids, limits, "the rendered conversation"));
       prepared.ids.push_back(std::move(ids));
+      prepared.is_ids.push_back(false);
       prepared.echo.emplace_back();
     } else {
       for (const Prompt& p : request.prompts) {
@@ -163,6 +158,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
             }
           }
           prepared.ids.push_back(p.ids);
+          prepared.is_ids.push_back(true);
           prepared.echo.push_back(request.echo && m.text() != nullptr
                                       ? m.text()->tokenizer->Decode(p.ids, false)
                                       : std::string());
@@ -172,6 +168,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
                            TokenizeForModel(m, p.text, !prepared.session.has_value(), max_ids,
                                             limits, "prompt"));
           prepared.ids.push_back(std::move(ids));
+          prepared.is_ids.push_back(false);
           prepared.echo.push_back(request.echo ? p.text : std::string());
         }
       }
@@ -237,7 +234,9 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
     run.ids = prepared.ids[p];
     if (p == 0 && prepared.session.has_value()) run.session.emplace(std::move(*prepared.session));
     run.first_index = static_cast<int>(p) * request.n;
-    run.text_prompt = m.text() != nullptr;
+    // As every door: a text prompt stops at the model's end-of-text and samples only ids with
+    // text; a prompt of ids neither (the same ids give the same tokens through every door).
+    run.text_prompt = m.text() != nullptr && !prepared.is_ids[p];
     start = runner_.Start(caller, request, std::move(run), events);
     if (start.ok()) ++started;
   }
@@ -263,7 +262,14 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
   auto assembler = std::make_shared<CompletionAssembler>(request, header, tokenizer, choices,
                                                          std::move(echo), prompt_tokens);
   if (!request.stream) {
-    while (!events->Done()) assembler->Add(events->Take(absl::Seconds(1)));
+    // Nothing is written before the end: poll the connection, so that a client that goes
+    // away stops its generation and frees its sessions.
+    const int socket = FindConnectionSocket(http_request.remote_addr, http_request.remote_port,
+                                            http_request.local_port);
+    while (!events->Done()) {
+      assembler->Add(events->Take(kStreamPoll));
+      if (socket >= 0 && !events->cancelled() && PeerClosed(socket)) events->Cancel();
+    }
     if (!assembler->error().ok()) {
       SendError(response, ToHttpError(assembler->error(), ErrorPhase::kServing));
       return;

@@ -247,6 +247,38 @@ std::string ParamOf(const absl::Status& status) {
   return param.has_value() ? std::string(*param) : std::string();
 }
 
+absl::StatusOr<json> ParseJsonBody(const std::string& body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the body nests deeper than ", kMaxJsonDepth, " levels"));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  try {
+    json value = json::parse(body);
+    if (!value.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+    return value;
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the body is not valid JSON: ", e.what()));
+  }
+}
+
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body, bool chat,
                                                          const RequestLimits& limits) {
   if (!body.is_object()) {

@@ -71,6 +71,12 @@ struct CompletionRequest {
   std::string session_id;
 };
 
+// A request body as JSON: INVALID_ARGUMENT saying where it does not parse, that it is not an
+// object, or that it nests deeper than kMaxJsonDepth (checked before parsing: nesting costs
+// the parser and the destructor stack).
+inline constexpr int kMaxJsonDepth = 64;
+absl::StatusOr<nlohmann::json> ParseJsonBody(const std::string& body);
+
 // Reads `body` (already parsed JSON). `chat` selects the endpoint's fields.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body, bool chat,
                                                          const RequestLimits& limits);

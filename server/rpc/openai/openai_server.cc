@@ -35,22 +35,6 @@ void SendJson(httplib::Response& response, const json& body) {
                        "application/json");
 }
 
-// The JSON body, or a 400 naming the parse error's place.
-absl::StatusOr<json> ParseBody(const httplib::Request& request) {
-  json body = json::parse(request.body, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    // Parse again for the message (only for malformed bodies, which are small or refused).
-    try {
-      (void)json::parse(request.body);
-    } catch (const json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat("the body is not valid JSON: ", e.what()));
-    }
-    return absl::InvalidArgumentError("the body is not valid JSON");
-  }
-  if (!body.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
-  return body;
-}
-
 }  // namespace
 
 OpenAiServer::OpenAiServer(const model::ModelRepository& repository, const Policy& policy,
@@ -264,7 +248,7 @@ void OpenAiServer::HandleModels(httplib::Response& response) const {
 void OpenAiServer::HandleTokenize(const httplib::Request& request,
                                   httplib::Response& response) const {
   absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(json body, ParseBody(request));
+    ASSIGN_OR_RETURN(json body, ParseJsonBody(request.body));
     const std::string name = body.value("model", std::string());
     ASSIGN_OR_RETURN(const model::Model* m, ModelFor(name, 1));
     const json& prompt = body.contains("prompt") ? body["prompt"] : body["content"];
@@ -286,7 +270,7 @@ void OpenAiServer::HandleTokenize(const httplib::Request& request,
 void OpenAiServer::HandleDetokenize(const httplib::Request& request,
                                     httplib::Response& response) const {
   absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(json body, ParseBody(request));
+    ASSIGN_OR_RETURN(json body, ParseJsonBody(request.body));
     ASSIGN_OR_RETURN(const model::Model* m, ModelFor(body.value("model", std::string()), 1));
     if (m->text() == nullptr) return NoTokenizerError(*m, "send and read token ids");
     if (!body.contains("tokens") || !body["tokens"].is_array()) {

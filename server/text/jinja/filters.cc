@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/markup_escape.h"
 #include "kernels/common/status_macros.h"
 #include "server/text/jinja/builtins.h"
 
@@ -90,32 +91,6 @@ absl::Status SortValues(ValueList* items, bool reverse, bool case_sensitive,
     return reverse ? *c > 0 : *c < 0;
   });
   return err;
-}
-
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 absl::StatusOr<Value> ToInt(const Value& v, const Value& def) {
@@ -234,7 +209,7 @@ absl::StatusOr<Value> ApplyFilter(Interpreter& in, std::string_view name_view, c
   if (name == "safe" || name == "string") {
     return v.is_string() && name == "safe" ? v : Value::String(str());
   }
-  if (name == "escape" || name == "e") return Value::String(HtmlEscape(str()));
+  if (name == "escape" || name == "e") return Value::String(EscapeMarkup(str()));
   if (name == "int") return ToInt(v, Arg(args, kwargs, 0, "default", Value::Int(0)));
   if (name == "float") {
     Value def = Arg(args, kwargs, 0, "default", Value::Float(0));
