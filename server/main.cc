@@ -407,6 +407,7 @@ int main(int argc, char** argv) {
     http_options.runner.text_limits = options.text_limits;
     http_options.runner.prefix_cache_global = options.prefix_cache_global;
     http_options.authenticator = options.authenticator;
+    http_options.metrics = &metrics;
     if (http_options.threads < 1 || http_options.max_queued_connections < 1 ||
         http_options.max_body_bytes < 1 || http_options.max_header_bytes < 1 ||
         http_options.max_requests_per_client < 1 || http_options.max_requests < 1 ||

@@ -453,6 +453,11 @@ class SecureOverlayTest(OverlayTest, unittest.TestCase):
                 port, = [p for p in resource["spec"]["ports"] if p["name"] == "grpc"]
                 self.assertEqual(port["appProtocol"], "https", f"{key}: the gRPC port speaks TLS")
                 port["appProtocol"] = "kubernetes.io/h2c"
+                for port in resource["spec"]["ports"]:
+                    if port["name"] == "http":
+                        self.assertEqual(port["appProtocol"], "https",
+                                         f"{key}: the HTTP port serves HTTPS")
+                        port["appProtocol"] = "http"
             self.assertEqual(resource, theirs[key], key)
         # The server's Deployment is cpu's plus the args, the health port, the probes on it and
         # the Secret volumes.

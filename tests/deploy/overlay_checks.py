@@ -370,7 +370,8 @@ class OverlayTest:
                 self.assertEqual(port["port"], self.ports[port["targetPort"]])
         balanced = [s for s in services.values() if s["spec"].get("clusterIP") != "None"]
         self.assertEqual(len(balanced), 1)
-        self.assertEqual({p["name"] for p in balanced[0]["spec"]["ports"]}, {"grpc", "metrics"})
+        self.assertEqual({p["name"] for p in balanced[0]["spec"]["ports"]},
+                         {"grpc", "http", "metrics"})
 
     def test_service_monitor_scrapes_each_pod_once(self):
         monitor = dc.one(self.resources, "ServiceMonitor")

@@ -19,10 +19,10 @@ const { OpenAI } = require('openai');
 
 const servers = [];
 
-// Starts attnserve-server with `flags` and resolves with its HTTP base URL.
+// Starts attnserve-server with `flags` and resolves with its HTTP base URL and metrics URL.
 function startServer(flags) {
   return new Promise((resolve, reject) => {
-    const child = spawn(args.server, ['--port=0', '--http_port=0', '--metrics_port=-1',
+    const child = spawn(args.server, ['--port=0', '--http_port=0', '--metrics_port=0',
                                       '--http_host=127.0.0.1', ...flags],
                         { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, OMP_NUM_THREADS: '1' } });
     servers.push(child);
@@ -31,9 +31,10 @@ function startServer(flags) {
     const onData = (d) => {
       out += d;
       const m = out.match(/OpenAI-compatible HTTP on [^\s:]+:(\d+)/);
-      if (m) {
+      const metrics = out.match(/metrics on [^\s:]+:(\d+)/);
+      if (m && metrics) {
         clearTimeout(timer);
-        resolve(`http://127.0.0.1:${m[1]}/v1`);
+        resolve({ base: `http://127.0.0.1:${m[1]}/v1`, metrics: `http://127.0.0.1:${metrics[1]}/metrics` });
       }
     };
     child.stdout.on('data', onData);
@@ -45,7 +46,7 @@ function startServer(flags) {
 const tests = [];
 const test = (name, fn) => tests.push({ name, fn });
 
-let base, authBase;
+let base, authBase, metricsUrl;
 const client = (options = {}) => new OpenAI({ baseURL: base, apiKey: 'unused', maxRetries: 0, ...options });
 
 test('models.list names the served models', async () => {
@@ -221,14 +222,31 @@ test('an aborted n = 3 stream frees its sessions', async () => {
   assert.ok(ok, 'the sessions were not freed within 4 s of the abort');
 });
 
+// Runs last: the requests above are counted under protocol "openai", with the HTTP statuses as
+// gRPC code names.
+test('requests are counted in attnserve_requests_total{protocol="openai"}', async () => {
+  const text = await (await fetch(metricsUrl)).text();
+  const count = (labels) => {
+    const line = text.split('\n').find((l) => l.startsWith('attnserve_requests_total{') &&
+                                               labels.every((x) => l.includes(x)));
+    return line ? Number(line.split(' ').pop()) : 0;
+  };
+  assert.ok(count(['code="OK"', 'protocol="openai"', 'rpc="ChatCompletions"', 'variant="mamba"']) >= 3);
+  assert.ok(count(['code="OK"', 'protocol="openai"', 'rpc="Completions"']) >= 5);
+  assert.ok(count(['code="NOT_FOUND"', 'protocol="openai"', 'variant="none"']) >= 1);
+  assert.ok(count(['code="RESOURCE_EXHAUSTED"', 'protocol="openai"']) >= 1);
+  assert.ok(count(['code="CANCELLED"', 'protocol="openai"']) >= 1);
+});
+
 async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'openai-client-test-'));
   const tokens = join(dir, 'tokens');
   writeFileSync(tokens, `alice: ${createHash('sha256').update('secret-token').digest('hex')}\n`);
-  [base, authBase] = await Promise.all([
+  const [a, b] = await Promise.all([
     startServer(['--max_sessions=3', '--http_max_requests_per_client=2', '--max_new_tokens=4000']),
     startServer([`--auth_tokens_file=${tokens}`]),
   ]);
+  [base, metricsUrl, authBase] = [a.base, a.metrics, b.base];
   let failed = 0;
   for (const t of tests) {
     const start = Date.now();

@@ -63,6 +63,7 @@ struct PreparedPrompts {
 
 void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
                                     httplib::Response& response, bool chat, const Caller& caller) {
+  const auto arrival = std::chrono::steady_clock::now();
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
@@ -70,7 +71,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
   PreparedPrompts prepared;
   // Reading the request: every error is the request's (400 for limits too).
   absl::Status read = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(json body, ParseJsonBody(http_request.body));
+    ASSIGN_OR_RETURN(nlohmann::ordered_json body, ParseJsonBody(http_request.body));
     ASSIGN_OR_RETURN(request, ParseCompletionRequest(body, chat, options_.limits));
     if (const std::string header = http_request.get_header_value("x-attnserve-session");
         !header.empty()) {
@@ -210,6 +211,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
     return;
   }
   const model::Model& m = *prepared.model;
+  response.set_header("x-attnserve-model", m.name());
   std::string session_id = prepared.session.has_value() ? (*prepared.session)->id() : "";
   if (request.session_id == "new") {
     absl::StatusOr<SessionUse> created =
@@ -301,7 +303,7 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
         sink.done();
         return true;
       },
-      [this, events, caller](bool success) {
+      [this, events, assembler, caller, chat, arrival, model = m.name()](bool success) {
         if (!success) {
           // Cut short (the client went away or stopped reading past --http_write_timeout_s):
           // the jobs stop at their next step and their temporary sessions close; wait for
@@ -310,6 +312,13 @@ void OpenAiServer::HandleCompletion(const httplib::Request& http_request,
           while (!events->Done()) events->Take(kStreamPoll);
         }
         Release(caller);
+        // A stream ends 200; one cut short is CANCELLED, one that ended with an error event
+        // that error's code.
+        const int status = !success ? 499
+                           : assembler->error().ok()
+                               ? 200
+                               : ToHttpError(assembler->error(), ErrorPhase::kServing).status;
+        Record(chat ? "ChatCompletions" : "Completions", model, status, arrival);
       });
 }
 

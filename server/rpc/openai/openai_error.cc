@@ -65,6 +65,33 @@ HttpError ToHttpError(const absl::Status& status, ErrorPhase phase) {
   return e;
 }
 
+const char* CodeName(int http_status) {
+  switch (http_status) {
+    case 200:
+      return "OK";
+    case 400:
+      return "INVALID_ARGUMENT";
+    case 401:
+      return "UNAUTHENTICATED";
+    case 403:
+      return "PERMISSION_DENIED";
+    case 404:
+      return "NOT_FOUND";
+    case 413:
+    case 429:
+    case 431:
+      return "RESOURCE_EXHAUSTED";
+    case 499:
+      return "CANCELLED";
+    case 503:
+      return "UNAVAILABLE";
+    case 504:
+      return "DEADLINE_EXCEEDED";
+    default:
+      return "INTERNAL";
+  }
+}
+
 std::string ErrorBody(const HttpError& error) {
   nlohmann::json body;
   nlohmann::json& e = body["error"];

@@ -28,6 +28,11 @@ HttpError ToHttpError(const absl::Status& status, ErrorPhase phase);
 HttpError MakeHttpError(int http_status, std::string type, std::string message,
                         std::string code = "", std::string param = "");
 
+// The gRPC code name of an HTTP status, for the metrics' `code` label (OK, INVALID_ARGUMENT,
+// UNAUTHENTICATED, NOT_FOUND, RESOURCE_EXHAUSTED for 413/429/431, CANCELLED, UNAVAILABLE, ...),
+// so that one dashboard reads all three doors.
+const char* CodeName(int http_status);
+
 // {"error": {...}} (valid UTF-8: bytes that are not are replaced).
 std::string ErrorBody(const HttpError& error);
 

@@ -10,7 +10,7 @@
 namespace attnserve::server::openai {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 const char* TypeName(const json& v) { return v.type_name(); }
 
@@ -127,7 +127,7 @@ absl::Status ReadMessages(const json& m, const RequestLimits& limits, Completion
     }
   }
   // Ordered: the template sees each message's keys in the order the client sent them.
-  out->messages = nlohmann::ordered_json::parse(m.dump());
+  out->messages = m;
   return absl::OkStatus();
 }
 
@@ -301,7 +301,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(const json& body, bool 
       if (!body["chat_template_kwargs"].is_object()) {
         return FieldError("chat_template_kwargs", "expected an object");
       }
-      out.chat_template_kwargs = nlohmann::ordered_json::parse(body["chat_template_kwargs"].dump());
+      out.chat_template_kwargs = body["chat_template_kwargs"];
     }
     out.max_tokens = limits.max_new_tokens;
   } else {

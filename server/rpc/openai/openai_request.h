@@ -75,10 +75,11 @@ struct CompletionRequest {
 // object, or that it nests deeper than kMaxJsonDepth (checked before parsing: nesting costs
 // the parser and the destructor stack).
 inline constexpr int kMaxJsonDepth = 64;
-absl::StatusOr<nlohmann::json> ParseJsonBody(const std::string& body);
+// Ordered: objects keep the client's key order (a chat template's tojson shows it).
+absl::StatusOr<nlohmann::ordered_json> ParseJsonBody(const std::string& body);
 
 // Reads `body` (already parsed JSON). `chat` selects the endpoint's fields.
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::json& body, bool chat,
-                                                         const RequestLimits& limits);
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(const nlohmann::ordered_json& body,
+                                                         bool chat, const RequestLimits& limits);
 
 }  // namespace attnserve::server::openai

@@ -97,36 +97,47 @@ absl::Status OpenAiServer::Start() {
     response.status = 200;
     response.set_content("", "text/plain");
   });
-  auto admitted = [this](auto handle) {
-    return [this, handle](const httplib::Request& request, httplib::Response& response) {
+  auto admitted = [this](const char* rpc, auto handle) {
+    return [this, rpc, handle](const httplib::Request& request, httplib::Response& response) {
+      const auto start = std::chrono::steady_clock::now();
       Caller caller;
-      if (!Admit(request, response, &caller)) return;
+      if (!Admit(request, response, &caller)) {
+        Record(rpc, "", response.status, start);
+        return;
+      }
       handle(request, response, caller);
-      // A streamed response releases when its stream ends (completion_handler.cc).
-      if (!response.is_chunked_content_provider_) Release(caller);
+      // A streamed response releases and records when its stream ends (completion_handler.cc).
+      if (!response.is_chunked_content_provider_) {
+        Release(caller);
+        Record(rpc, response.get_header_value("x-attnserve-model"), response.status, start);
+      }
     };
   };
-  http.Get("/v1/models", admitted([this](const httplib::Request&, httplib::Response& response,
-                                         const Caller&) { HandleModels(response); }));
-  http.Post("/tokenize",
-            admitted([this](const httplib::Request& request, httplib::Response& response,
-                            const Caller&) { HandleTokenize(request, response); }));
-  http.Post("/detokenize",
-            admitted([this](const httplib::Request& request, httplib::Response& response,
-                            const Caller&) { HandleDetokenize(request, response); }));
-  http.Post("/v1/completions", admitted([this](const httplib::Request& request,
-                                               httplib::Response& response, const Caller& caller) {
+  http.Get("/v1/models",
+           admitted("Models", [this](const httplib::Request&, httplib::Response& response,
+                                     const Caller&) { HandleModels(response); }));
+  http.Post("/tokenize", admitted("Tokenize", [this](const httplib::Request& request,
+                                                     httplib::Response& response, const Caller&) {
+              HandleTokenize(request, response);
+            }));
+  http.Post(
+      "/detokenize",
+      admitted("Detokenize", [this](const httplib::Request& request, httplib::Response& response,
+                                    const Caller&) { HandleDetokenize(request, response); }));
+  http.Post("/v1/completions",
+            admitted("Completions", [this](const httplib::Request& request,
+                                           httplib::Response& response, const Caller& caller) {
               HandleCompletion(request, response, /*chat=*/false, caller);
             }));
   http.Post("/v1/chat/completions",
-            admitted([this](const httplib::Request& request, httplib::Response& response,
-                            const Caller& caller) {
+            admitted("ChatCompletions", [this](const httplib::Request& request,
+                                               httplib::Response& response, const Caller& caller) {
               HandleCompletion(request, response, /*chat=*/true, caller);
             }));
   // attnserve's extension: closes a session (one made with session_id "new", or over gRPC).
   http.Delete(R"(/v1/sessions/([0-9a-f]+))",
-              admitted([this](const httplib::Request& request, httplib::Response& response,
-                              const Caller& caller) {
+              admitted("DeleteSession", [this](const httplib::Request& request,
+                                               httplib::Response& response, const Caller& caller) {
                 const std::string id = request.matches[1];
                 absl::Status closed = ValidateSessionId(id);
                 if (closed.ok()) closed = sessions_.Close(id, caller);
@@ -212,6 +223,16 @@ bool OpenAiServer::Admit(const httplib::Request& request, httplib::Response& res
   return true;
 }
 
+void OpenAiServer::Record(const char* rpc, const std::string& model, int http_status,
+                          std::chrono::steady_clock::time_point start) const {
+  if (options_.metrics == nullptr) return;
+  // Only served models become label values: a client's made-up name must not.
+  const std::string label = repository_.Find(model) != nullptr ? model : "none";
+  options_.metrics->RecordRequest(
+      "openai", rpc, label, CodeName(http_status),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
 void OpenAiServer::Release(const Caller& caller) {
   absl::MutexLock lock(&mu_);
   auto it = per_client_.find(caller.client);
@@ -248,7 +269,7 @@ void OpenAiServer::HandleModels(httplib::Response& response) const {
 void OpenAiServer::HandleTokenize(const httplib::Request& request,
                                   httplib::Response& response) const {
   absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(json body, ParseJsonBody(request.body));
+    ASSIGN_OR_RETURN(nlohmann::ordered_json body, ParseJsonBody(request.body));
     const std::string name = body.value("model", std::string());
     ASSIGN_OR_RETURN(const model::Model* m, ModelFor(name, 1));
     const json& prompt = body.contains("prompt") ? body["prompt"] : body["content"];
@@ -258,6 +279,7 @@ void OpenAiServer::HandleTokenize(const httplib::Request& request,
         std::vector<int64_t> ids,
         TokenizeForModel(*m, prompt.get<std::string>(), special, options_.max_tokens_per_request,
                          options_.runner.text_limits, "prompt"));
+    response.set_header("x-attnserve-model", m->name());
     SendJson(response, json{{"tokens", ids},
                             {"count", ids.size()},
                             {"max_model_len", m->max_sequence_length()},
@@ -270,7 +292,7 @@ void OpenAiServer::HandleTokenize(const httplib::Request& request,
 void OpenAiServer::HandleDetokenize(const httplib::Request& request,
                                     httplib::Response& response) const {
   absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(json body, ParseJsonBody(request.body));
+    ASSIGN_OR_RETURN(nlohmann::ordered_json body, ParseJsonBody(request.body));
     ASSIGN_OR_RETURN(const model::Model* m, ModelFor(body.value("model", std::string()), 1));
     if (m->text() == nullptr) return NoTokenizerError(*m, "send and read token ids");
     if (!body.contains("tokens") || !body["tokens"].is_array()) {

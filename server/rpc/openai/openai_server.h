@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/metrics.h"
 #include "server/model/model_repository.h"
 #include "server/policy.h"
 #include "server/rpc/openai/completion_runner.h"
@@ -55,6 +57,7 @@ struct HttpOptions {
   RequestLimits limits;
   RunnerOptions runner;
   Authenticator* authenticator = nullptr;  // borrowed; null: no authentication
+  ServerMetrics* metrics = nullptr;        // borrowed; null: no metrics
 };
 
 class OpenAiServer {
@@ -79,6 +82,11 @@ class OpenAiServer {
   // must be paired with Release(caller) when the response is done.
   bool Admit(const httplib::Request& request, httplib::Response& response, Caller* caller);
   void Release(const Caller& caller);
+  // attnserve_requests_total and its duration, protocol "openai": `rpc` (Completions,
+  // ChatCompletions, Models, ...), the model that answered (the x-attnserve-model header the
+  // handlers set; "none" for others), the HTTP status as a gRPC code name.
+  void Record(const char* rpc, const std::string& model, int http_status,
+              std::chrono::steady_clock::time_point start) const;
   // The model `name` names (404 model_not_found otherwise); "" or "auto": the policy's choice
   // for `length` tokens.
   absl::StatusOr<const model::Model*> ModelFor(const std::string& name, int64_t length) const;
