@@ -18,7 +18,9 @@ with a tokens file and --http_max_requests_per_client=2:
   an aborted n = 4 stream frees its sessions;
 - the same greedy tokens through the HTTP, AttnServe and Open Inference Protocol doors;
 - seeds and logprobs; bearer tokens (401, /health open); the per-client limit (429 with
-  retry-after); /tokenize, /detokenize, /health and /v1/models.
+  retry-after); /tokenize, /detokenize, /health and /v1/models;
+- HTTPS with the gRPC port's certificate, and SIGTERM: 503 with retry-after for new requests
+  while a stream in flight runs to its [DONE], then exit 0.
 
 Usage: http_door_test.py --build-dir BUILD --source-dir SOURCE [unittest arguments]
 """
@@ -753,6 +755,82 @@ class HttpDoorAuthAndLimitsTest(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertEqual(status, 200, got)
+
+
+
+class HttpDoorTlsAndDrainTest(unittest.TestCase):
+    """A server with TLS (the gRPC port's certificate serves HTTPS too), then SIGTERM."""
+
+    @classmethod
+    def setUpClass(cls):
+        import security_test as st  # its openssl helpers: a CA and a server certificate
+        cls.tmp = tempfile.mkdtemp(prefix="attnserve_http_tls_")
+        st.make_ca(cls.tmp, "ca")
+        st.make_cert(cls.tmp, "ca", "server", "/CN=localhost", server=True)
+        binary = os.path.join(os.path.abspath(ARGS.build_dir), "server", "attnserve-server")
+        cls.server = pct.Server(binary, "--http_port=0", "--metrics_port=-1",
+                                "--tls_cert=" + os.path.join(cls.tmp, "server.crt"),
+                                "--tls_key=" + os.path.join(cls.tmp, "server.key"),
+                                "--drain_deadline_s=30", "--max_new_tokens=2000")
+        deadline = time.time() + 30
+        cls.port = None
+        while cls.port is None and time.time() < deadline:
+            for line in list(cls.server.lines):
+                if line.startswith("OpenAI-compatible HTTP on ") and line.endswith("(TLS)"):
+                    cls.port = int(line.split()[-2].rsplit(":", 1)[1])
+            time.sleep(0.05)
+        if cls.port is None:
+            cls.server.kill()
+            raise RuntimeError("no TLS HTTP port:\n" + cls.server.output())
+        import ssl
+        cls.context = ssl.create_default_context(cafile=os.path.join(cls.tmp, "ca.crt"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.kill()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def https(self, method, path, body=None, timeout=60):
+        conn = http.client.HTTPSConnection("localhost", self.port, context=self.context,
+                                           timeout=timeout)
+        conn.request(method, path, body=None if body is None else json.dumps(body))
+        r = conn.getresponse()
+        return conn, r
+
+    def test_https_and_drain(self):
+        # HTTPS with the server's certificate; plaintext HTTP on that port is not served.
+        conn, r = self.https("POST", "/v1/completions",
+                             {"model": "mamba", "prompt": "Hello", "max_tokens": 4})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(len(json.loads(r.read())["choices"]), 1)
+        conn.close()
+        with self.assertRaises((OSError, http.client.HTTPException)):
+            request(self.port, "GET", "/health", timeout=5)
+        # SIGTERM during a stream: new requests get 503 with retry-after, /health 503, and the
+        # stream runs to its [DONE]; then the server exits 0.
+        conn, stream = self.https("POST", "/v1/completions",
+                                  {"model": "standard", "prompt": "drain", "max_tokens": 600,
+                                   "ignore_eos": True, "stream": True})
+        self.assertEqual(stream.status, 200, stream.read() if stream.status != 200 else "")
+        first = stream.readline()
+        self.assertTrue(first.startswith(b"data: "), first)
+        self.server.proc.send_signal(15)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            c, r = self.https("POST", "/v1/completions",
+                              {"model": "mamba", "prompt": "x", "max_tokens": 1})
+            if r.status == 503:
+                break
+            c.close()
+            time.sleep(0.05)
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.getheader("retry-after"), "1")
+        self.assertEqual(json.loads(r.read())["error"]["type"], "service_unavailable")
+        c.close()
+        rest = stream.read()
+        conn.close()
+        self.assertTrue(rest.endswith(b"data: [DONE]\n\n"), rest[-200:])
+        self.assertEqual(self.server.proc.wait(timeout=60), 0, self.server.output())
 
 
 if __name__ == "__main__":
