@@ -42,14 +42,6 @@ std::string RandomId(const char* prefix) {
                          absl::Uniform<uint64_t>(gen));
 }
 
-void SendError(httplib::Response& response, const HttpError& error) {
-  response.status = error.status;
-  if (error.retry_after_s > 0) {
-    response.set_header("retry-after", std::to_string(error.retry_after_s));
-  }
-  response.set_content(ErrorBody(error), "application/json");
-}
-
 // What the request's prompts became.
 struct PreparedPrompts {
   const model::Model* model = nullptr;

@@ -1,5 +1,7 @@
 #include "server/rpc/openai/openai_error.h"
 
+#include <httplib.h>
+
 #include <utility>
 
 #include "nlohmann/json.hpp"
@@ -100,6 +102,14 @@ std::string ErrorBody(const HttpError& error) {
   e["param"] = error.param.empty() ? nlohmann::json() : nlohmann::json(error.param);
   e["code"] = error.code.empty() ? nlohmann::json() : nlohmann::json(error.code);
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+void SendError(httplib::Response& response, const HttpError& error) {
+  response.status = error.status;
+  if (error.retry_after_s > 0) {
+    response.set_header("retry-after", std::to_string(error.retry_after_s));
+  }
+  response.set_content(ErrorBody(error), "application/json");
 }
 
 }  // namespace attnserve::server::openai

@@ -11,6 +11,10 @@
 
 #include "absl/status/status.h"
 
+namespace httplib {
+struct Response;
+}  // namespace httplib
+
 namespace attnserve::server::openai {
 
 enum class ErrorPhase { kRequest, kServing };
@@ -35,5 +39,8 @@ const char* CodeName(int http_status);
 
 // {"error": {...}} (valid UTF-8: bytes that are not are replaced).
 std::string ErrorBody(const HttpError& error);
+
+// Answers `error` on `response`: its status, retry-after when set, and ErrorBody.
+void SendError(httplib::Response& response, const HttpError& error);
 
 }  // namespace attnserve::server::openai

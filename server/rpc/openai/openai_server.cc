@@ -17,14 +17,6 @@ namespace {
 
 using json = nlohmann::json;
 
-void SendError(httplib::Response& response, const HttpError& error) {
-  response.status = error.status;
-  if (error.retry_after_s > 0) {
-    response.set_header("retry-after", std::to_string(error.retry_after_s));
-  }
-  response.set_content(ErrorBody(error), "application/json");
-}
-
 void SendStatus(httplib::Response& response, const absl::Status& status, ErrorPhase phase) {
   SendError(response, ToHttpError(status, phase));
 }
