@@ -88,7 +88,7 @@ class Server:
     def __init__(self, build, *flags):
         self.int8_isa = self.bf16_isa = None
         self.proc = subprocess.Popen(
-            [str(build / "server" / "attnserve-server"), "--port=0", "--metrics_port=-1",
+            [str(build / "server" / "attnserve-server"), "--port=0", "--metrics_port=-1", "--http_port=-1",
              "--host=127.0.0.1", "--intra_op_threads=2", "--adapt_threads_to_load=false",
              "--max_new_tokens=4096", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

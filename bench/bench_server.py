@@ -37,7 +37,7 @@ class Server:
     def __init__(self, build, *flags):
         self.proc = subprocess.Popen(
             [os.path.join(build, "server", "attnserve-server"), "--host=127.0.0.1", "--port=0",
-             "--metrics_port=-1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+             "--metrics_port=-1", "--http_port=-1", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True)
         self.lines = []
         for line in self.proc.stdout:

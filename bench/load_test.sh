@@ -10,7 +10,7 @@ build=${1:-$root/build}
 out=${2:-$root/docs/load-test}
 mkdir -p "$out"
 log=$(mktemp)
-"$build/server/attnserve-server" --host=127.0.0.1 --port=0 --metrics_port=0 >"$log" 2>&1 &
+"$build/server/attnserve-server" --host=127.0.0.1 --port=0 --metrics_port=0 --http_port=-1 >"$log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2>/dev/null || true; wait $server 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 120); do grep -q "listening on" "$log" && break; sleep 1; done

@@ -67,7 +67,7 @@ def start_server(build, repo, threads, precision):
     proc = subprocess.Popen(
         [str(build / "server" / "attnserve-server"), f"--model_repository={repo}",
          f"--policy={MODEL}", f"--intra_op_threads={threads}", "--port=0",
-         "--metrics_port=-1", "--host=127.0.0.1", f"--weight_precision={precision}"],
+         "--metrics_port=-1", "--http_port=-1", "--host=127.0.0.1", f"--weight_precision={precision}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.time() + 300
     for line in proc.stdout:

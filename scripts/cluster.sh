@@ -77,7 +77,7 @@ start_replica() {
   local -a flags=()
   [[ -f "$dir/server.flags" ]] && mapfile -t flags < "$dir/server.flags"
   setsid "$build_dir/server/attnserve-server" --host=127.0.0.1 --port="$grpc_port" \
-    --metrics_port="$metrics_port" --advertise_address="127.0.0.1:$grpc_port" \
+    --metrics_port="$metrics_port" --http_port=-1 --advertise_address="127.0.0.1:$grpc_port" \
     --instance_name="replica-$i" --session_store="redis://127.0.0.1:$(( $(cat "$dir/port") + 99 ))" \
     --session_lease_ms=2000 --checkpoint_every_appends=1 ${flags[@]+"${flags[@]}"} \
     > "$dir/replica-$i.log" 2>&1 < /dev/null &

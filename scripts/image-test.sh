@@ -157,7 +157,7 @@ unshare --mount --propagation private -- bash -c '
     OMP_NUM_THREADS=1 POD_NAME=attnserve-image-test POD_IP=127.0.0.1 \
     /usr/local/bin/attnserve-server "$@"
 ' image-test "$mnt" "$work" "$uid" $args --host=127.0.0.1 --port="$grpc_port" \
-  --metrics_port="$metrics_port" >"$work/server.log" 2>&1 &
+  --metrics_port="$metrics_port" --http_port=-1 >"$work/server.log" 2>&1 &
 server_pid=$!
 
 # 5. What a kubelet and a client would see.

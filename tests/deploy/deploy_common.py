@@ -230,7 +230,7 @@ class Server:
         self.log_path = os.path.join(self.tmp, "server.log")
         self.log = open(self.log_path, "w+")
         command = [server_binary(build_dir), *args, "--host=127.0.0.1", "--port=0",
-                   "--metrics_port=0"]
+                   "--metrics_port=0", "--http_port=0"]
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT,
                                         env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
         self.health_port = None  # the plaintext health port (--health_port), if it has one

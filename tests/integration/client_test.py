@@ -45,8 +45,8 @@ class Server:
         self.port = None
         self.metrics_url = None
         self.proc = subprocess.Popen(
-            [binary, "--host=127.0.0.1", "--port=%d" % port, "--metrics_port=0", "--intra_op_threads=1",
-             "--max_new_tokens=64", "--drain_deadline_s=3"] + list(extra),
+            [binary, "--host=127.0.0.1", "--port=%d" % port, "--metrics_port=0", "--http_port=-1",
+             "--intra_op_threads=1", "--max_new_tokens=64", "--drain_deadline_s=3"] + list(extra),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         listening = threading.Event()
 

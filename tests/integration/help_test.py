@@ -99,7 +99,7 @@ class HelpTest(unittest.TestCase):
                              (["--weight_precision=bf16", "--activation_precision=int4"],
                               "expected fp32 or bf16"),
                              (["--weight_precision=int4"], "expected fp32, bf16 or int8")):
-            code, out = run(server, "--port=0", "--metrics_port=-1", *flags)
+            code, out = run(server, "--port=0", "--metrics_port=-1", "--http_port=-1", *flags)
             self.assertNotEqual(code, 0, out)
             self.assertIn(words, out)
 

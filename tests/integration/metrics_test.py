@@ -79,7 +79,7 @@ class MetricsTest(unittest.TestCase):
         cls.log = open(os.path.join(cls.tmp, "server.log"), "w+")
         cls.server = subprocess.Popen(
             [os.path.join(BUILD_DIR, "server/attnserve-server"), "--host=127.0.0.1", "--port=0",
-             "--metrics_port=0", "--intra_op_threads=1"],
+             "--metrics_port=0", "--http_port=-1", "--intra_op_threads=1"],
             stdout=cls.log, stderr=subprocess.STDOUT)
 
         def ports():

@@ -93,6 +93,10 @@ class Server:
         if ("metrics_port" in usage.stdout + usage.stderr and
                 not any(f.startswith("--metrics_port") for f in flags)):
             flags.append("--metrics_port=0")
+        # No HTTP door unless the test asks for one (its default port 8000 is one per host).
+        if ("http_port" in usage.stdout + usage.stderr and
+                not any(f.startswith("--http_port") for f in flags)):
+            flags.append("--http_port=-1")
         self.proc = subprocess.Popen(
             [binary] + flags,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -344,7 +344,7 @@ class SecurityTest(pct.ServerProcesses, unittest.TestCase):
         for key, why in (("garbage", "not an unencrypted PEM private key"),
                          ("alice", "is not the key of the first certificate")):
             path = os.path.join(d, key + ".key")
-            run = subprocess.run([self.binary, "--port=0", "--metrics_port=-1",
+            run = subprocess.run([self.binary, "--port=0", "--metrics_port=-1", "--http_port=-1",
                                   "--tls_cert=" + os.path.join(d, "server.crt"),
                                   "--tls_key=" + path], capture_output=True, text=True, timeout=60)
             self.assertNotEqual(run.returncode, 0, run.stdout)

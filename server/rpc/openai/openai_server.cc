@@ -63,6 +63,12 @@ absl::Status OpenAiServer::Start() {
   http.set_keep_alive_timeout(options_.keep_alive_s);
   http.set_keep_alive_max_count(1000);
   http.set_tcp_nodelay(true);
+  // SO_REUSEADDR, not cpp-httplib's default SO_REUSEPORT: a second server on the same port must
+  // fail to start, not silently share its connections.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   // Errors cpp-httplib answers itself (413 body too large, 400 bad request, 404 no route)
   // get OpenAI's error body too.
   http.set_error_handler([](const httplib::Request&, httplib::Response& response) {
