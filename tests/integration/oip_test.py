@@ -257,6 +257,22 @@ class OipTest(pct.ServerProcesses, unittest.TestCase):
             self.request("mamba", prompt, max_tokens=8, stop_token_ids="%d" % greedy[2]),
             metadata=self.md()), "output_ids")[0].tolist()
         self.assertEqual(stopped, greedy[:greedy.index(greedy[2]) + 1])
+        # The sampler's other controls (server/scheduler/token_sampler.h): logit_bias as a JSON
+        # object forces a token; a nucleus with min_p and penalties still draws 8 tokens.
+        forced = self.output(self.oip.ModelInfer(
+            self.request("mamba", prompt, max_tokens=6, logit_bias='{"77": 100}'),
+            metadata=self.md()), "output_ids")[0].tolist()
+        self.assertEqual(forced, [77] * 6)
+        sampled = self.output(self.oip.ModelInfer(
+            self.request("mamba", prompt, max_tokens=8, temperature=1.0, top_p=0.9, min_p=0.05,
+                         repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.5,
+                         seed=3), metadata=self.md()), "output_ids")[0].tolist()
+        self.assertEqual(len(sampled), 8)
+        for bad in ('{"77": 100', '[1]', '{"x": 1}', '{"1": {"2": 3}}'):
+            self.expect_error(self.grpc.StatusCode.INVALID_ARGUMENT, "parameter 'logit_bias'",
+                              self.request("mamba", prompt, max_tokens=2, logit_bias=bad))
+        self.expect_error(self.grpc.StatusCode.INVALID_ARGUMENT, "top_p",
+                          self.request("mamba", prompt, max_tokens=2, top_p=1.5))
         # stream_interval 5: the same tokens in responses of 5, 5 and 2 ids, then the final one.
         grouped = list(self.oip.ModelStreamInfer(
             iter([self.request("mamba", prompt, raw=True, max_tokens=12, temperature=0.8,

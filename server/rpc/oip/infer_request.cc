@@ -1,5 +1,6 @@
 #include "server/rpc/oip/infer_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
 #include "server/client_text.h"
 
 namespace attnserve::server::oip {
@@ -232,6 +234,27 @@ absl::Status ReadStopTokenIds(const InferParameter& p, ParsedInfer* out) {
       "separated by commas or spaces");
 }
 
+absl::Status ReadLogitBias(const InferParameter& p, ParsedInfer* out) {
+  const absl::Status bad = absl::InvalidArgumentError(
+      "parameter 'logit_bias' must be a string_param holding a JSON object of token id to bias "
+      "(at most 1024 entries), e.g. {\"42\": -100}");
+  if (p.parameter_choice_case() != InferParameter::kStringParam) return bad;
+  // One flat object: nothing nested is parsed (nesting costs the parser and its destructor).
+  const std::string& text = p.string_param();
+  if (std::count(text.begin(), text.end(), '{') != 1 || text.find('[') != std::string::npos) {
+    return bad;
+  }
+  const nlohmann::json bias =
+      nlohmann::json::parse(p.string_param(), nullptr, /*allow_exceptions=*/false);
+  if (!bias.is_object() || bias.size() > 1024) return bad;
+  for (auto it = bias.begin(); it != bias.end(); ++it) {
+    int64_t id = 0;
+    if (!absl::SimpleAtoi(it.key(), &id) || !it.value().is_number()) return bad;
+    out->logit_bias.emplace_back(id, it.value().get<float>());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadParameters(const ModelInferRequest& request, const InferLimits& limits,
                             ParsedInfer* out) {
   for (const auto& [name, p] : request.parameters()) {
@@ -288,6 +311,8 @@ absl::Status ReadParameters(const ModelInferRequest& request, const InferLimits&
        : name == "repetition_penalty" ? out->repetition_penalty
        : name == "presence_penalty"   ? out->presence_penalty
                                       : out->frequency_penalty) = static_cast<float>(v);
+    } else if (name == "logit_bias") {
+      if (absl::Status s = ReadLogitBias(p, out); !s.ok()) return s;
     } else if (name == "stop") {
       if (p.parameter_choice_case() == InferParameter::kStringParam) {
         out->stop_strings.push_back(p.string_param());  // checked with the model's tokenizer

@@ -2,7 +2,7 @@
 // token ids (input_ids, INT64 or INT32, shape [1, L]) or its text (text_input, BYTES, one
 // element), the outputs asked for, generation parameters named as Triton's LLM backends name
 // them (max_tokens, temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,
-// frequency_penalty, seed, stop, stop_token_ids, ignore_eos) and the
+// frequency_penalty, logit_bias, seed, stop, stop_token_ids, ignore_eos) and the
 // sequence flags (sequence_id,
 // sequence_start, sequence_end). Typed contents and raw_input_contents both work; shapes,
 // datatypes and sizes are checked before anything is looked up or allocated beyond what the
@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -62,6 +63,9 @@ struct ParsedInfer {
   // top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty (double_param):
   // server/scheduler/token_sampler.h.
   float top_p = 1, min_p = 0, repetition_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
+  // logit_bias: a string_param holding a JSON object of id -> bias, as OpenAI's ({"42": -100});
+  // at most 1024 entries (ids and ranges are checked against the model when the job starts).
+  std::vector<std::pair<int64_t, float>> logit_bias;
   std::vector<std::string> stop_strings;
   std::vector<int64_t> stop;
   bool ignore_eos = false;

@@ -131,6 +131,7 @@ absl::Status OipService::Submit(Call call) {
   job->sampling.repetition_penalty = parsed->repetition_penalty;
   job->sampling.presence_penalty = parsed->presence_penalty;
   job->sampling.frequency_penalty = parsed->frequency_penalty;
+  job->sampling.logit_bias = parsed->logit_bias;
   // Stop strings and tokens, the vocabulary limit and the text pieces, as the AttnServe door.
   std::shared_ptr<text::GenerationText> generation;
   if (parsed->max_tokens > 0) {
