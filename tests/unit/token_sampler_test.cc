@@ -101,17 +101,27 @@ std::vector<double> ReferenceDistribution(const std::vector<float>& logits, cons
   int64_t vocab = static_cast<int64_t>(logits.size());
   if (s.vocab_limit > 0) vocab = std::min(vocab, s.vocab_limit);
   std::vector<double> x(logits.begin(), logits.begin() + vocab);
-  for (const auto& [id, bias] : s.logit_bias) x[id] += bias;
+  // Ids past the (limited) vocabulary take no part, as in the sampler.
+  auto in = [vocab](int64_t id) { return id >= 0 && id < vocab; };
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (in(id)) x[id] += bias;
+  }
   std::vector<bool> seen(vocab, false);
-  for (const int64_t id : prompt) seen[id] = true;
-  for (const int64_t id : generated) seen[id] = true;
+  for (const int64_t id : prompt) {
+    if (in(id)) seen[id] = true;
+  }
+  for (const int64_t id : generated) {
+    if (in(id)) seen[id] = true;
+  }
   for (int64_t i = 0; i < vocab; ++i) {
     if (seen[i] && s.repetition_penalty != 1) {
       x[i] = x[i] > 0 ? x[i] / s.repetition_penalty : x[i] * s.repetition_penalty;
     }
   }
   std::vector<int> count(vocab, 0);
-  for (const int64_t id : generated) ++count[id];
+  for (const int64_t id : generated) {
+    if (in(id)) ++count[id];
+  }
   for (int64_t i = 0; i < vocab; ++i) {
     if (count[i] > 0) x[i] -= count[i] * s.frequency_penalty + s.presence_penalty;
   }
